@@ -1,0 +1,35 @@
+# Everything a fresh machine with Python 3.11 needs: `make demo` and `make test` create .venv on first use.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export HF_DATASETS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: venv demo test bench clean
+
+venv: $(STAMP)
+
+# torch is pinned first (the CPU wheel on disk); an unpinned torch could pull a multi-GB CUDA build.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e ".[test]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/ugrpo demo --out runs/demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --doctest-modules ugrpo/stats
+
+bench: $(STAMP)
+	@set -e; for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b; done
+
+clean:
+	rm -rf $(VENV) runs benchmarks/results/*.json

@@ -1,0 +1,233 @@
+"""Advantages A = Z - C on a dense ``(B, G)`` reward tensor (paper eq. (4), (5), Algorithm 2).
+
+Every baseline of the paper's Table 1 plus the practical variants:
+
+* ``vanilla``   C = 0 (minibatch REINFORCE)
+* ``grpo``      C = leave-one-out group mean, paper eq. (4); the U-statistic form of Lemma 1
+* ``grpo_mean`` C = full group mean (what most trainers do); equals (G-1)/G times ``grpo``
+* ``oracle``    C = V(x), the true value, supplied by the caller
+
+Std scaling (``scale="std"``) follows the paper's Algorithm 2: the numerator keeps the
+chosen baseline, the denominator is the sample std around the *full* group mean with the
+given ``ddof`` (paper: ddof=1). A group whose rewards are all equal has std 0: what it gets
+is the explicit ``zero_std`` policy, and such groups are always counted.
+
+Formulas: docs/math.md sections 1-2.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Literal
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "BaselineName",
+    "BASELINES",
+    "AdvantageResult",
+    "vanilla_advantages",
+    "loo_advantages",
+    "mean_advantages",
+    "oracle_advantages",
+    "zero_std_groups",
+    "compute_advantages",
+]
+
+BaselineName = Literal["vanilla", "grpo", "grpo_mean", "oracle"]
+ScaleName = Literal["none", "std"]
+ZeroStdPolicy = Literal["zero", "eps", "unscaled"]
+
+
+def _check_rewards(rewards: Tensor, *, min_group: int = 1) -> None:
+    if not isinstance(rewards, Tensor):
+        raise TypeError(f"rewards must be a torch.Tensor of shape (B, G), got {type(rewards).__name__}")
+    if rewards.ndim != 2:
+        raise ValueError(f"rewards must have shape (B, G) (B prompts, G samples each); got shape {tuple(rewards.shape)}")
+    if rewards.shape[1] < min_group:
+        raise ValueError(
+            f"this baseline needs group size G >= {min_group}, got G = {rewards.shape[1]} "
+            f"(rewards shape {tuple(rewards.shape)}); sample more completions per prompt"
+        )
+    if not torch.is_floating_point(rewards):
+        raise TypeError(f"rewards must be a floating-point tensor, got dtype {rewards.dtype}")
+    bad = ~torch.isfinite(rewards)
+    if bad.any():
+        b, g = (int(i) for i in bad.nonzero()[0])
+        raise ValueError(
+            f"rewards contain {int(bad.sum())} non-finite value(s), first at [prompt {b}, sample {g}] = "
+            f"{rewards[b, g].item()}; fix the reward function or drop those samples"
+        )
+
+
+def vanilla_advantages(rewards: Tensor) -> Tensor:
+    """A = Z: no baseline (Table 1, vanilla minibatch REINFORCE).
+
+    Parameters
+    ----------
+    rewards : (B, G) tensor
+
+    Examples
+    --------
+    >>> vanilla_advantages(torch.tensor([[1.0, 0.0]]))
+    tensor([[1., 0.]])
+    """
+    _check_rewards(rewards)
+    return rewards.clone()
+
+
+def loo_advantages(rewards: Tensor) -> Tensor:
+    """A = Z^(g) - Zbar^(-g): rewards minus the leave-one-out group mean, paper eq. (4).
+
+    Uses the identity Z^(g) - Zbar^(-g) = G/(G-1) (Z^(g) - Zbar) (docs/math.md eq. M2),
+    which needs one pass instead of G.
+
+    Parameters
+    ----------
+    rewards : (B, G) tensor, G >= 2
+
+    Examples
+    --------
+    >>> loo_advantages(torch.tensor([[1.0, 0.0, 0.0]]))
+    tensor([[ 1.0000, -0.5000, -0.5000]])
+    """
+    _check_rewards(rewards, min_group=2)
+    G = rewards.shape[1]
+    return (rewards - rewards.mean(dim=1, keepdim=True)) * (G / (G - 1))
+
+
+def mean_advantages(rewards: Tensor) -> Tensor:
+    """A = Z^(g) - Zbar: rewards minus the full group mean (TRL/verl/OpenRLHF default).
+
+    Equals (G-1)/G times :func:`loo_advantages` (docs/math.md eq. M3), so the gradient it
+    gives is biased by that factor.
+
+    Examples
+    --------
+    >>> mean_advantages(torch.tensor([[1.0, 0.0]]))
+    tensor([[ 0.5000, -0.5000]])
+    """
+    _check_rewards(rewards, min_group=2)
+    return rewards - rewards.mean(dim=1, keepdim=True)
+
+
+def oracle_advantages(rewards: Tensor, values: Tensor) -> Tensor:
+    """A = Z - V(x): the oracle baseline of Table 1, V(x) = E[Z | x] given per prompt.
+
+    Parameters
+    ----------
+    rewards : (B, G) tensor
+    values : (B,) tensor, the true (or independently estimated) value of each prompt
+    """
+    _check_rewards(rewards)
+    if not isinstance(values, Tensor):
+        values = torch.as_tensor(values, dtype=rewards.dtype)
+    if values.shape != rewards.shape[:1]:
+        raise ValueError(
+            f"values must have shape (B,) = ({rewards.shape[0]},) to match rewards {tuple(rewards.shape)}; "
+            f"got {tuple(values.shape)}"
+        )
+    if not torch.isfinite(values).all():
+        raise ValueError("values (the oracle V(x)) contain non-finite entries")
+    return rewards - values.to(rewards.dtype).unsqueeze(1)
+
+
+BASELINES: dict[str, Callable[..., Tensor]] = {
+    "vanilla": vanilla_advantages,
+    "grpo": loo_advantages,
+    "grpo_mean": mean_advantages,
+    "oracle": oracle_advantages,
+}
+
+
+def zero_std_groups(rewards: Tensor, *, atol: float = 0.0) -> Tensor:
+    """Boolean ``(B,)`` mask of groups whose rewards are all equal (max - min <= atol).
+
+    These groups have zero sample std; TRL logs their fraction as ``frac_reward_zero_std``.
+    """
+    _check_rewards(rewards)
+    spread = rewards.max(dim=1).values - rewards.min(dim=1).values
+    return spread <= atol
+
+
+@dataclass(frozen=True)
+class AdvantageResult:
+    """Advantages of one batch and what happened to its degenerate groups.
+
+    Attributes
+    ----------
+    advantages : (B, G) tensor
+    zero_std : (B,) bool tensor, groups whose rewards were all equal
+    n_zero_std : number of such groups (always counted, whatever ``zero_std`` policy)
+    """
+
+    advantages: Tensor
+    zero_std: Tensor
+    n_zero_std: int
+
+    @property
+    def frac_zero_std(self) -> float:
+        return self.n_zero_std / max(1, self.zero_std.numel())
+
+
+def compute_advantages(
+    rewards: Tensor,
+    *,
+    baseline: BaselineName = "grpo",
+    values: Tensor | None = None,
+    scale: ScaleName = "none",
+    ddof: int = 1,
+    eps: float = 1e-6,
+    zero_std: ZeroStdPolicy = "zero",
+) -> AdvantageResult:
+    """Advantages for one batch: baseline, optional std scaling, explicit zero-std handling.
+
+    Parameters
+    ----------
+    rewards : (B, G) tensor
+    baseline : one of ``vanilla``, ``grpo`` (LOO mean, eq. (4)), ``grpo_mean``, ``oracle``
+    values : (B,) tensor, required for ``oracle``
+    scale : ``none`` (Algorithm 1) or ``std`` (Algorithm 2: divide by se(Z^(b,.)))
+    ddof : divisor G - ddof inside the std; the paper's se uses ddof=1 (TRL uses 1 too;
+        some trainers use 0)
+    eps : added to the std in the denominator, (A / (std + eps)); TRL uses 1e-4, verl 1e-6
+    zero_std : what an all-equal group gets when ``scale="std"``:
+        ``zero`` -> advantage 0 (its centred numerator is 0 for grpo/grpo_mean anyway);
+        ``eps`` -> divide by eps (the TRL/verl behaviour, numerator / (0 + eps));
+        ``unscaled`` -> keep the unscaled advantage (only differs for vanilla/oracle).
+        Ignored for ``scale="none"``; such groups are counted either way.
+
+    Returns
+    -------
+    AdvantageResult
+    """
+    if baseline not in BASELINES:
+        raise ValueError(f"unknown baseline {baseline!r}; choose one of {sorted(BASELINES)}")
+    if scale not in ("none", "std"):
+        raise ValueError(f"unknown scale {scale!r}; choose 'none' or 'std'")
+    if zero_std not in ("zero", "eps", "unscaled"):
+        raise ValueError(f"unknown zero_std policy {zero_std!r}; choose 'zero', 'eps' or 'unscaled'")
+    if eps < 0:
+        raise ValueError(f"eps must be >= 0, got {eps}")
+    if baseline == "oracle":
+        if values is None:
+            raise ValueError("baseline='oracle' needs values=V(x) of shape (B,)")
+        adv = oracle_advantages(rewards, values)
+    else:
+        adv = BASELINES[baseline](rewards)
+    mask = zero_std_groups(rewards)
+    if scale == "std":
+        G = rewards.shape[1]
+        if G - ddof < 1:
+            raise ValueError(f"std scaling with ddof={ddof} needs G > ddof, got G = {G}")
+        std = rewards.std(dim=1, correction=ddof, keepdim=True)  # (B, 1), around the full mean
+        scaled = adv / (std + eps)
+        if zero_std == "zero":
+            scaled = torch.where(mask.unsqueeze(1), torch.zeros_like(scaled), scaled)
+        elif zero_std == "unscaled":
+            scaled = torch.where(mask.unsqueeze(1), adv, scaled)
+        elif eps == 0:
+            raise ValueError("zero_std='eps' with eps=0 divides by zero on all-equal groups; set eps > 0")
+        adv = scaled
+    return AdvantageResult(advantages=adv, zero_std=mask, n_zero_std=int(mask.sum()))
