@@ -1,0 +1,246 @@
+"""Custom tasks: your prompts and answers in a JSONL (or Parquet) file, your reward function.
+
+::
+
+    task = get_task("custom", data_path="train.jsonl", reward_fn="my_rewards:exact_match",
+                    prompt_field="prompt", answer_field="answer", eval_path="eval.jsonl")
+
+The reward function (batched, like a TRL reward function)::
+
+    def exact_match(completions: list[str], answers: list[str], **row_fields) -> list[float | None]:
+        return [float(c.strip() == a) for c, a in zip(completions, answers)]
+
+* ``completions[i]`` is the i-th completion and ``answers[i]`` the ``answer_field`` of its row.
+* Keyword arguments: ``prompts`` (the rows' prompts) and every other field of the rows,
+  each as a list aligned with ``completions`` (None where a row lacks the field). Only
+  the keywords the function accepts are passed (by name, or all with ``**kwargs``).
+* It returns one value per completion: a number (``True``/``False`` count as 1/0), or
+  None for "cannot score this one".
+* ``reward_fn`` is ``"module:function"`` (the module must be importable: on ``sys.path``
+  or ``PYTHONPATH``), or a callable.
+
+What happens when it misbehaves:
+
+=============================================  =============================================
+import fails, function missing/not callable    ``ValueError`` from ``get_task`` (names it)
+returns a list of the wrong length / no list   :class:`~ugrpo.tasks.base.VerifierContractError`
+raises                                          whole batch unscorable (reward 0), counted
+                                               as errors, first traceback kept and logged
+returns None for an item                        unscorable, counted as a parse failure
+returns NaN, inf or a non-number for an item    unscorable, counted as an error (message kept)
+=============================================  =============================================
+
+Rows without the prompt or answer field raise :class:`~ugrpo.tasks.loading.RowError`
+naming the file, line and field (``on_bad_row="skip"`` skips them instead).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import math
+import numbers
+import os
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from ugrpo.tasks.base import Problem, VerifierContractError, VerifyStats, _warn_once, check_options
+from ugrpo.tasks.loading import BadRow, BadRowPolicy, RowError, read_rows, text_field
+
+__all__ = ["CustomTask", "load_reward_fn", "make_custom"]
+
+RewardFn = Callable[..., Sequence[Any]]
+
+
+def load_reward_fn(spec: str | RewardFn) -> RewardFn:
+    """The reward function named by ``"module:function"`` (or ``spec`` itself if callable).
+
+    Raises
+    ------
+    ValueError
+        If the spec is malformed, the module cannot be imported, or the function is missing
+        or not callable; the message says which and how to fix it.
+    """
+    if callable(spec):
+        return spec
+    if not isinstance(spec, str) or spec.count(":") != 1 or not all(spec.split(":")):
+        raise ValueError(f"custom: reward_fn must be 'module:function' (e.g. 'my_rewards:exact_match'), got {spec!r}")
+    module_name, fn_name = spec.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as e:
+        raise ValueError(
+            f"custom: reward_fn {spec!r}: cannot import module {module_name!r} ({type(e).__name__}: {e}); "
+            "put its folder on sys.path or PYTHONPATH"
+        ) from e
+    fn = getattr(module, fn_name, None)
+    if fn is None:
+        public = sorted(n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n)))
+        raise ValueError(
+            f"custom: reward_fn {spec!r}: module {module_name!r} has no function {fn_name!r}; "
+            f"its callables are: {', '.join(public) or 'none'}"
+        )
+    if not callable(fn):
+        raise ValueError(f"custom: reward_fn {spec!r}: {fn_name!r} is a {type(fn).__name__}, not a function")
+    return fn
+
+
+def _accepted_kwargs(fn: RewardFn, names: Sequence[str]) -> list[str]:
+    """The keyword names among ``names`` that ``fn`` accepts."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return list(names)
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return list(names)
+    return [n for n in names if n in params]
+
+
+@dataclass(frozen=True)
+class CustomTask:
+    """A task from a prompt/answer file and a user reward function (module docstring).
+
+    Parameters
+    ----------
+    data_path : str
+        Training rows: JSONL (one object per line), Parquet, or a saved ``datasets`` folder.
+    reward_fn : str or callable
+        ``"module:function"`` or a callable with the documented signature.
+    prompt_field, answer_field : str
+        Field names of the prompt and the answer in each row.
+    eval_path : str, optional
+        Held-out rows in the same format; ``eval_problems()`` raises ValueError if not set.
+    limit : int, optional
+        Keep the first ``limit`` usable rows of each file.
+    on_bad_row : {"error", "skip"}
+        What a row without the prompt or answer field does.
+    """
+
+    data_path: str
+    reward_fn: str | RewardFn
+    prompt_field: str = "prompt"
+    answer_field: str = "answer"
+    eval_path: str | None = None
+    limit: int | None = None
+    on_bad_row: BadRowPolicy = "error"
+    name: str = field(default="custom", init=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.data_path, (str, os.PathLike)):
+            raise TypeError(f"custom: data_path must be a path, got {self.data_path!r}")
+        for f in ("prompt_field", "answer_field"):
+            if not isinstance(getattr(self, f), str) or not getattr(self, f):
+                raise ValueError(f"custom: {f} must be a non-empty field name, got {getattr(self, f)!r}")
+        if self.limit is not None and (
+            isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 1
+        ):
+            raise ValueError(f"custom: limit must be a positive int or None, got {self.limit!r}")
+        if self.on_bad_row not in ("error", "skip"):
+            raise ValueError(f"custom: on_bad_row must be 'error' or 'skip', got {self.on_bad_row!r}")
+        object.__setattr__(self, "_fn", load_reward_fn(self.reward_fn))
+        object.__setattr__(self, "_cache", {})
+
+    def _load(self, split: str) -> tuple[list[Problem], list[BadRow]]:
+        cache: dict[str, tuple[list[Problem], list[BadRow]]] = self.__dict__["_cache"]
+        if split in cache:
+            return cache[split]
+        path = self.data_path if split == "train" else self.eval_path
+        if path is None:
+            raise ValueError("custom: eval_path is not set; pass eval_path='path/to/eval.jsonl'")
+        problems: list[Problem] = []
+        bad: list[BadRow] = []
+        for row in read_rows(str(path)):
+            if self.limit is not None and len(problems) >= self.limit:
+                break
+            try:
+                prompt = text_field(row, self.prompt_field)
+                answer = text_field(row, self.answer_field)
+            except RowError as e:
+                if self.on_bad_row == "error":
+                    raise RowError(f"custom: {e} (pass on_bad_row='skip' to skip such rows)") from None
+                bad.append(BadRow(row.where, str(e)))
+                continue
+            meta = {k: v for k, v in row.fields.items() if k not in (self.prompt_field, self.answer_field)}
+            problems.append(Problem(f"custom-{split}-{row.index}", prompt, answer, meta))
+        cache[split] = (problems, bad)
+        return cache[split]
+
+    def train_problems(self) -> list[Problem]:
+        """Problems of ``data_path``."""
+        return list(self._load("train")[0])
+
+    def eval_problems(self) -> list[Problem]:
+        """Problems of ``eval_path``."""
+        return list(self._load("eval")[0])
+
+    def bad_rows(self, split: str) -> list[BadRow]:
+        """Rows skipped with ``on_bad_row="skip"``, split ``"train"`` or ``"eval"``."""
+        if split not in ("train", "eval"):
+            raise ValueError(f"custom: split must be 'train' or 'eval', got {split!r}")
+        return list(self._load(split)[1])
+
+    def verify_with_stats(
+        self, completions: Sequence[str], problems: Sequence[Problem]
+    ) -> tuple[list[float | None], VerifyStats]:
+        """Call the reward function once on the batch and check what it returns (module docstring)."""
+        n = len(completions)
+        if len(problems) != n:
+            raise ValueError(f"custom.verify: {n} completions but {len(problems)} problems")
+        fn = self.__dict__["_fn"]
+        fields = sorted({k for p in problems for k in p.meta} - {"prompts"})
+        columns: dict[str, list[Any]] = {"prompts": [p.prompt for p in problems]}
+        columns.update({k: [p.meta.get(k) for p in problems] for k in fields})
+        kwargs = {k: columns[k] for k in _accepted_kwargs(fn, list(columns))}
+        stats = VerifyStats()
+        try:
+            raw = fn(list(completions), [p.answer for p in problems], **kwargs)
+        except Exception:
+            tb = traceback.format_exc()
+            _warn_once(self, f"reward_fn {self.reward_fn!r} raised; {n} completions unscorable\n{tb}")
+            stats.n_errors = n
+            stats.first_error = tb
+            return [None] * n, stats
+        if isinstance(raw, (str, bytes)) or not isinstance(raw, Sequence) and not hasattr(raw, "__len__"):
+            raise VerifierContractError(
+                f"custom reward_fn {self.reward_fn!r} returned {type(raw).__name__}; it must return a list with "
+                f"one float or None per completion ({n})"
+            )
+        raw = list(raw)
+        if len(raw) != n:
+            raise VerifierContractError(
+                f"custom reward_fn {self.reward_fn!r} returned {len(raw)} values for {n} completions; "
+                "it must return exactly one float or None per completion"
+            )
+        out: list[float | None] = []
+        for i, v in enumerate(raw):
+            if v is None:
+                stats.n_parse_failures += 1
+                out.append(None)
+                continue
+            x = float(v) if isinstance(v, (bool, numbers.Real)) else None
+            if x is None or not math.isfinite(x):
+                stats.error(
+                    f"custom reward_fn {self.reward_fn!r} returned {v!r} for completion {i}; "
+                    "expected a finite number or None"
+                )
+                out.append(None)
+            else:
+                out.append(x)
+        return out, stats
+
+    def verify(self, completions: Sequence[str], problems: Sequence[Problem]) -> list[float | None]:
+        """The reward function's values, None where unscorable (never raises for a bad batch)."""
+        return self.verify_with_stats(completions, problems)[0]
+
+
+_OPTIONS = ("data_path", "reward_fn", "prompt_field", "answer_field", "eval_path", "limit", "on_bad_row")
+
+
+def make_custom(**options: Any) -> CustomTask:
+    """``get_task("custom", **options)``; ``data_path`` and ``reward_fn`` are required."""
+    check_options("custom", options, _OPTIONS)
+    missing = [k for k in ("data_path", "reward_fn") if k not in options]
+    if missing:
+        raise TypeError(f"get_task('custom'): missing required option(s) {', '.join(missing)}")
+    return CustomTask(**options)
