@@ -1,4 +1,39 @@
 """Pure tensor math: estimators, U-statistic, exact MSE, variance components, planner.
 
-Imports only torch / numpy / scipy. No I/O, no models.
+Imports only torch / numpy / scipy. No I/O, no models. Every formula is numbered in
+docs/math.md (M1, M2, ...) and cited by the function that computes it.
 """
+
+from .advantages import (
+    BASELINES,
+    AdvantageResult,
+    BaselineName,
+    compute_advantages,
+    loo_advantages,
+    mean_advantages,
+    oracle_advantages,
+    vanilla_advantages,
+    zero_std_groups,
+)
+from .components import (
+    MIN_PILOT_GROUP,
+    Estimate,
+    VarianceComponents,
+    estimate_components,
+    point_estimates,
+    sketch_scores,
+)
+from .estimator import policy_gradient, prompt_gradients
+from .exact_mse import ESTIMATORS, EstimatorName, PolicyMoments, PromptMoments, minibatch_mse, policy_moments, prompt_mse
+from .planner import GroupSizePlan, bound, candidate_groups, plan_group_size
+from .ustat import HoeffdingParts, grpo_kernel, hoeffding_decomposition, pairwise_ustatistic
+
+__all__ = [
+    "BASELINES", "AdvantageResult", "BaselineName", "compute_advantages", "loo_advantages", "mean_advantages",
+    "oracle_advantages", "vanilla_advantages", "zero_std_groups",
+    "policy_gradient", "prompt_gradients",
+    "HoeffdingParts", "grpo_kernel", "hoeffding_decomposition", "pairwise_ustatistic",
+    "ESTIMATORS", "EstimatorName", "PolicyMoments", "PromptMoments", "minibatch_mse", "policy_moments", "prompt_mse",
+    "MIN_PILOT_GROUP", "Estimate", "VarianceComponents", "estimate_components", "point_estimates", "sketch_scores",
+    "GroupSizePlan", "bound", "candidate_groups", "plan_group_size",
+]

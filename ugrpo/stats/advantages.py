@@ -12,7 +12,7 @@ chosen baseline, the denominator is the sample std around the *full* group mean 
 given ``ddof`` (paper: ddof=1). A group whose rewards are all equal has std 0: what it gets
 is the explicit ``zero_std`` policy, and such groups are always counted.
 
-Formulas: docs/math.md sections 1-2.
+Formulas: docs/math.md section 1 (M1-M4).
 """
 
 from __future__ import annotations
@@ -182,6 +182,9 @@ def compute_advantages(
     zero_std: ZeroStdPolicy = "zero",
 ) -> AdvantageResult:
     """Advantages for one batch: baseline, optional std scaling, explicit zero-std handling.
+
+    Baselines: paper Table 1 / eq. (4), docs/math.md M1-M3; std scaling: paper Algorithm 2,
+    docs/math.md M4.
 
     Parameters
     ----------

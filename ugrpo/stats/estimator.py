@@ -1,6 +1,7 @@
 """The policy-gradient estimate of Algorithm 1 from per-sample scores (paper eq. (5), (8)).
 
-ghat = 1/(B G) sum_b sum_g W_bg A_bg, with W_bg = grad log pi(Y_bg | x_b) the sequence score.
+ghat = 1/(B G) sum_b sum_g W_bg A_bg, with W_bg = grad log pi(Y_bg | x_b) the sequence score
+(docs/math.md M1).
 """
 
 from __future__ import annotations

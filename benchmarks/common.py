@@ -1,0 +1,61 @@
+"""Tiny benchmark helpers: alternate the timed functions, take medians, write JSON results.
+
+Results go to ``benchmarks/results/<name>.json``. Timings on shared CPUs are noisy: the
+functions are called in alternation (A B A B ...) so that load changes hit all of them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+def time_alternating(fns: dict[str, Callable[[], object]], *, repeats: int = 5, warmup: int = 1) -> dict[str, dict]:
+    """Call each function ``warmup`` times, then ``repeats`` rounds of one call each, in alternation.
+
+    Returns ``{name: {"median_s", "min_s", "times_s"}}``.
+    """
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return {name: {"median_s": statistics.median(t), "min_s": min(t), "times_s": t} for name, t in times.items()}
+
+
+def environment() -> dict:
+    """Where the numbers were measured."""
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+        "machine": platform.machine(),
+        "unix_time": time.time(),
+    }
+
+
+def write_result(name: str, payload: dict, results_dir: Path | None = None) -> Path:
+    """Write ``payload`` (plus the environment) to ``<results_dir>/<name>.json`` atomically."""
+    out_dir = Path(results_dir) if results_dir is not None else RESULTS_DIR
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{name}.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps({"name": name, "environment": environment(), **payload}, indent=2) + "\n")
+    tmp.replace(path)
+    return path

@@ -1,0 +1,193 @@
+"""Unbiased c1, c2, c3 from a pilot (docs/math.md M13-M20): exact enumeration, brute force, Monte Carlo."""
+
+import itertools
+
+import pytest
+import torch
+
+from ugrpo.stats.components import (
+    _bootstrap_replicates,
+    _prompt_terms,
+    _reduce,
+    estimate_components,
+    point_estimates,
+    sketch_scores,
+)
+
+from ._enumerate import DT, enumerate_group, linear_softmax, policy_moments_exact, sample, softmax_bandit
+
+
+def _naive(rewards, scores):
+    """Literal definitions: loops over ordered pairs / triples of distinct samples and prompt pairs."""
+    B, G, _ = scores.shape
+    c1_t0, c2, c3, gbar = 0.0, 0.0, 0.0, []
+    for b in range(B):
+        Z, W = rewards[b].tolist(), scores[b]
+        K = (W @ W.T).tolist()
+        t0 = sum(Z[i] * Z[j] * K[i][j] for i in range(G) for j in range(G) if i != j) / (G * (G - 1))
+        trip = list(itertools.permutations(range(G), 3))
+        t1 = sum(K[i][i] * (Z[i] - Z[j]) * (Z[i] - Z[k]) for i, j, k in trip) / len(trip)
+        t2 = sum(K[i][i] * 0.5 * (Z[j] - Z[k]) ** 2 for i, j, k in trip) / len(trip)
+        c1_t0 += t0 / B
+        c2 += (t1 - t0) / B
+        c3 += (t2 + t0) / B
+        gbar.append((rewards[b].unsqueeze(1) * W).mean(0))
+    cross = sum(float(gbar[b] @ gbar[c]) for b in range(B) for c in range(B) if b != c) / (B * (B - 1))
+    return torch.tensor([c1_t0 - cross, c2, c3], dtype=DT)
+
+
+@pytest.mark.parametrize("B,G", [(2, 4), (3, 5), (4, 7)])
+def test_vectorised_equals_brute_force(B, G):
+    gen = torch.Generator().manual_seed(B * 10 + G)
+    scores = torch.randn(B, G, 3, generator=gen, dtype=DT)
+    rewards = torch.rand(B, G, generator=gen, dtype=DT)
+    torch.testing.assert_close(point_estimates(rewards, scores=scores), _naive(rewards, scores), rtol=1e-12, atol=1e-13)
+
+
+def test_gram_path_equals_scores_path():
+    gen = torch.Generator().manual_seed(0)
+    B, G, D = 5, 6, 7
+    scores = torch.randn(B, G, D, generator=gen, dtype=DT)
+    rewards = (torch.rand(B, G, generator=gen) < 0.4).to(DT)
+    flat = scores.reshape(B * G, D)
+    gram = flat @ flat.T
+    torch.testing.assert_close(point_estimates(rewards, gram=gram), point_estimates(rewards, scores=scores),
+                               rtol=1e-12, atol=1e-14)
+    a = estimate_components(rewards, gram=gram, n_boot=300, generator=torch.Generator().manual_seed(1))
+    b = estimate_components(rewards, scores=scores, n_boot=300, generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(a.replicates, b.replicates, rtol=1e-12, atol=1e-14, equal_nan=True)
+
+
+@pytest.mark.parametrize("make", [lambda: softmax_bandit(2, 2, seed=21), lambda: linear_softmax(2, 2, 3, seed=22)],
+                         ids=["tabular", "linear"])
+def test_unbiased_by_exact_enumeration(make):
+    """Every pilot of B0=2 prompts x G0=4 samples, weighted by its probability: E[estimate] == exact c's."""
+    b, G0 = make(), 4
+    probs, scores, rewards = [], [], []
+    for p in range(b.P):
+        pr, W, Z = enumerate_group(b, p, G0)
+        probs.append(b.weights[p] * pr); scores.append(W); rewards.append(Z)
+    probs, scores, rewards = torch.cat(probs), torch.cat(scores), torch.cat(rewards)  # law of one prompt's group
+    i, j = torch.meshgrid(torch.arange(len(probs)), torch.arange(len(probs)), indexing="ij")
+    i, j = i.reshape(-1), j.reshape(-1)
+    est = point_estimates(torch.stack([rewards[i], rewards[j]], 1), scores=torch.stack([scores[i], scores[j]], 1))
+    mean = ((probs[i] * probs[j]).unsqueeze(1) * est).sum(0)
+    pm = policy_moments_exact(b)
+    torch.testing.assert_close(mean, torch.tensor([pm.c1, pm.c2, pm.c3], dtype=DT), rtol=1e-10, atol=1e-13)
+    assert min(pm.c1, pm.c2, pm.c3) > 1e-3  # every constant is non-trivial here
+
+
+def test_unbiased_monte_carlo_linear_softmax():
+    """20,000 seeded pilots (B0=6, G0=5) of a shared-parameter linear-softmax: mean within 4 SE of exact."""
+    b = linear_softmax(4, 3, 5, seed=23)
+    R, B0, G0 = 20_000, 6, 5
+    _, scores, rewards = sample(b, R * B0, G0, torch.Generator().manual_seed(24))
+    est = point_estimates(rewards.reshape(R, B0, G0), scores=scores.reshape(R, B0, G0, -1))  # (R, 3)
+    pm = policy_moments_exact(b)
+    exact = torch.tensor([pm.c1, pm.c2, pm.c3], dtype=DT)
+    se = est.std(0) / R**0.5
+    assert ((est.mean(0) - exact).abs() < 4 * se).all(), (est.mean(0), exact, se)
+    assert (se < 0.05 * exact.abs()).all()  # the test resolves each constant to a few percent
+
+
+def test_sketches_are_unbiased_over_sketch_seeds():
+    """E_S[estimate(S W)] == estimate(W) (linear in inner products): 1,500 sketch seeds, within 4 SE."""
+    b = linear_softmax(3, 4, 40, seed=25)
+    _, scores, rewards = sample(b, 5, 4, torch.Generator().manual_seed(26))
+    exact = point_estimates(rewards, scores=scores)
+    gen = torch.Generator().manual_seed(27)
+    R = 1500
+    sk = torch.stack([sketch_scores(scores, 6, gen) for _ in range(R)])  # (R, 5, 4, 6)
+    est = point_estimates(rewards.expand(R, -1, -1), scores=sk)
+    se = est.std(0) / R**0.5
+    assert ((est.mean(0) - exact).abs() < 4 * se).all(), (est.mean(0), exact, se)
+    assert not torch.allclose(est[0], exact)  # a single sketch is noisy: the check has teeth
+
+
+def test_sketch_preserves_inner_products_in_expectation():
+    gen = torch.Generator().manual_seed(3)
+    a, c = torch.randn(2, 30, generator=gen, dtype=DT)
+    x = torch.stack([torch.stack([a, c]) for _ in range(1)])
+    vals = torch.stack([(lambda s: s[0, 0] @ s[0, 1])(sketch_scores(x, 5, gen)) for _ in range(2000)])
+    assert abs(float(vals.mean() - a @ c)) < 4 * float(vals.std() / 2000**0.5)
+
+
+def test_bootstrap_replicates_match_definition():
+    gen = torch.Generator().manual_seed(5)
+    B, G = 5, 4
+    scores = torch.randn(B, G, 3, generator=gen, dtype=DT)
+    rewards = torch.rand(B, G, generator=gen, dtype=DT)
+    z, diag, M = _reduce(rewards, scores, None)
+    t0, t1, t2 = _prompt_terms(z, diag, M)
+    counts = torch.tensor([[1, 1, 1, 1, 1], [3, 0, 2, 0, 0], [0, 0, 0, 5, 0]], dtype=DT)
+    reps = _bootstrap_replicates(t0, t1, t2, M, counts)
+    torch.testing.assert_close(reps[0], point_estimates(rewards, scores=scores))  # all counts 1 -> the estimate
+    w = counts[1].tolist()
+    num = sum(w[b] * w[c] * float(M[b, c]) for b in range(B) for c in range(B) if b != c)
+    den = sum(w[b] * w[c] for b in range(B) for c in range(B) if b != c)
+    want = torch.tensor([float((counts[1] * t0).sum()) / B - num / den,
+                         float((counts[1] * (t1 - t0)).sum()) / B, float((counts[1] * (t2 + t0)).sum()) / B], dtype=DT)
+    torch.testing.assert_close(reps[1], want)
+    assert torch.isnan(reps[2, 0]) and torch.isfinite(reps[2, 1:]).all()  # one distinct prompt: c1 undefined
+
+
+def test_estimate_components_result():
+    b = linear_softmax(6, 3, 5, seed=30)
+    _, scores, rewards = sample(b, 64, 8, torch.Generator().manual_seed(31))
+    rewards[0] = 1.0  # one all-equal group
+    vc = estimate_components(rewards, scores=scores, n_boot=500, generator=torch.Generator().manual_seed(32))
+    again = estimate_components(rewards, scores=scores, n_boot=500, generator=torch.Generator().manual_seed(32))
+    assert torch.equal(vc.replicates, again.replicates) and vc.c1 == again.c1  # seeded: reproducible
+    assert vc.n_prompts == 64 and vc.group_size == 8 and vc.replicates.shape == (500, 3)
+    assert vc.frac_zero_std >= 1 / 64
+    torch.testing.assert_close(torch.tensor([vc.c1.estimate, vc.c2.estimate, vc.c3.estimate], dtype=DT),
+                               point_estimates(rewards, scores=scores))
+    for e in (vc.c1, vc.c2, vc.c3):
+        assert e.ci_low < e.ci_high and e.se > 0
+    assert vc.c2.ci_low < vc.c2.estimate < vc.c2.ci_high
+    assert vc.c1_distinguishable_from_zero == (vc.c1.ci_low > 0)
+    none = estimate_components(rewards, scores=scores, n_boot=0)
+    assert none.replicates.shape == (0, 3) and none.c1.ci_low != none.c1.ci_low  # NaN
+
+
+def test_c1_not_distinguishable_when_prompts_identical():
+    b = softmax_bandit(1, 3, seed=40)  # one prompt: c1 = 0 exactly
+    _, scores, rewards = sample(b, 8, 8, torch.Generator().manual_seed(41))
+    vc = estimate_components(rewards, scores=scores, n_boot=400, generator=torch.Generator().manual_seed(42))
+    assert not vc.c1_distinguishable_from_zero
+    assert vc.c1.ci_low < 0 < vc.c1.ci_high
+
+
+def test_errors_name_the_problem():
+    S = torch.zeros(4, 4, 2, dtype=DT)
+    Z = torch.zeros(4, 4, dtype=DT)
+    with pytest.raises(ValueError, match=r"G0 >= 4 needed: the c2 and c3 estimators are U-statistics of order 3"):
+        estimate_components(Z[:, :3], scores=S[:, :3])
+    with pytest.raises(ValueError, match=r"B0 >= 2 pilot prompts needed"):
+        estimate_components(Z[:1], scores=S[:1])
+    bad = Z.clone(); bad[2, 1] = float("nan")
+    with pytest.raises(ValueError, match=r"non-finite value\(s\).*\(2, 1\)"):
+        estimate_components(bad, scores=S)
+    with pytest.raises(ValueError, match=r"scores must have shape rewards.shape \+ \(D,\)"):
+        estimate_components(Z, scores=S[:3])
+    with pytest.raises(ValueError, match="exactly one of"):
+        estimate_components(Z)
+    with pytest.raises(ValueError, match=r"gram must have shape \(B0\*G0, B0\*G0\) = \(16, 16\)"):
+        estimate_components(Z, gram=torch.zeros(15, 15, dtype=DT))
+    asym = torch.eye(16, dtype=DT); asym[0, 1] = 1.0
+    with pytest.raises(ValueError, match="not symmetric"):
+        estimate_components(Z, gram=asym)
+    with pytest.raises(ValueError, match="n_boot"):
+        estimate_components(Z, scores=S, n_boot=-1)
+    with pytest.raises(ValueError, match="sketch dimension k"):
+        sketch_scores(S, 0)
+
+
+def test_non_finite_scores_name_the_sample():
+    S = torch.ones(4, 4, 2, dtype=DT)
+    S[1, 3, 0] = float("inf")
+    with pytest.raises(ValueError, match=r"non-finite values.*first at sample index \(1, 3\)"):
+        estimate_components(torch.zeros(4, 4, dtype=DT), scores=S)
+    S[1, 3, 0] = float("nan")
+    with pytest.raises(ValueError, match=r"non-finite values.*\(1, 3\)"):
+        point_estimates(torch.zeros(4, 4, dtype=DT), scores=S)

@@ -1,0 +1,123 @@
+"""Theorem 7 scaling law and the group-size planner (docs/math.md M21-M24)."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.optimize import minimize_scalar
+
+from ugrpo.stats.components import Estimate, VarianceComponents, estimate_components
+from ugrpo.stats.planner import bound, candidate_groups, plan_group_size
+
+from ._enumerate import linear_softmax, policy_moments_exact, sample
+
+
+def _brute_argmin(c1, c2, c3, N):
+    return min((g for g in range(2, N + 1) if N % g == 0), key=lambda g: bound(c1, c2, c3, N, g))
+
+
+@settings(max_examples=60, deadline=None)
+@given(c1=st.floats(1e-4, 10), c2=st.floats(0, 10), c3=st.floats(0, 1e3), N=st.sampled_from([12, 60, 64, 96, 1024, 360]))
+def test_plan_equals_brute_force_argmin(c1, c2, c3, N):
+    plan = plan_group_size((c1, c2, c3), N)
+    assert plan.g_star == _brute_argmin(c1, c2, c3, N)
+    assert [row[0] for row in plan.candidates] == [g for g in range(2, N + 1) if N % g == 0]
+    for G, B, mse in plan.candidates:
+        assert B * G == N and mse == pytest.approx(c1 * G / N + c2 / N + c3 / (N * (G - 1)))
+
+
+@pytest.mark.parametrize("c1,c3", [(1.0, 49.0), (0.01, 3.0), (2.0, 0.5)])
+def test_continuous_optimum_is_the_minimiser_and_universal(c1, c3):
+    plans = [plan_group_size((c1, 1.0, c3), N) for N in (64, 1000, 4096, 12_345 * 2)]
+    assert len({p.g_star_continuous for p in plans}) == 1
+    p = plans[0]
+    assert p.g_star_continuous == pytest.approx(1 + math.sqrt(c3 / c1))
+    assert p.g_star_paper == pytest.approx(math.sqrt(c3 / c1))
+    res = minimize_scalar(lambda G: bound(c1, 1.0, c3, 64, G), bounds=(1.0001, 1e4), method="bounded",
+                          options={"xatol": 1e-10})
+    assert res.x == pytest.approx(p.g_star_continuous, rel=1e-5)
+
+
+def test_same_candidates_same_argmin_for_every_N():
+    cands = [2, 4, 8, 16, 32, 64]
+    for c1, c3 in [(1.0, 49.0), (0.05, 300.0), (3.0, 1.0)]:
+        stars = {plan_group_size((c1, 2.0, c3), N, candidates=cands).g_star for N in (64, 128, 1024, 4096, 64 * 3)}
+        assert len(stars) == 1
+
+
+def test_exact_constants_from_policy_moments():
+    pm = policy_moments_exact(linear_softmax(4, 3, 5, seed=50))
+    plan = plan_group_size(pm, 1024)
+    assert plan.g_star == _brute_argmin(pm.c1, pm.c2, pm.c3, 1024)
+    assert plan.g_star_ci is None and plan.level is None and plan.c1_distinguishable_from_zero
+
+
+def test_c1_zero_exact_takes_largest_candidate():
+    plan = plan_group_size((0.0, 1.0, 5.0), 64, candidates=[4, 8, 16])
+    assert plan.g_star == 16 and math.isinf(plan.g_star_continuous)
+
+
+def _vc(c1, c3, reps, n_prompts=16):
+    e = lambda est, lo, hi: Estimate(est, lo, hi, (hi - lo) / 4)  # noqa: E731
+    return VarianceComponents(c1=e(*c1), c2=e(1.0, 0.8, 1.2), c3=e(*c3), n_prompts=n_prompts, group_size=8,
+                              frac_zero_std=0.0, replicates=torch.tensor(reps, dtype=torch.float64))
+
+
+def test_not_distinguishable_gives_lower_bound_and_message():
+    reps = [[0.01, 1.0, 40.0], [-0.01, 1.0, 50.0], [0.02, 1.0, 45.0], [0.0, 1.0, 60.0]]
+    vc = _vc((0.005, -0.01, 0.02), (50.0, 40.0, 60.0), reps, n_prompts=16)
+    plan = plan_group_size(vc, 1024)
+    assert plan.g_star is None and not plan.c1_distinguishable_from_zero
+    assert plan.g_star_lower_bound == pytest.approx(1 + math.sqrt(40.0 / 0.02))
+    assert plan.message.startswith(f"G* is larger than {plan.g_star_lower_bound:.1f}; c1 is not distinguishable from 0")
+    assert "B0 = 16 pilot prompts" in plan.message and "use more pilot prompts" in plan.message
+    whole_ci_negative = _vc((-0.02, -0.03, -0.01), (50.0, 40.0, 60.0), reps)
+    assert "cannot be bounded" in plan_group_size(whole_ci_negative, 1024).message
+
+
+def test_ci_from_replicates_is_percentile_of_argmins():
+    rng = np.random.default_rng(0)
+    reps = np.column_stack([rng.uniform(0.5, 2, 400), np.ones(400), rng.uniform(20, 80, 400)])
+    vc = _vc((1.0, 0.6, 1.9), (49.0, 22.0, 78.0), reps.tolist())
+    plan = plan_group_size(vc, 1024)
+    stars = [_brute_argmin(a, 1.0, c, 1024) for a, c in reps[:, [0, 2]]]
+    assert plan.g_star_ci == (int(np.quantile(stars, 0.025, method="inverted_cdf")),
+                              int(np.quantile(stars, 0.975, method="inverted_cdf")))
+    assert plan.g_star == 8 and plan.g_star_ci[0] <= 8 <= plan.g_star_ci[1]
+
+
+def test_end_to_end_from_pilot():
+    b = linear_softmax(64, 3, 5, seed=51)
+    _, scores, rewards = sample(b, 256, 8, torch.Generator().manual_seed(52))
+    vc = estimate_components(rewards, scores=scores, n_boot=300, generator=torch.Generator().manual_seed(53))
+    plan = plan_group_size(vc, 1024, candidates=[2, 4, 8, 16, 32, 64, 128])
+    pm = policy_moments_exact(b)
+    assert plan.c1_distinguishable_from_zero  # 256 pilot prompts resolve c1 here
+    assert plan.g_star == _brute_argmin_over(pm, [2, 4, 8, 16, 32, 64, 128])  # same G as the exact constants
+    assert plan.g_star_ci[0] <= plan.g_star <= plan.g_star_ci[1]
+    assert plan.g_star_continuous_ci[0] <= 1 + math.sqrt(pm.c3 / pm.c1) <= plan.g_star_continuous_ci[1]
+
+
+def _brute_argmin_over(pm, cands):
+    return min(cands, key=lambda g: bound(pm.c1, pm.c2, pm.c3, 1024, g))
+
+
+def test_errors_name_N():
+    with pytest.raises(ValueError, match="N = 7 has no divisor G with 2 <= G <= 6"):
+        candidate_groups(7, max_g=6)
+    with pytest.raises(ValueError, match="candidate G = 3 does not divide N = 1024"):
+        plan_group_size((1.0, 1.0, 1.0), 1024, candidates=[2, 3, 4])
+    with pytest.raises(ValueError, match="N must be an int >= 2"):
+        plan_group_size((1.0, 1.0, 1.0), 1)
+    with pytest.raises(ValueError, match="exact constants must be >= 0"):
+        plan_group_size((-1.0, 1.0, 1.0), 64)
+    with pytest.raises(TypeError, match="components must be"):
+        plan_group_size("abc", 64)
+    with pytest.raises(ValueError, match="G must be > 1"):
+        bound(1.0, 1.0, 1.0, 64, 1)
+    no_boot = _vc((1.0, 0.5, 1.5), (4.0, 3.0, 5.0), np.zeros((0, 3)).tolist())
+    with pytest.raises(ValueError, match="n_boot=0"):
+        plan_group_size(no_boot, 64)

@@ -1,0 +1,255 @@
+"""Exact finite-G mean squared error of each gradient estimator (paper Thm 2, Prop 3; docs/math.md).
+
+The paper states Theorem 2 and Proposition 3 up to O(E||W||^2 / G^2); the formulas here are
+the exact finite-G versions (docs/math.md eqs. M8-M13), checked in the tests by exact
+enumeration of all outcomes of small softmax bandits.
+
+* per prompt: :func:`prompt_mse` (M8-M10)
+* prompt averages: :func:`policy_moments` -> :class:`PolicyMoments` (M13)
+* minibatch of B prompts: :func:`minibatch_mse` (M11 for the unbiased estimators, M12 for
+  the biased ``grpo_mean``)
+
+Deviation from the paper: c3 is given explicitly, E[E||W||^2 Var(Z|X) + ||g(X)||^2], with
+the residual written as c3/(BG(G-1)) instead of the paper's O(1/(BG^2)).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Literal, Sequence
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "EstimatorName",
+    "ESTIMATORS",
+    "PromptMoments",
+    "PolicyMoments",
+    "prompt_mse",
+    "policy_moments",
+    "minibatch_mse",
+]
+
+EstimatorName = Literal["vanilla", "grpo", "grpo_mean", "oracle"]
+ESTIMATORS: tuple[str, ...] = ("vanilla", "grpo", "grpo_mean", "oracle")
+
+
+@dataclass(frozen=True)
+class PromptMoments:
+    """Moments of one prompt x; W = grad log pi(Y|x), Z the reward, V = E[Z|x], g(x) = E[W Z|x].
+
+    Attributes
+    ----------
+    value : V(x)
+    var_z : Var(Z | x)
+    e_w2 : E ||W||^2
+    g_norm2 : ||g(x)||^2
+    tr_sigma_oracle : tr Sigma_oracle(x) = E||W (Z - V)||^2 - ||g(x)||^2   (paper eq. (7))
+    tr_cov_wz : tr Cov(W Z | x) = E||W Z||^2 - ||g(x)||^2   (vanilla's per-sample variance)
+    """
+
+    value: float
+    var_z: float
+    e_w2: float
+    g_norm2: float
+    tr_sigma_oracle: float
+    tr_cov_wz: float
+
+    @property
+    def c3(self) -> float:
+        """E||W||^2 Var(Z|x) + ||g(x)||^2: the coefficient of 1/(G(G-1)) in GRPO's MSE."""
+        return self.e_w2 * self.var_z + self.g_norm2
+
+
+@dataclass(frozen=True)
+class PolicyMoments:
+    """Prompt-averaged moments (prompts X ~ f); the constants of Theorem 7 at one theta.
+
+    Attributes
+    ----------
+    c1 : E||g(X) - g||^2                              (prompt-sampling variance, eq. (9) term 1)
+    c2 : E tr Sigma_oracle(X)                         (eq. (9) term 2)
+    c3 : E[ E||W||^2 Var(Z|X) + ||g(X)||^2 ]          (exact residual coefficient, docs/math.md)
+    c2_vanilla : E tr Cov(W Z | X)
+    mean_g_norm2 : E||g(X)||^2
+    g_norm2 : ||g||^2, g = E g(X)
+    """
+
+    c1: float
+    c2: float
+    c3: float
+    c2_vanilla: float
+    mean_g_norm2: float
+    g_norm2: float
+
+
+def _check_estimator(estimator: str, G: int) -> None:
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"unknown estimator {estimator!r}; choose one of {list(ESTIMATORS)}")
+    if isinstance(G, bool) or not isinstance(G, numbers.Integral):
+        raise TypeError(f"group size G must be an int, got {G!r}")
+    need = 2 if estimator in ("grpo", "grpo_mean") else 1
+    if G < need:
+        raise ValueError(f"estimator {estimator!r} needs group size G >= {need}, got G = {G}")
+
+
+def _check_moments(m: PromptMoments) -> None:
+    for name in ("value", "var_z", "e_w2", "g_norm2", "tr_sigma_oracle", "tr_cov_wz"):
+        x = getattr(m, name)
+        if not math.isfinite(x):
+            raise ValueError(f"PromptMoments.{name} = {x} is not finite")
+        if name != "value" and x < -1e-12 * max(1.0, abs(m.e_w2)):
+            raise ValueError(f"PromptMoments.{name} = {x} is negative; it is a second moment and must be >= 0")
+
+
+def prompt_mse(m: PromptMoments, estimator: EstimatorName, G: int) -> float:
+    """Exact E||ghat(x) - g(x)||^2 for one prompt with G samples (paper Thm 2, eq. (7); docs/math.md M8-M10).
+
+    Parameters
+    ----------
+    m : PromptMoments of the prompt
+    estimator : ``vanilla``, ``oracle``, ``grpo`` (LOO, eq. (4)) or ``grpo_mean`` (full mean)
+    G : group size (>= 2 for ``grpo`` and ``grpo_mean``)
+
+    Returns
+    -------
+    float
+
+    Notes
+    -----
+    .. math::
+        \\mathrm{MSE}_{vanilla} = \\mathrm{tr\\,Cov}(WZ)/G, \\quad
+        \\mathrm{MSE}_{oracle} = \\mathrm{tr}\\,\\Sigma_{oracle}/G,
+
+        \\mathrm{MSE}_{grpo} = \\mathrm{tr}\\,\\Sigma_{oracle}/G
+            + (E\\|W\\|^2 \\sigma^2 + \\|g(x)\\|^2) / (G(G-1)),
+
+        \\mathrm{MSE}_{grpo\\_mean} = ((G-1)/G)^2 \\mathrm{MSE}_{grpo} + \\|g(x)\\|^2/G^2.
+
+    Examples
+    --------
+    >>> m = PromptMoments(value=0.5, var_z=0.25, e_w2=0.5, g_norm2=0.125, tr_sigma_oracle=0.0, tr_cov_wz=0.125)
+    >>> prompt_mse(m, "grpo", 2)
+    0.125
+    """
+    _check_estimator(estimator, G)
+    _check_moments(m)
+    return float(_prompt_mse(m.tr_cov_wz, m.tr_sigma_oracle, m.c3, m.g_norm2, estimator, int(G)))
+
+
+def _prompt_mse(tr_cov_wz: float, tr_sigma: float, c3: float, g_norm2: float, estimator: str, G: int) -> float:
+    if estimator == "vanilla":
+        return tr_cov_wz / G
+    if estimator == "oracle":
+        return tr_sigma / G
+    grpo = tr_sigma / G + c3 / (G * (G - 1))
+    if estimator == "grpo":
+        return grpo
+    return ((G - 1) / G) ** 2 * grpo + g_norm2 / G**2
+
+
+def policy_moments(
+    prompt_moments: Sequence[PromptMoments], g_x: Tensor, weights: Tensor | Sequence[float] | None = None
+) -> PolicyMoments:
+    """Average per-prompt moments over the prompt distribution f (paper Prop 3, Thm 7; docs/math.md M13).
+
+    Parameters
+    ----------
+    prompt_moments : P PromptMoments, one per prompt
+    g_x : (P, D) tensor, the per-prompt true gradients g(x_p)
+    weights : (P,) prompt probabilities f(x_p) (non-negative, normalised here); default uniform
+
+    Returns
+    -------
+    PolicyMoments with c1 = E||g(X) - g||^2, c2 = E tr Sigma_oracle(X),
+    c3 = E[E||W||^2 Var(Z|X) + ||g(X)||^2], c2_vanilla = E tr Cov(WZ|X),
+    mean_g_norm2 = E||g(X)||^2, g_norm2 = ||g||^2 with g = E g(X).
+
+    Examples
+    --------
+    >>> m = PromptMoments(value=0.5, var_z=0.25, e_w2=0.5, g_norm2=0.125, tr_sigma_oracle=0.0, tr_cov_wz=0.125)
+    >>> pm = policy_moments([m, m], torch.tensor([[0.25, -0.25], [-0.25, 0.25]]))
+    >>> round(pm.c1, 6), round(pm.c3, 6)
+    (0.125, 0.25)
+    """
+    P = len(prompt_moments)
+    if P == 0:
+        raise ValueError("prompt_moments is empty; pass one PromptMoments per prompt")
+    for m in prompt_moments:
+        if not isinstance(m, PromptMoments):
+            raise TypeError(f"prompt_moments must hold PromptMoments, got {type(m).__name__}")
+        _check_moments(m)
+    g_x = torch.as_tensor(g_x, dtype=torch.float64)
+    if g_x.ndim != 2 or g_x.shape[0] != P:
+        raise ValueError(f"g_x must have shape (P, D) = ({P}, D) to match {P} prompt moments; got {tuple(g_x.shape)}")
+    if weights is None:
+        w = torch.full((P,), 1.0 / P, dtype=torch.float64)
+    else:
+        w = torch.as_tensor(weights, dtype=torch.float64)
+        if w.shape != (P,):
+            raise ValueError(f"weights must have shape ({P},), one per prompt; got {tuple(w.shape)}")
+        if (w < 0).any() or not torch.isfinite(w).all() or w.sum() <= 0:
+            raise ValueError("weights must be finite, non-negative and not all zero")
+        w = w / w.sum()
+    return _policy_moments(prompt_moments, g_x, w)
+
+
+def _policy_moments(prompt_moments: Sequence[PromptMoments], g_x: Tensor, w: Tensor) -> PolicyMoments:
+    def avg(values: Sequence[float]) -> float:
+        return float((w * torch.tensor(values, dtype=torch.float64)).sum())
+
+    g = (w.unsqueeze(1) * g_x).sum(0)                                  # (D,)
+    c1 = float((w * ((g_x - g) ** 2).sum(1)).sum())
+    return PolicyMoments(
+        c1=c1,
+        c2=avg([m.tr_sigma_oracle for m in prompt_moments]),
+        c3=avg([m.c3 for m in prompt_moments]),
+        c2_vanilla=avg([m.tr_cov_wz for m in prompt_moments]),
+        mean_g_norm2=avg([m.g_norm2 for m in prompt_moments]),
+        g_norm2=float((g**2).sum()),
+    )
+
+
+def minibatch_mse(pm: PolicyMoments, estimator: EstimatorName, B: int, G: int) -> float:
+    """Exact E||ghat - g||^2 for B iid prompts with G samples each (paper Prop 3, eq. (9); docs/math.md M11-M12).
+
+    Parameters
+    ----------
+    pm : PolicyMoments
+    estimator : ``vanilla``, ``oracle``, ``grpo`` or ``grpo_mean``
+    B : number of prompts (>= 1)
+    G : group size
+
+    Returns
+    -------
+    float
+
+    Notes
+    -----
+    Unbiased estimators (M11): MSE = c1/B + E[MSE(X)]/B, e.g. grpo = c1/B + c2/(BG) + c3/(BG(G-1)).
+    ``grpo_mean`` has mean (G-1)/G g, so (M12)
+    MSE = (1/B)(E MSE_mean(X) + c1 (1 - 2/G)) + (1 - 1/B) ||g||^2/G^2.
+
+    Examples
+    --------
+    >>> pm = PolicyMoments(c1=1.0, c2=2.0, c3=4.0, c2_vanilla=3.0, mean_g_norm2=1.5, g_norm2=0.5)
+    >>> minibatch_mse(pm, "grpo", B=2, G=2)
+    2.0
+    """
+    _check_estimator(estimator, G)
+    if isinstance(B, bool) or not isinstance(B, numbers.Integral) or B < 1:
+        raise ValueError(f"number of prompts B must be an int >= 1, got {B!r}")
+    if not isinstance(pm, PolicyMoments):
+        raise TypeError(f"pm must be PolicyMoments, got {type(pm).__name__}")
+    return float(_minibatch_mse(pm, estimator, int(B), int(G)))
+
+
+def _minibatch_mse(pm: PolicyMoments, estimator: str, B: int, G: int) -> float:
+    if estimator != "grpo_mean":
+        mean_prompt = _prompt_mse(pm.c2_vanilla, pm.c2, pm.c3, pm.mean_g_norm2, estimator, G)
+        return pm.c1 / B + mean_prompt / B
+    mean_prompt = _prompt_mse(pm.c2_vanilla, pm.c2, pm.c3, pm.mean_g_norm2, "grpo_mean", G)
+    return (mean_prompt + pm.c1 * (1 - 2 / G)) / B + (1 - 1 / B) * pm.g_norm2 / G**2
