@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("ugrpo.experiments.plan_cmd", "estimate c1, c2, c3 from a pilot and recommend G for a budget N (Thm 7)"),
     "sweep": ("ugrpo.experiments.sweep_cmd", "fixed-budget group-size sweep with Algorithm 1 (Fig. 5)"),
     "demo": ("ugrpo.experiments.demo_cmd", "mse + plan + sweep on a built-in synthetic policy, in minutes"),
+    "gap": ("ugrpo.experiments.gap_cmd", "asymptotic distribution of the suboptimality gap n*gap vs Theorem 8's weighted chi-square"),
     "make-env": ("ugrpo.experiments.make_env_cmd", "write a random synthetic policy (JSON) with difficulty controls"),
     "train": ("ugrpo.train.train_cmd", "train a language model with Algorithm 1 or 2 on a verifiable task"),
     "pretrain-tiny": ("ugrpo.lm.pretrain_cmd", "warm up the built-in tiny model on arithmetic (supervised)"),

@@ -1,0 +1,61 @@
+"""ugrpo.report: generic plots and markdown helpers (doctests + edge cases)."""
+
+from __future__ import annotations
+
+import doctest
+import math
+
+import pytest
+
+import ugrpo.report.markdown as markdown
+import ugrpo.report.plots as plots
+from ugrpo.report.markdown import fmt, fmt_ci, md_table, read_run, text_table
+from ugrpo.report.plots import Marker, Panel, Series, line_plot, panel_plot
+from ugrpo.runs import RunDir
+
+from .conftest import assert_png
+
+
+@pytest.mark.parametrize("mod", [markdown, plots])
+def test_doctests(mod):
+    res = doctest.testmod(mod)
+    assert res.attempted > 0 and res.failed == 0
+
+
+def test_fmt():
+    assert fmt(None) == "-" and fmt(3) == "3" and fmt(0.5) == "0.5" and fmt(2.5e-6) == "2.500e-06"
+    assert fmt(math.inf) == "inf" and fmt(math.nan) == "-" and fmt(True) == "True"
+    assert fmt_ci(0.1, None) == "[0.1, -]"
+
+
+def test_tables_reject_ragged_rows():
+    with pytest.raises(ValueError, match="row .* has 1 cells, expected 2"):
+        md_table(["a", "b"], [[1]])
+    t = text_table(["G", "mse"], [[2, 0.25], [64, None]])
+    assert t.splitlines()[0].split() == ["G", "mse"] and t.splitlines()[3].split() == ["64", "-"]
+
+
+def test_series_length_mismatch():
+    with pytest.raises(ValueError, match="Series 'x': y has 2 points but x has 3"):
+        Series("x", [1, 2, 3], [1.0, 2.0])
+
+
+def test_plots_skip_nulls_and_nonpositive_on_log(tmp_path):
+    s = Series("a", [2, 4, 8], [1.0, None, 0.0], low=[0.5, None, None], high=[2.0, None, None])
+    p = line_plot(tmp_path / "a.png", [s, Series("e", [2, 8], [1.0, 0.1], dashed=True)], xlabel="G", ylabel="y",
+                  logx=True, logy=True, markers=[Marker(4, "G*", 2, 8)], xticks=[2, 4, 8])
+    assert_png(p)
+    q = panel_plot(tmp_path / "b.png", [Panel("N=8", [s]), Panel("N=16", [s], [Marker(2, "m")])], xlabel="G",
+                   ylabel="gap", logx=True)
+    assert_png(q)
+    with pytest.raises(ValueError, match="at least one panel"):
+        panel_plot(tmp_path / "c.png", [], xlabel="G", ylabel="y")
+
+
+def test_read_run(tmp_path):
+    with pytest.raises(ValueError, match="does not exist"):
+        read_run(tmp_path / "none")
+    rd = RunDir(tmp_path / "r")
+    rd.write_config({"a": 1})
+    rd.append_metrics({"x": 1.5})
+    assert read_run(tmp_path / "r") == ({"a": 1}, [{"x": 1.5}], None)

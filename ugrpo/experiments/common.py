@@ -1,0 +1,139 @@
+"""Shared plumbing of the experiment commands: argument parsing, env lookup, error exits.
+
+Kept free of math: the commands' logic lives in ``mse.py``, ``plan.py``, ``sweep.py``.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+
+__all__ = [
+    "parse_int_list",
+    "parse_float_list",
+    "resolve_env",
+    "env_theta0",
+    "parse_theta",
+    "mean_ci",
+    "guarded",
+    "check_divides",
+    "command_line",
+]
+
+
+def parse_int_list(text: str, *, name: str, minimum: int = 1) -> list[int]:
+    """'2,4,8' -> [2, 4, 8]; a clear error naming the flag and the bad item otherwise."""
+    items = [t.strip() for t in str(text).split(",") if t.strip()]
+    if not items:
+        raise ValueError(f"{name} is empty; give a comma-separated list such as 2,4,8")
+    out = []
+    for t in items:
+        try:
+            v = int(t)
+        except ValueError:
+            raise ValueError(f"{name}: {t!r} is not an integer; give a comma-separated list such as 2,4,8") from None
+        if v < minimum:
+            raise ValueError(f"{name}: {v} is below the minimum {minimum}")
+        out.append(v)
+    if len(set(out)) != len(out):
+        raise ValueError(f"{name}: {text!r} has repeated values; list each once")
+    return out
+
+
+def parse_float_list(text: str, *, name: str) -> list[float]:
+    """'0.1,-2' -> [0.1, -2.0]; non-finite values are errors."""
+    out = []
+    for t in (s.strip() for s in str(text).split(",")):
+        if not t:
+            continue
+        try:
+            v = float(t)
+        except ValueError:
+            raise ValueError(f"{name}: {t!r} is not a number") from None
+        if not math.isfinite(v):
+            raise ValueError(f"{name}: {t!r} is not finite")
+        out.append(v)
+    if not out:
+        raise ValueError(f"{name} is empty; give comma-separated numbers")
+    return out
+
+
+def resolve_env(spec: str):
+    """``builtin:NAME`` -> ``builtin_env(NAME)``; otherwise a JSON file path -> ``load_env``."""
+    from ugrpo.envs.io import builtin_env, load_env
+
+    spec = str(spec)
+    if spec.startswith("builtin:"):
+        return builtin_env(spec.split(":", 1)[1])
+    path = Path(spec)
+    if not path.exists():
+        raise ValueError(
+            f"--env {spec}: file not found; give an env JSON written by `ugrpo make-env` or builtin:demo"
+        )
+    return load_env(path)
+
+
+def env_theta0(env) -> torch.Tensor:
+    """The env's starting parameters theta0 as a flat float64 tensor."""
+    theta = getattr(env, "theta0", None)
+    if theta is None:
+        raise ValueError(f"env {type(env).__name__} has no theta0; pass --theta explicitly")
+    return torch.as_tensor(theta, dtype=torch.float64).reshape(-1)
+
+
+def parse_theta(text: str | None, env) -> torch.Tensor:
+    """--theta 'v1,v2,...' (length D) or None -> theta0."""
+    theta0 = env_theta0(env)
+    if text is None:
+        return theta0
+    vals = parse_float_list(text, name="--theta")
+    if len(vals) != theta0.numel():
+        raise ValueError(f"--theta has {len(vals)} values but the env has D = {theta0.numel()} parameters")
+    return torch.tensor(vals, dtype=torch.float64)
+
+
+def check_divides(budget: int, G: int) -> None:
+    """The budget contract (DESIGN.md): G must divide N; never a silent rounding."""
+    if budget % G != 0:
+        raise ValueError(
+            f"group size G={G} does not divide the budget N={budget} (N = B*G); "
+            f"choose G among the divisors of {budget} or change --budget"
+        )
+
+
+def mean_ci(values: Sequence[float]) -> dict[str, Any]:
+    """Mean with a normal 95% interval mean +- 1.96 SE (SE = sample std / sqrt(n)); n = 1 -> no CI."""
+    t = torch.as_tensor(list(values), dtype=torch.float64)
+    n = t.numel()
+    if n == 0:
+        raise ValueError("mean_ci needs at least one value")
+    m = float(t.mean())
+    if n < 2:
+        return {"mean": m, "se": None, "ci_low": None, "ci_high": None, "n": n}
+    se = float(t.std(correction=1)) / math.sqrt(n)
+    return {"mean": m, "se": se, "ci_low": m - 1.96 * se, "ci_high": m + 1.96 * se, "n": n}
+
+
+def guarded(fn: Callable[[Any], int], args: Any) -> int:
+    """Run a command; a ValueError / missing file becomes ``error: ...`` on stderr and exit code 2."""
+    try:
+        return int(fn(args) or 0)
+    except (ValueError, FileNotFoundError) as e:
+        msg = " ".join(str(e).split())
+        print(f"error: {msg}", file=sys.stderr)
+        return 2
+
+
+def command_line(name: str, args: Any) -> list[str]:
+    """The resolved command as an argv list, rebuilt from parsed args (for config.json / report.md)."""
+    out = ["ugrpo", name]
+    for k, v in sorted(vars(args).items()):
+        if k == "command" or v is None or v is False:
+            continue
+        flag = "--" + k.replace("_", "-")
+        out += [flag] if v is True else [flag, str(v)]
+    return out

@@ -1,0 +1,197 @@
+"""``ugrpo plan`` logic: pilot -> c1, c2, c3 -> the group size G for a budget N (paper Thm 7).
+
+The pilot comes from an exact env (sampled at theta0, optionally saved with ``--save-pilot``)
+or from a pilot file (docs/pilot-format.md). The constants are estimated by
+:func:`ugrpo.stats.components.estimate_components` (unbiased, bootstrap intervals over prompts)
+and the group size by :func:`ugrpo.stats.planner.plan_group_size`, which minimises the bound
+c1 G/N + c2/N + c3/(N(G-1)) of paper eq. (11)-(12) over the divisors G of N.
+
+For an env the exact constants at theta0 give the exact G*, so the pilot's answer can be
+checked; the bound with exact constants equals GRPO's exact minibatch MSE with B = N/G.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import torch
+
+from ugrpo.experiments.pilot_io import Pilot
+from ugrpo.runs import RunDir, to_jsonable
+
+__all__ = ["sample_pilot", "exact_planner", "run_plan", "write_plan_outputs"]
+
+
+def sample_pilot(env, theta: torch.Tensor, B0: int, G0: int, generator: torch.Generator, meta: dict) -> Pilot:
+    """One pilot batch of B0 prompts x G0 samples from the env at ``theta`` (exact scores)."""
+    batch = env.sample(theta, B0, G0, generator)
+    return Pilot(rewards=batch.rewards.double(), scores=batch.scores.double(), meta=meta)
+
+
+def _plan(components, budget: int, groups: Sequence[int] | None = None):
+    """``plan_group_size`` (Thm 7): exact constants (c1, c2, c3) or VarianceComponents."""
+    from ugrpo.stats.planner import plan_group_size
+
+    return plan_group_size(components, budget, candidates=groups)
+
+
+def exact_planner(pm, budgets: Sequence[int], groups: Sequence[int] | None = None) -> dict[str, Any]:
+    """The planner's G* from exact constants (``PolicyMoments``) for each budget."""
+    per = []
+    for N in budgets:
+        p = _plan((pm.c1, pm.c2, pm.c3), N, groups)
+        per.append({"budget": N, "g_star": p.g_star, "g_star_continuous": p.g_star_continuous,
+                    "g_star_paper": p.g_star_paper})
+    return {"g_star": per[0]["g_star"], "g_star_continuous": per[0]["g_star_continuous"],
+            "g_star_paper": per[0]["g_star_paper"], "per_budget": per,
+            "constants": {"c1": pm.c1, "c2": pm.c2, "c3": pm.c3}}
+
+
+def _est(e) -> dict[str, Any]:
+    return {"estimate": e.estimate, "ci_low": e.ci_low, "ci_high": e.ci_high, "se": e.se}
+
+
+def run_plan(pilot: Pilot, budget: int, *, n_boot: int, seed: int, run: RunDir,
+             exact_pm=None, exact_curve: list[dict[str, float]] | None = None) -> dict[str, Any]:
+    """Estimate c1, c2, c3 from the pilot, plan G for ``budget``; returns the results.json object.
+
+    Parameters
+    ----------
+    pilot : the pilot batch
+    budget : samples per step N
+    n_boot : bootstrap replicates for the intervals
+    seed : seeds the bootstrap generator (same seed -> same intervals)
+    run : run folder; one metrics row (the component estimates) is appended
+    exact_pm : PolicyMoments at the pilot's policy when known (env), for the ``exact`` block
+    exact_curve : [{G, mse}]: exact GRPO minibatch MSE with B = N/G, when known
+    """
+    from ugrpo.stats.components import estimate_components
+
+    if budget < 2:
+        raise ValueError(f"--budget N = {budget} must be >= 2 (GRPO needs G >= 2 samples per prompt)")
+    if budget > 1_000_000:
+        raise ValueError(f"--budget N = {budget} is unreasonably large (the candidate table lists every divisor)")
+    gen = torch.Generator().manual_seed(seed)
+    kw = {"scores": pilot.scores} if pilot.scores is not None else {"gram": pilot.gram}
+    vc = estimate_components(pilot.rewards, n_boot=n_boot, generator=gen, **kw)
+    run.append_metrics({"kind": "components", "c1": _est(vc.c1), "c2": _est(vc.c2), "c3": _est(vc.c3),
+                        "frac_zero_std": vc.frac_zero_std, "n_boot_degenerate": vc.n_boot_degenerate})
+    p = _plan(vc, budget)
+    cands = [{"G": G, "B": B, "predicted_mse": v} for G, B, v in p.candidates]
+    band = _bootstrap_band(vc.replicates, budget, [c["G"] for c in cands])
+    for c, (lo, hi) in zip(cands, band):
+        c["band_low"], c["band_high"] = lo, hi
+    ci = list(p.g_star_ci) if p.g_star_ci is not None else [None, None]
+    if not p.c1_distinguishable_from_zero:  # the bootstrap argmin then piles up at the largest candidate
+        ci = [p.g_star_lower_bound if p.g_star_lower_bound is not None and math.isfinite(p.g_star_lower_bound)
+              else None, None]
+    results: dict[str, Any] = {
+        "c1": _est(vc.c1), "c2": _est(vc.c2), "c3": _est(vc.c3),
+        "g_star_continuous": p.g_star_continuous, "g_star_paper": p.g_star_paper, "g_star": p.g_star,
+        "g_star_ci": [None if v is None or (isinstance(v, float) and not math.isfinite(v)) else v for v in ci],
+        "g_star_continuous_ci": p.g_star_continuous_ci, "g_star_lower_bound": p.g_star_lower_bound,
+        "c1_distinguishable_from_zero": p.c1_distinguishable_from_zero,
+        "candidates": cands, "message": p.message, "budget": budget,
+        "pilot": {"B0": pilot.B0, "G0": pilot.G0, "samples": pilot.samples, "meta": pilot.meta,
+                  "frac_zero_std": vc.frac_zero_std, "has_scores": pilot.scores is not None},
+        "n_boot": n_boot, "seed": seed,
+    }
+    if exact_pm is not None:
+        ex = _plan((exact_pm.c1, exact_pm.c2, exact_pm.c3), budget)
+        results["exact"] = {"c1": exact_pm.c1, "c2": exact_pm.c2, "c3": exact_pm.c3,
+                            "g_star_continuous": ex.g_star_continuous, "g_star": ex.g_star,
+                            "g_star_paper": ex.g_star_paper, "curve": exact_curve}
+    return to_jsonable(results)  # what results.json holds (inf -> null), so reports read the same thing
+
+
+def _bootstrap_band(replicates: torch.Tensor, N: int, groups: Sequence[int]) -> list[tuple[float | None, float | None]]:
+    """2.5% / 97.5% quantiles of the bound over bootstrap replicates, per G (NaN-c1 rows dropped)."""
+    reps = replicates[torch.isfinite(replicates).all(dim=1)]
+    if reps.shape[0] < 2:
+        return [(None, None)] * len(groups)
+    out = []
+    for G in groups:
+        vals = reps[:, 0] * G / N + reps[:, 1] / N + reps[:, 2] / (N * (G - 1))
+        q = torch.quantile(vals, torch.tensor([0.025, 0.975], dtype=vals.dtype))
+        out.append((float(q[0]), float(q[1])))
+    return out
+
+
+def reading(results: dict[str, Any]) -> list[str]:
+    """Plain-language sentences about a plan result."""
+    from ugrpo.report.markdown import fmt
+
+    N, out = results["budget"], []
+    lo, hi = results["g_star_ci"]
+    G = results["g_star"]
+    if G is not None:
+        out.append(f"For a budget of N={N} samples per step the planner recommends G={G} (B={N // G}); "
+                   f"continuous optimum 1 + sqrt(c3/c1) = {fmt(results['g_star_continuous'])}, 95% bootstrap "
+                   f"interval of G* [{fmt(lo)}, {fmt(hi) if hi is not None else 'unbounded'}].")
+    else:
+        out.append(f"For a budget of N={N} the pilot does not pin G* down: {results.get('message')}.")
+    ex = results.get("exact")
+    if ex:
+        parts = []
+        for k in ("c1", "c2", "c3"):
+            e = results[k]
+            inside = e["ci_low"] is not None and e["ci_low"] <= ex[k] <= e["ci_high"]
+            parts.append(f"{k} = {fmt(e['estimate'])} vs exact {fmt(ex[k])} ({'inside' if inside else 'outside'} "
+                         "the 95% interval)")
+        out.append("Pilot estimates vs the exact constants at theta0: " + "; ".join(parts) + ".")
+        out.append(f"With the exact constants the planner gives G* = {ex['g_star']} "
+                   f"(continuous {fmt(ex['g_star_continuous'])}).")
+    return out
+
+
+def write_plan_outputs(run: RunDir, results: dict[str, Any], argv: Sequence[str] | None = None) -> None:
+    """results.json, ``plan.png`` (predicted bound vs G with bootstrap band, G* marked), report.md."""
+    from ugrpo.report.markdown import fmt_ci, header, image, md_table
+    from ugrpo.report.plots import Marker, Series, line_plot
+
+    run.write_results(results)
+    c = results["candidates"]
+    xs = [r["G"] for r in c]
+    series = [Series("predicted bound (pilot)", xs, [r["predicted_mse"] for r in c],
+                     [r.get("band_low") for r in c], [r.get("band_high") for r in c], color="C0")]
+    lo, hi = results["g_star_ci"]
+    markers = []
+    if results["g_star"] is not None:
+        markers.append(Marker(results["g_star"], f"G* = {results['g_star']} (pilot)", lo,
+                              hi if hi is not None else max(xs), color="C0"))
+    ex = results.get("exact")
+    exact_at = {r["G"]: r["mse"] for r in (ex or {}).get("curve") or []}
+    if ex and ex.get("curve"):
+        cur = sorted(ex["curve"], key=lambda r: r["G"])
+        series.append(Series("exact bound", [r["G"] for r in cur], [r["mse"] for r in cur], dashed=True, color="C3"))
+        markers.append(Marker(ex["g_star"], f"G* = {ex['g_star']} (exact)", color="C3"))
+    line_plot(run.file("plan.png"), series, xlabel="group size G", ylabel="predicted MSE  c1 G/N + c2/N + c3/(N(G-1))",
+              title=f"Group-size plan for N = {results['budget']}", logx=True, logy=True, markers=markers, xticks=xs)
+    rows = [[k, results[k]["estimate"], fmt_ci(results[k]["ci_low"], results[k]["ci_high"]),
+             ex[k] if ex else None] for k in ("c1", "c2", "c3")]
+    pil = results["pilot"]
+    md = [
+        header("ugrpo plan: group size for a fixed budget (paper Thm 7, eq. (12))", argv),
+        f"Pilot: B0 = {pil['B0']} prompts x G0 = {pil['G0']} samples ({pil['samples']} samples, "
+        f"{100 * pil['frac_zero_std']:.0f}% of prompts with all-equal rewards); {results['n_boot']} bootstrap "
+        f"replicates over prompts (seed {results['seed']}). Budget N = {results['budget']}.",
+        "",
+        "## Reading",
+        "",
+        *[f"- {s}" for s in reading(results)],
+        "",
+        image("plan.png", "predicted MSE vs G"),
+        "",
+        "## Constants",
+        "",
+        md_table(["constant", "pilot estimate", "95% CI", "exact"], rows),
+        "",
+        "## Candidates",
+        "",
+        md_table(["G", "B", "predicted MSE", "bootstrap 95% band", "exact"],
+                 [[r["G"], r["B"], r["predicted_mse"], fmt_ci(r.get("band_low"), r.get("band_high")),
+                   exact_at.get(r["G"])] for r in c]),
+        "",
+    ]
+    run.write_report("\n".join(md))

@@ -1,0 +1,114 @@
+"""``ugrpo plan``: estimate c1, c2, c3 from a pilot and recommend G for a budget N (paper Thm 7).
+
+From an env: ``ugrpo plan --env builtin:demo --pilot-batch 64 --pilot-group 8 --budget 512 --out DIR
+[--save-pilot pilot.npz]``. From a saved pilot: ``ugrpo plan --pilot pilot.npz --budget 512 --out DIR``
+(format: docs/pilot-format.md). Parsing only; the logic is :mod:`ugrpo.experiments.plan`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict, dataclass, replace
+
+import torch
+
+from ugrpo.experiments.common import command_line, guarded, parse_theta, resolve_env
+from ugrpo.experiments.pilot_io import MIN_PILOT_GROUP
+from ugrpo.runs import RunDir
+
+
+@dataclass(frozen=True)
+class PlanConfig:
+    """Resolved settings of ``ugrpo plan``."""
+
+    budget: int
+    seed: int
+    n_boot: int
+    env: str | None = None
+    pilot: str | None = None
+    pilot_batch: int | None = None
+    pilot_group: int | None = None
+    save_pilot: str | None = None
+    theta: tuple[float, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if (self.env is None) == (self.pilot is None):
+            raise ValueError("give exactly one of --env (sample a pilot) or --pilot FILE (a saved pilot)")
+        if self.env is not None and (self.pilot_batch is None or self.pilot_group is None):
+            raise ValueError("--env needs --pilot-batch B0 and --pilot-group G0 (e.g. 64 and 8)")
+        if self.pilot is not None and self.save_pilot is not None:
+            raise ValueError("--save-pilot only applies to --env (the pilot is already a file)")
+        if self.budget < 2:
+            raise ValueError(f"--budget N = {self.budget} must be >= 2 (GRPO needs G >= 2 samples per prompt)")
+        if self.env is not None and (self.pilot_group < MIN_PILOT_GROUP or self.pilot_batch < 2):
+            raise ValueError(f"--pilot-group G0 = {self.pilot_group} and --pilot-batch B0 = {self.pilot_batch}: "
+                             f"need G0 >= {MIN_PILOT_GROUP} (the unbiased c3 estimate) and B0 >= 2 (c1)")
+        if self.n_boot < 0:
+            raise ValueError(f"--n-boot must be >= 0, got {self.n_boot}")
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--env", default=None, help="env JSON or builtin:demo: sample a pilot at theta0")
+    p.add_argument("--pilot", default=None, help="a saved pilot .npz instead of an env (docs/pilot-format.md)")
+    p.add_argument("--pilot-batch", type=int, default=None, help="pilot prompts B0 (with --env)")
+    p.add_argument("--pilot-group", type=int, default=None, help="pilot samples per prompt G0 >= 4 (with --env)")
+    p.add_argument("--budget", type=int, required=True, help="samples per step N = B*G")
+    p.add_argument("--seed", type=int, default=0, help="seeds the pilot sampling and the bootstrap")
+    p.add_argument("--n-boot", type=int, default=1000, help="bootstrap replicates for the intervals")
+    p.add_argument("--theta", default=None, help="comma-separated parameters for the pilot (default theta0)")
+    p.add_argument("--save-pilot", default=None, help="write the sampled pilot to this .npz")
+    p.add_argument("--out", required=True, help="run folder to write")
+
+
+def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict:
+    """Run ``ugrpo plan`` from parsed args; returns results (also used by ``ugrpo demo``)."""
+    from ugrpo.experiments.pilot_io import load_pilot, save_pilot
+    from ugrpo.experiments.plan import run_plan, sample_pilot, write_plan_outputs
+
+    if args.pilot is not None and args.theta is not None:
+        raise ValueError("--theta only applies to --env (a pilot file was sampled at its own theta)")
+    cfg = PlanConfig(budget=args.budget, seed=args.seed, n_boot=args.n_boot, env=args.env, pilot=args.pilot,
+                     pilot_batch=args.pilot_batch, pilot_group=args.pilot_group, save_pilot=args.save_pilot)
+    exact_pm = curve = None
+    if cfg.env is not None:
+        env = resolve_env(cfg.env)
+        theta = parse_theta(args.theta, env)
+        if args.theta is not None:
+            cfg = replace(cfg, theta=tuple(theta.tolist()))
+        gen = torch.Generator().manual_seed(cfg.seed)
+        pilot = sample_pilot(env, theta, cfg.pilot_batch, cfg.pilot_group, gen,
+                             meta={"env": cfg.env, "theta": theta.tolist(), "seed": cfg.seed})
+        if cfg.save_pilot:
+            save_pilot(cfg.save_pilot, pilot)
+        ex = env.exact(theta, sigma=False)
+        exact_pm = ex.policy_moments
+        curve = [{"G": G, "mse": ex.mse("grpo", cfg.budget // G, G)}
+                 for G in range(2, cfg.budget + 1) if cfg.budget % G == 0]
+    else:
+        pilot = load_pilot(cfg.pilot)
+    rd = RunDir(args.out)
+    rd.file("metrics.jsonl").unlink(missing_ok=True)
+    rd.write_config({**asdict(cfg), "command": "plan", "argv": argv})
+    results = run_plan(pilot, cfg.budget, n_boot=cfg.n_boot, seed=cfg.seed, run=rd,
+                       exact_pm=exact_pm, exact_curve=curve)
+    write_plan_outputs(rd, results, argv)
+    return results
+
+
+def _main(args: argparse.Namespace) -> int:
+    from ugrpo.report.markdown import fmt_ci, text_table
+
+    r = run(args, command_line("plan", args))
+    ex = r.get("exact") or {}
+    rows = [[k, r[k]["estimate"], fmt_ci(r[k]["ci_low"], r[k]["ci_high"]), ex.get(k)] for k in ("c1", "c2", "c3")]
+    rows.append(["G*", r["g_star"], fmt_ci(*r["g_star_ci"]), ex.get("g_star")])
+    print(text_table(["", "pilot", "95% CI", "exact"], rows))
+    print(r["message"])
+    if args.save_pilot:
+        print(f"wrote pilot {args.save_pilot}")
+    print(f"wrote {args.out}/results.json, plan.png, report.md")
+    return 0
+
+
+def main(args: argparse.Namespace) -> int:
+    return guarded(_main, args)

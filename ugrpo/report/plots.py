@@ -1,0 +1,189 @@
+"""Generic PNG plots for run folders (matplotlib, Agg backend; no GUI, no network).
+
+The functions take plain numbers (lists of floats), never models or environments, so every
+command (synthetic or LM) can reuse them. A ``Series`` is one line with an optional 95%
+band; ``None`` values (JSON nulls) are skipped.
+
+Examples
+--------
+>>> import tempfile, os
+>>> s = Series("grpo", x=[2, 4, 8], y=[1.0, 0.5, 0.25], low=[0.9, 0.4, 0.2], high=[1.1, 0.6, 0.3])
+>>> with tempfile.TemporaryDirectory() as d:
+...     p = line_plot(os.path.join(d, "a.png"), [s], xlabel="G", ylabel="MSE", logx=True, logy=True)
+...     os.path.getsize(p) > 0
+True
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+__all__ = ["Series", "Marker", "line_plot", "panel_plot"]
+
+
+@dataclass(frozen=True)
+class Series:
+    """One line on a plot.
+
+    Attributes
+    ----------
+    label : legend text
+    x, y : the points; ``None`` in y (a JSON null) skips that point
+    low, high : optional band (e.g. a 95% interval), same length as ``x``
+    dashed : draw a dashed line without markers (used for exact / theoretical curves)
+    color : a matplotlib colour, or None for the default cycle
+    """
+
+    label: str
+    x: Sequence[float]
+    y: Sequence[float | None]
+    low: Sequence[float | None] | None = None
+    high: Sequence[float | None] | None = None
+    dashed: bool = False
+    color: str | None = None
+
+    def __post_init__(self) -> None:
+        n = len(self.x)
+        for name in ("y", "low", "high"):
+            v = getattr(self, name)
+            if v is not None and len(v) != n:
+                raise ValueError(f"Series {self.label!r}: {name} has {len(v)} points but x has {n}")
+
+
+@dataclass(frozen=True)
+class Marker:
+    """A vertical line at ``x`` (e.g. the planner's G*), with an optional shaded interval."""
+
+    x: float
+    label: str
+    low: float | None = None
+    high: float | None = None
+    color: str = "black"
+
+
+def _finite(v: float | None, log: bool) -> bool:
+    return v is not None and math.isfinite(v) and (not log or v > 0)
+
+
+def _draw(ax, series: Sequence[Series], markers: Sequence[Marker], *, logx: bool, logy: bool) -> None:
+    for i, s in enumerate(series):
+        color = s.color or f"C{i % 10}"
+        pts = [(x, y) for x, y in zip(s.x, s.y) if _finite(x, logx) and _finite(y, logy)]
+        if pts:
+            xs, ys = zip(*pts)
+            if s.dashed:
+                ax.plot(xs, ys, "--", color=color, label=s.label, linewidth=1.2)
+            else:
+                ax.plot(xs, ys, "o-", color=color, label=s.label, markersize=4)
+        if s.low is not None and s.high is not None:
+            band = [
+                (x, lo, hi)
+                for x, lo, hi in zip(s.x, s.low, s.high)
+                if _finite(x, logx) and _finite(lo, logy) and _finite(hi, logy)
+            ]
+            if band:
+                bx, bl, bh = zip(*band)
+                ax.fill_between(bx, bl, bh, color=color, alpha=0.18, linewidth=0)
+    for m in markers:
+        ax.axvline(m.x, color=m.color, linestyle=":", linewidth=1.2, label=m.label)
+        if m.low is not None and m.high is not None and m.high > m.low:
+            ax.axvspan(m.low, m.high, color=m.color, alpha=0.08)
+    if logx:
+        ax.set_xscale("log", base=2)
+    if logy:
+        ax.set_yscale("log")
+    ax.grid(True, which="both", alpha=0.3)
+
+
+def line_plot(
+    path: str | os.PathLike,
+    series: Sequence[Series],
+    *,
+    xlabel: str,
+    ylabel: str,
+    title: str = "",
+    logx: bool = False,
+    logy: bool = False,
+    markers: Sequence[Marker] = (),
+    xticks: Sequence[float] | None = None,
+) -> Path:
+    """One panel: lines with 95% bands, dashed exact curves, vertical markers; writes a PNG.
+
+    Returns the path written.
+    """
+    fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=110)
+    try:
+        _draw(ax, series, markers, logx=logx, logy=logy)
+        if xticks is not None:
+            ax.set_xticks(list(xticks))
+            ax.set_xticklabels([f"{t:g}" for t in xticks])
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        if title:
+            ax.set_title(title)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path)
+    finally:
+        plt.close(fig)
+    return path
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One panel of :func:`panel_plot`."""
+
+    title: str
+    series: Sequence[Series]
+    markers: Sequence[Marker] = field(default_factory=tuple)
+
+
+def panel_plot(
+    path: str | os.PathLike,
+    panels: Sequence[Panel],
+    *,
+    xlabel: str,
+    ylabel: str,
+    suptitle: str = "",
+    logx: bool = False,
+    logy: bool = False,
+    xticks: Sequence[float] | None = None,
+) -> Path:
+    """Several panels side by side (e.g. one per budget N), sharing the y axis; writes a PNG."""
+    if not panels:
+        raise ValueError("panel_plot needs at least one panel")
+    n = len(panels)
+    fig, axes = plt.subplots(1, n, figsize=(4.6 * n, 4.2), dpi=110, sharey=True, squeeze=False)
+    try:
+        for ax, panel in zip(axes[0], panels):
+            _draw(ax, panel.series, panel.markers, logx=logx, logy=logy)
+            if xticks is not None:
+                ax.set_xticks(list(xticks))
+                ax.set_xticklabels([f"{t:g}" for t in xticks])
+            ax.set_title(panel.title)
+            ax.set_xlabel(xlabel)
+            ax.legend(fontsize=7)
+        axes[0][0].set_ylabel(ylabel)
+        if suptitle:
+            fig.suptitle(suptitle)
+        fig.tight_layout()
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path)
+    finally:
+        plt.close(fig)
+    return path
+
+
+__all__.append("Panel")
