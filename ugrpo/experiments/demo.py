@@ -20,7 +20,7 @@ DEMO_SETTINGS: dict[str, list[str]] = {
     "plan": ["--pilot-batch", "512", "--pilot-group", "8", "--budget", "512", "--n-boot", "1000"],
     # lr = 8 N / 256 as the demo env's description suggests (2 at N=64, 8 at N=256), 300 steps
     "sweep": ["--budget", "64,256", "--groups", "2,4,8,16,32,64", "--steps", "300", "--lr", "2,8",
-              "--seeds", "12", "--checkpoints", "100,200,300"],
+              "--seeds", "24", "--checkpoints", "100,200,300"],
 }
 """Arguments of each sub-run (besides --env, --seed, --out); chosen to finish in < 3 min."""
 

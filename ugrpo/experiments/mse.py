@@ -186,6 +186,12 @@ def reading(results: dict[str, Any]) -> list[str]:
         why = (f"the exact values agree at G in {exact_below}: there GRPO's O(1/G^2) residual outweighs "
                "what its baseline saves" if exact_below else "the exact values do not: Monte-Carlo noise")
         out.append(f"Vanilla is above GRPO at G in {above} but not at G in {below}; {why}.")
+    if ("grpo_mean", Gmin := groups[0]) in by and by[("grpo_mean", Gmin)]["mse"] < by[("oracle", Gmin)]["mse"]:
+        out.append(
+            f"grpo_mean (the full-mean baseline most trainers use) is below the oracle at G={Gmin}: it is "
+            "biased, shrinking the gradient by (G-1)/G (docs/math.md M3), which cuts variance more than the "
+            "bias costs in squared error. It is not an unbiased estimator of g, so Corollary 5 does not cover it."
+        )
     z = [(r["mse"] - r["exact"]) / r["se"] for r in rows if r["se"] and r["se"] > 0]
     if z:
         zmax = max(abs(v) for v in z)

@@ -131,6 +131,12 @@ def reading(results: dict[str, Any]) -> list[str]:
                    f"interval of G* [{fmt(lo)}, {fmt(hi) if hi is not None else 'unbounded'}].")
     else:
         out.append(f"For a budget of N={N} the pilot does not pin G* down: {results.get('message')}.")
+    cands = [c for c in results.get("candidates", []) if c.get("predicted_mse") is not None]
+    if G is not None and len(cands) > 1:
+        best = min(c["predicted_mse"] for c in cands)
+        near = [c["G"] for c in cands if c["predicted_mse"] <= 1.05 * best]
+        out.append(f"How much the choice matters: the predicted bound is within 5% of its minimum for G in {near}, "
+                   f"and {max(c['predicted_mse'] for c in cands) / best:.2f}x the minimum at the worst candidate.")
     ex = results.get("exact")
     if ex:
         parts = []
