@@ -11,7 +11,7 @@ from ugrpo.stats.components import (
     _reduce,
     estimate_components,
     point_estimates,
-    sketch_scores,
+    gaussian_sketch,
 )
 
 from ._enumerate import DT, enumerate_group, linear_softmax, policy_moments_exact, sample, softmax_bandit
@@ -97,7 +97,7 @@ def test_sketches_are_unbiased_over_sketch_seeds():
     exact = point_estimates(rewards, scores=scores)
     gen = torch.Generator().manual_seed(27)
     R = 1500
-    sk = torch.stack([sketch_scores(scores, 6, gen) for _ in range(R)])  # (R, 5, 4, 6)
+    sk = torch.stack([gaussian_sketch(scores, 6, gen) for _ in range(R)])  # (R, 5, 4, 6)
     est = point_estimates(rewards.expand(R, -1, -1), scores=sk)
     se = est.std(0) / R**0.5
     assert ((est.mean(0) - exact).abs() < 4 * se).all(), (est.mean(0), exact, se)
@@ -108,7 +108,7 @@ def test_sketch_preserves_inner_products_in_expectation():
     gen = torch.Generator().manual_seed(3)
     a, c = torch.randn(2, 30, generator=gen, dtype=DT)
     x = torch.stack([torch.stack([a, c]) for _ in range(1)])
-    vals = torch.stack([(lambda s: s[0, 0] @ s[0, 1])(sketch_scores(x, 5, gen)) for _ in range(2000)])
+    vals = torch.stack([(lambda s: s[0, 0] @ s[0, 1])(gaussian_sketch(x, 5, gen)) for _ in range(2000)])
     assert abs(float(vals.mean() - a @ c)) < 4 * float(vals.std() / 2000**0.5)
 
 
@@ -180,7 +180,7 @@ def test_errors_name_the_problem():
     with pytest.raises(ValueError, match="n_boot"):
         estimate_components(Z, scores=S, n_boot=-1)
     with pytest.raises(ValueError, match="sketch dimension k"):
-        sketch_scores(S, 0)
+        gaussian_sketch(S, 0)
 
 
 def test_non_finite_scores_name_the_sample():

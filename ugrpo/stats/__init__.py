@@ -1,4 +1,4 @@
-"""Pure tensor math: estimators, U-statistic, exact MSE, variance components, planner.
+"""Pure tensor math: estimators, U-statistic, exact MSE, variance components, planner, Theorem 8 asymptotics.
 
 Imports only torch / numpy / scipy. No I/O, no models. Every formula is numbered in
 docs/math.md (M1, M2, ...) and cited by the function that computes it.
@@ -21,11 +21,23 @@ from .components import (
     VarianceComponents,
     estimate_components,
     point_estimates,
-    sketch_scores,
+    gaussian_sketch,
 )
 from .estimator import policy_gradient, prompt_gradients
 from .exact_mse import ESTIMATORS, EstimatorName, PolicyMoments, PromptMoments, minibatch_mse, policy_moments, prompt_mse
 from .planner import GroupSizePlan, bound, candidate_groups, plan_group_size
+from .asymptotics import (
+    GapLimit,
+    estimator_covariance,
+    gap_limit,
+    gap_weights,
+    identifiable_subspace,
+    lyapunov_covariance,
+    prompt_covariances,
+    weighted_chi2_cdf,
+    weighted_chi2_quantile,
+    weighted_chi2_sample,
+)
 from .ustat import HoeffdingParts, grpo_kernel, hoeffding_decomposition, pairwise_ustatistic
 
 __all__ = [
@@ -34,6 +46,8 @@ __all__ = [
     "policy_gradient", "prompt_gradients",
     "HoeffdingParts", "grpo_kernel", "hoeffding_decomposition", "pairwise_ustatistic",
     "ESTIMATORS", "EstimatorName", "PolicyMoments", "PromptMoments", "minibatch_mse", "policy_moments", "prompt_mse",
-    "MIN_PILOT_GROUP", "Estimate", "VarianceComponents", "estimate_components", "point_estimates", "sketch_scores",
+    "MIN_PILOT_GROUP", "Estimate", "VarianceComponents", "estimate_components", "point_estimates", "gaussian_sketch",
     "GroupSizePlan", "bound", "candidate_groups", "plan_group_size",
+    "GapLimit", "estimator_covariance", "gap_limit", "gap_weights", "identifiable_subspace", "lyapunov_covariance",
+    "prompt_covariances", "weighted_chi2_cdf", "weighted_chi2_quantile", "weighted_chi2_sample",
 ]

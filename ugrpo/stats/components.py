@@ -2,7 +2,7 @@
 
 A pilot is B0 prompts with G0 samples each: rewards (B0, G0) and either the per-sample scores
 W = grad log pi(Y|x) as a (B0, G0, D) tensor (exact, or random-projection sketches from
-:func:`sketch_scores`: the same code path) or their Gram matrix (B0 G0, B0 G0) in b-major order
+:func:`gaussian_sketch`: the same code path) or their Gram matrix (B0 G0, B0 G0) in b-major order
 (row b*G0 + i). Everything depends on the scores only through inner products, and linearly,
 so Gaussian sketches keep every estimate unbiased (docs/math.md M19).
 
@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["MIN_PILOT_GROUP", "Estimate", "VarianceComponents", "sketch_scores", "point_estimates", "estimate_components"]
+__all__ = ["MIN_PILOT_GROUP", "Estimate", "VarianceComponents", "gaussian_sketch", "point_estimates", "estimate_components"]
 
 MIN_PILOT_GROUP = 4
 """Smallest pilot group size G0 accepted (the c2 and c3 estimators average over ordered triples)."""
@@ -83,7 +83,7 @@ class VarianceComponents:
         return bool(self.c1.ci_low > 0)
 
 
-def sketch_scores(scores: Tensor, k: int, generator: torch.Generator | None = None) -> Tensor:
+def gaussian_sketch(scores: Tensor, k: int, generator: torch.Generator | None = None) -> Tensor:
     """Gaussian random projection W -> S W with S (k, D), entries N(0, 1/k) (docs/math.md M19).
 
     E_S <S a, S b> = <a, b>, and every estimate of this module is linear in the inner
@@ -101,7 +101,7 @@ def sketch_scores(scores: Tensor, k: int, generator: torch.Generator | None = No
 
     Examples
     --------
-    >>> sketch_scores(torch.ones(2, 3, 10), 4, torch.Generator().manual_seed(0)).shape
+    >>> gaussian_sketch(torch.ones(2, 3, 10), 4, torch.Generator().manual_seed(0)).shape
     torch.Size([2, 3, 4])
     """
     if not isinstance(scores, Tensor) or scores.ndim < 1:
@@ -299,7 +299,7 @@ def estimate_components(
     Parameters
     ----------
     rewards : (B0, G0) tensor, B0 >= 2 prompts, G0 >= 4 samples each
-    scores : (B0, G0, D) tensor of scores W (exact or from :func:`sketch_scores`), or
+    scores : (B0, G0, D) tensor of scores W (exact or from :func:`gaussian_sketch`), or
     gram : (B0*G0, B0*G0) tensor of inner products <W_i, W_j>, b-major (row b*G0 + i)
     n_boot : bootstrap replicates over prompts; 0 skips the bootstrap (intervals are NaN)
     level : confidence level of the percentile intervals
