@@ -1,0 +1,114 @@
+"""``ugrpo plan --trl-config``: a tiny TRL config (local model folder, JSONL prompts, a reward module) end to end."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+trl = pytest.importorskip("trl", reason="the TRL integration needs `trl` (pip install 'ugrpo[trl]')")
+
+from tests.integrations.trl_helpers import PROMPTS  # noqa: E402
+from ugrpo.experiments.trl_plan import load_reward_function, load_trl_config, run_trl_plan  # noqa: E402
+from ugrpo.lm.tiny import build_tiny_model  # noqa: E402
+from ugrpo.lm.tokenizer import build_char_tokenizer  # noqa: E402
+
+REWARD = "tests.integrations.trl_helpers:first_digit_reward"
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("trlplan")
+    tok = build_char_tokenizer()
+    build_tiny_model(tok, size="1m", seed=0).save_pretrained(root / "model")
+    tok.save_pretrained(root / "model")
+    (root / "prompts.jsonl").write_text("".join(json.dumps({"prompt": p, "idx": i}) + "\n" for i, p in enumerate(PROMPTS)))
+    return root
+
+
+def _write(root, name, **fields):
+    base = {"model_name_or_path": str(root / "model"), "dataset_name": str(root / "prompts.jsonl"),
+            "reward_funcs": [REWARD], "num_generations": 4, "per_device_train_batch_size": 32,
+            "gradient_accumulation_steps": 2, "num_processes": 1, "max_completion_length": 8, "learning_rate": 1e-5,
+            "ugrpo": {"pilot_batch": 64, "pilot_group": 4, "sketch_dim": 64, "n_boot": 200, "seed": 0}}
+    base.update(fields)
+    path = root / name
+    path.write_text(json.dumps(base))
+    return path
+
+
+def test_trl_config_plan_writes_trl_answer(files, tmp_path):
+    torch.set_num_threads(1)
+    cfg_path = _write(files, "grpo.json")
+    res = run_trl_plan(cfg_path, tmp_path / "run", progress=False)
+    on_disk = json.loads((tmp_path / "run" / "results.json").read_text())
+    for name in ("config.json", "metrics.jsonl", "report.md", "plan.png"):
+        assert (tmp_path / "run" / name).exists(), name
+    trl_ = on_disk["trl"]
+    assert on_disk["budget"] == trl_["budget_N"] == 64  # 32 per device x 2 accumulation x 1 process
+    assert trl_["current"] == {"num_generations": 4, "per_device_train_batch_size": 32, "gradient_accumulation_steps": 2,
+                               "num_processes": 1, "prompts_per_step": 16,
+                               "predicted_mse": next(c["predicted_mse"] for c in on_disk["candidates"] if c["G"] == 4)}
+    assert on_disk["pilot"]["B0"] == 64 and on_disk["pilot"]["G0"] == 4
+    rec = trl_["recommended"]
+    if res["g_star"] is not None:
+        assert rec["num_generations"] == res["g_star"] and 64 % rec["num_generations"] == 0
+        assert rec["per_device_train_batch_size"] == 32 and rec["prompts_per_step"] == 64 // res["g_star"]
+        assert f"num_generations: {res['g_star']}" in trl_["message"]
+        assert rec["predicted_mse"] == min(c["predicted_mse"] for c in on_disk["candidates"])
+    else:
+        assert rec is None and "does not pin" in trl_["message"]
+    assert "In TRL's terms" in (tmp_path / "run" / "report.md").read_text()
+
+
+def test_budget_override_gives_per_device_batch(files, tmp_path):
+    cfg = load_trl_config(_write(files, "b.json"), budget=128)
+    assert cfg.N == 128 and cfg.step_budget == 64
+    with pytest.raises(ValueError, match="multiple of gradient_accumulation_steps"):
+        load_trl_config(_write(files, "b2.json"), budget=127)
+
+
+def test_bad_trl_configs_are_clear_errors(files, tmp_path):
+    with pytest.raises(ValueError, match=r"6 \* 1 \* 1 = 6 completions per step is not divisible by num_generations = 4"):
+        load_trl_config(_write(files, "bad1.json", per_device_train_batch_size=6, gradient_accumulation_steps=1))
+    with pytest.raises(ValueError, match="has no function 'nope'"):
+        run_trl_plan(_write(files, "bad2.json", reward_funcs=["tests.integrations.trl_helpers:nope"]), tmp_path / "r")
+    with pytest.raises(ValueError, match="cannot import 'no_such_module'"):
+        load_reward_function("no_such_module:f")
+    with pytest.raises(ValueError, match="unknown key 'num_generation'; did you mean 'num_generations'"):
+        load_trl_config(_write(files, "bad3.json", num_generation=8))
+    with pytest.raises(ValueError, match="missing 'reward_funcs'"):
+        path = files / "bad4.json"
+        path.write_text(json.dumps({"model_name_or_path": "x", "dataset_name": "y"}))
+        load_trl_config(path)
+
+
+def test_trl_answer_in_trl_terms(files):
+    """The TRL-terms answer of a plan with a defined G* (the planner's numbers given, so every branch is checked)."""
+    from ugrpo.experiments.trl_plan import _trl_answer
+
+    cfg = load_trl_config(_write(files, "c.json", per_device_train_batch_size=16, gradient_accumulation_steps=4,
+                                 num_processes=2), budget=256)
+    cands = [{"G": g, "predicted_mse": 1.0 / g + g / 100} for g in (2, 4, 8, 16, 32, 64, 128, 256)]
+    ans = _trl_answer(cfg, {"g_star": 8, "g_star_ci": [8, 16], "candidates": cands, "message": ""})
+    assert ans["budget_N"] == 256
+    assert ans["recommended"] == {"num_generations": 8, "per_device_train_batch_size": 32,  # 256 / (4 * 2)
+                                  "gradient_accumulation_steps": 4, "num_processes": 2, "prompts_per_step": 32,
+                                  "predicted_mse": 1.0 / 8 + 0.08}
+    assert ans["current"]["prompts_per_step"] == 32 and ans["current"]["predicted_mse"] is None  # other budget
+    assert not ans["current_inside_interval"] and "your num_generations 4 is outside it" in ans["message"]
+    assert "set num_generations: 8 with per_device_train_batch_size: 32" in ans["message"]
+
+
+def test_cli_entry_prints_trl_answer(files, tmp_path, capsys):
+    """What ``ugrpo plan --trl-config`` calls (the dispatch lives in plan_cmd.py): flags override the file."""
+    import argparse
+
+    from ugrpo.experiments.trl_plan import cli_main
+
+    args = argparse.Namespace(trl_config=str(_write(files, "cli.json")), out=str(tmp_path / "cli"), budget=None,
+                              pilot_batch=8, pilot_group=4, sketch_dim=999)
+    assert cli_main(args, ["ugrpo", "plan"]) == 0
+    res = json.loads((tmp_path / "cli" / "results.json").read_text())
+    assert res["pilot"]["B0"] == 8 and res["pilot"]["meta"]["sketch_dim"] == 64 and res["trl"]["message"] in capsys.readouterr().out
