@@ -1,0 +1,41 @@
+"""Shared fixtures: a randomly initialised tiny model and its tokenizer (no downloads)."""
+
+import pytest
+import torch
+
+from ugrpo.lm.tiny import build_tiny_model
+from ugrpo.lm.tokenizer import build_char_tokenizer
+
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny models gain nothing from intra-op threads, and on a shared 2-core machine two
+    spinning OpenMP threads per process slow every test down; restored afterwards."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    return build_char_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def model(tokenizer):
+    m = build_tiny_model(tokenizer, seed=0)
+    m.eval()
+    return m
+
+
+@pytest.fixture(scope="session")
+def peaked_model(tokenizer):
+    """A random tiny model whose logits are spread out (final norm scaled by 5; top token ~0.58 at T=1), so the
+    next-token distribution is far from uniform: a sharper target for distribution tests."""
+    m = build_tiny_model(tokenizer, seed=1)
+    with torch.no_grad():
+        m.model.norm.weight.mul_(5.0)
+    m.eval()
+    return m

@@ -1,0 +1,66 @@
+"""pretrain_tiny: a few steps, a loadable HF folder, the answer-only loss, and the CLI."""
+
+import json
+
+import pytest
+import torch
+
+from ugrpo.lm.loading import load_policy
+from ugrpo.lm.logprobs import completion_logprobs
+from ugrpo.lm.pretrain import _answer_loss, pretrain_tiny
+
+
+def test_answer_loss_is_mean_nll_of_answer_and_eos(model, tokenizer):
+    """Teacher forcing counts only answer tokens + EOS: equals -mean of completion_logprobs."""
+    prompts, answers = ["1+2=", "9*9=", "7-8+1="], ["3", "81", "0"]
+    loss = _answer_loss(model, tokenizer, prompts, answers)
+    enc = tokenizer(prompts, padding=True, return_tensors="pt")
+    T = max(len(a) for a in answers) + 1
+    c_ids = torch.zeros(3, T, dtype=torch.long)
+    c_mask = torch.zeros(3, T, dtype=torch.long)
+    for i, a in enumerate(answers):
+        seq = tokenizer(a, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        c_ids[i, : len(seq)] = torch.tensor(seq)
+        c_mask[i, : len(seq)] = 1
+    with torch.no_grad():
+        lp = completion_logprobs(model, enc["input_ids"], enc["attention_mask"], c_ids, c_mask)
+    torch.testing.assert_close(loss.detach(), -lp.sum() / c_mask.sum(), atol=1e-5, rtol=0)
+
+
+def test_a_few_steps_write_a_loadable_folder(tmp_path):
+    out = tmp_path / "tiny"
+    r = pretrain_tiny(out, target_accuracy=1.0, steps=3, batch_size=16, eval_every=3, eval_samples=1, progress=False)
+    assert r.steps == 3 and not r.reached_target and r.strength == "custom"
+    assert 0.0 <= r.sampled_accuracy <= 1.0 and 0.0 <= r.greedy_accuracy <= 1.0
+    for f in ("model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json", "ugrpo_tiny.json"):
+        assert (out / f).is_file(), f
+    meta = json.loads((out / "ugrpo_tiny.json").read_text())
+    assert meta["steps"] == 3 and meta["task_options"]["prompt_style"] == "compact" and len(meta["history"]) == 1
+    pol = load_policy(str(out))
+    assert pol.tokenizer("12+7=")["input_ids"][0] == pol.tokenizer.bos_token_id
+    assert sum(p.numel() for p in pol.model.parameters()) > 9e5
+
+
+def test_training_lowers_the_loss(tmp_path):
+    r = pretrain_tiny(tmp_path / "t", target_accuracy=1.0, steps=16, batch_size=16, eval_every=8, eval_samples=1, progress=False)
+    first, last = r.history[0]["loss"], r.history[-1]["loss"]
+    assert last < first < 3.0  # log(22) = 3.09 at random init
+
+
+def test_bad_arguments(tmp_path):
+    with pytest.raises(ValueError, match="unknown strength"):
+        pretrain_tiny(tmp_path, strength="huge")
+    with pytest.raises(ValueError, match="target_accuracy"):
+        pretrain_tiny(tmp_path, target_accuracy=1.5)
+    with pytest.raises(ValueError, match="steps"):
+        pretrain_tiny(tmp_path, steps=0)
+
+
+def test_cli_runs_and_prints_accuracies(tmp_path, capsys):
+    from ugrpo.cli import main
+
+    rc = main(["pretrain-tiny", "--out", str(tmp_path / "cli"), "--steps", "2", "--batch-size", "8", "--eval-every", "2",
+               "--target-accuracy", "1.0"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "sampled accuracy" in out and "greedy accuracy" in out and "NOT reached" in out
+    assert (tmp_path / "cli" / "model.safetensors").is_file()

@@ -1,0 +1,258 @@
+"""Supervised warm-up of the tiny model on compact arithmetic (``ugrpo pretrain-tiny``).
+
+From random weights the reward is almost always 0 and RL has no signal (RUNTIME.md), so the
+tiny model is first trained by teacher forcing on ``"<bos><expr>=<answer><eos>"``, with the
+loss on the answer tokens and EOS only. Every ``eval_every`` steps it is evaluated on the
+task's held-out problems with the task's own verifier: **sampled** accuracy (temperature 1,
+the quantity RL optimises, ``eval_samples`` completions per problem) and greedy accuracy.
+It stops as soon as the sampled accuracy reaches ``target_accuracy`` (or at ``steps``).
+
+Training problems are drawn fresh every step with
+:func:`ugrpo.tasks.arithmetic.generate_problems` (see ``_training_batch`` for the seeds), never
+one of the held-out problems of the task with seed 0; they may coincide with the RL task's training problems, which
+come from the same distribution.
+
+Deviation worth knowing: the paper starts RL from pretrained Qwen / Llama models; this
+warm-up only makes a CPU-sized stand-in whose sampled accuracy leaves RL room to improve.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from ugrpo.lm.sampling import sample_groups
+from ugrpo.lm.tiny import STRENGTHS, TinySize, build_tiny_model
+from ugrpo.lm.tokenizer import DEFAULT_CHARS, build_char_tokenizer
+
+__all__ = ["TINY_TASK_OPTIONS", "PretrainResult", "pretrain_tiny"]
+
+TINY_TASK_OPTIONS: dict = {"prompt_style": "compact", "difficulty": "easy", "n_train": 200, "n_eval": 100}
+"""The arithmetic task the tiny model is warmed up on, and the one RL with ``tiny:*`` should use
+(``get_task("arithmetic", **TINY_TASK_OPTIONS)``): compact prompts such as ``"7-3+5="``."""
+
+MAX_NEW_TOKENS = 6
+"""Completion budget of the warm-up evaluation: the longest answer (``"-18"``, ``"81"``) plus EOS fits."""
+
+
+@dataclass(frozen=True)
+class PretrainResult:
+    """What a warm-up produced; also written to ``<out_dir>/ugrpo_tiny.json``.
+
+    Attributes
+    ----------
+    out_dir : str
+        The saved HF folder (``model.safetensors``, ``config.json``, tokenizer files).
+    strength : str
+        ``base`` / ``instruct`` / ``fewshot`` or ``custom`` (an explicit target).
+    target_accuracy : float
+        Sampled accuracy at which training stopped early.
+    reached_target : bool
+        False if the step cap came first.
+    steps : int
+        Optimiser steps taken.
+    sampled_accuracy, sampled_accuracy_se : float
+        Held-out accuracy at temperature 1 (``eval_samples`` per problem) and its binomial SE.
+    greedy_accuracy : float
+        Held-out greedy accuracy.
+    seconds : float
+        Wall time of the warm-up.
+    seed, size, batch_size, lr : as passed
+    task_options : dict
+        The arithmetic task options (``TINY_TASK_OPTIONS``).
+    history : list[dict]
+        One row per evaluation: step, loss, sampled_accuracy, greedy_accuracy, seconds.
+    """
+
+    out_dir: str
+    strength: str
+    target_accuracy: float
+    reached_target: bool
+    steps: int
+    sampled_accuracy: float
+    sampled_accuracy_se: float
+    greedy_accuracy: float
+    seconds: float
+    seed: int
+    size: str
+    batch_size: int
+    lr: float
+    task_options: dict = field(default_factory=dict)
+    history: list = field(default_factory=list)
+
+
+def pretrain_tiny(
+    out_dir: str | Path,
+    *,
+    strength: str = "instruct",
+    target_accuracy: float | None = None,
+    steps: int = 3000,
+    batch_size: int = 128,
+    lr: float = 1e-3,
+    seed: int = 0,
+    size: TinySize = "1m",
+    eval_every: int = 25,
+    eval_samples: int = 4,
+    progress: bool = True,
+) -> PretrainResult:
+    """Warm up a fresh tiny model until its sampled accuracy reaches the strength's target.
+
+    Parameters
+    ----------
+    out_dir : path
+        Folder to write (created; existing files are overwritten).
+    strength : {"base", "instruct", "fewshot"}
+        Picks ``target_accuracy`` from :data:`ugrpo.lm.tiny.STRENGTHS` (0.15 / 0.35 / 0.60).
+    target_accuracy : float or None
+        Overrides the strength's target (strength is then recorded as ``custom``).
+    steps : int
+        Step cap; the run stops there even below the target (``reached_target=False``).
+    batch_size, lr : int, float
+        Problems per step and the AdamW learning rate (linear warm-up over 20 steps).
+    seed : int
+        Seeds the weights, the training problems and the evaluation samples.
+    size : {"1m", "4m"}
+        Model size (:func:`ugrpo.lm.tiny.build_tiny_model`).
+    eval_every : int
+        Steps between evaluations (the stopping rule is checked there).
+    eval_samples : int
+        Sampled completions per held-out problem.
+    progress : bool
+        Show a tqdm bar (rate, ETA, loss and accuracies).
+
+    Returns
+    -------
+    PretrainResult
+    """
+    if target_accuracy is None:
+        if strength not in STRENGTHS:
+            raise ValueError(f"pretrain_tiny: unknown strength {strength!r}; choose one of {', '.join(STRENGTHS)}")
+        target_accuracy = STRENGTHS[strength]
+    else:
+        strength = "custom"
+    if not 0.0 < target_accuracy <= 1.0:
+        raise ValueError(f"pretrain_tiny: target_accuracy={target_accuracy} must be in (0, 1]")
+    for name, v in (("steps", steps), ("batch_size", batch_size), ("eval_every", eval_every), ("eval_samples", eval_samples)):
+        if not isinstance(v, int) or v < 1:
+            raise ValueError(f"pretrain_tiny: {name}={v!r} must be an integer >= 1")
+    if not lr > 0:
+        raise ValueError(f"pretrain_tiny: lr={lr} must be > 0")
+    from ugrpo.tasks.arithmetic import generate_problems, make_arithmetic
+
+    out_dir = Path(out_dir)
+    task = make_arithmetic(**TINY_TASK_OPTIONS)
+    eval_problems = task.eval_problems()
+    held_out = frozenset(p.prompt[:-1] for p in eval_problems)  # compact text without "="
+    tokenizer = build_char_tokenizer(DEFAULT_CHARS)
+    model = build_tiny_model(tokenizer, size=size, seed=seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20))
+    t0 = time.perf_counter()
+    history: list[dict] = []
+    acc = (0.0, 0.0, 0.0)
+    reached, step, loss_ema = False, 0, math.nan
+    bar = tqdm(total=steps, desc=f"pretrain-tiny {strength}", unit="step", disable=not progress)
+    for step in range(1, steps + 1):
+        prompts, answers = _training_batch(generate_problems, batch_size, seed, step, held_out)
+        model.train()
+        loss = _answer_loss(model, tokenizer, prompts, answers)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        loss_ema = loss.item() if math.isnan(loss_ema) else 0.9 * loss_ema + 0.1 * loss.item()
+        bar.update(1)
+        if step % eval_every == 0 or step == steps:
+            acc = _evaluate(model, tokenizer, task, eval_problems, eval_samples, seed)
+            history.append({"step": step, "loss": loss_ema, "sampled_accuracy": acc[0], "greedy_accuracy": acc[2],
+                            "seconds": time.perf_counter() - t0})
+            bar.set_postfix(loss=f"{loss_ema:.3f}", sampled=f"{acc[0]:.3f}", greedy=f"{acc[2]:.3f}")
+            if acc[0] >= target_accuracy:
+                reached = True
+                break
+    bar.close()
+    result = PretrainResult(
+        out_dir=str(out_dir), strength=strength, target_accuracy=target_accuracy, reached_target=reached, steps=step,
+        sampled_accuracy=acc[0], sampled_accuracy_se=acc[1], greedy_accuracy=acc[2], seconds=time.perf_counter() - t0,
+        seed=seed, size=size, batch_size=batch_size, lr=lr, task_options=dict(TINY_TASK_OPTIONS), history=history,
+    )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir, safe_serialization=True)
+    tokenizer.save_pretrained(out_dir)
+    meta = {k: v for k, v in asdict(result).items() if k != "out_dir"}  # the folder may be renamed (cache)
+    (out_dir / "ugrpo_tiny.json").write_text(json.dumps(meta, indent=2) + "\n")
+    return result
+
+
+def _training_batch(generate_problems, batch_size: int, seed: int, step: int, held_out: frozenset) -> tuple[list[str], list[str]]:
+    """Fresh compact problems for one step, in draws of <= 64 distinct problems each.
+
+    ``generate_problems`` draws without replacement and the ``easy`` products/quotients
+    have only 81 expressions each, so one large draw could run out; small draws with
+    their own seeds (``(seed * 1_000_003 + step) * 1_000 + j``) sample with replacement across draws.
+    """
+    prompts: list[str] = []
+    answers: list[str] = []
+    j = 0
+    while len(prompts) < batch_size:
+        n = min(64, batch_size - len(prompts))
+        draw_seed = (seed * 1_000_003 + step) * 1_000 + j
+        for e in generate_problems(n, seed=draw_seed, difficulty=TINY_TASK_OPTIONS["difficulty"], exclude=held_out):
+            prompts.append("".join(e.tokens) + "=")
+            answers.append(str(e.value))
+        j += 1
+    return prompts, answers
+
+
+def _answer_loss(model, tokenizer, prompts: list[str], answers: list[str]) -> torch.Tensor:
+    """Mean cross-entropy of the answer tokens and EOS given ``<bos><prompt>`` (teacher forcing)."""
+    p_ids = tokenizer(prompts, add_special_tokens=True)["input_ids"]
+    a_ids = tokenizer(answers, add_special_tokens=False)["input_ids"]
+    L = max(len(p) + len(a) + 1 for p, a in zip(p_ids, a_ids))
+    ids = torch.full((len(prompts), L), tokenizer.pad_token_id, dtype=torch.long)  # (n, L) right-padded
+    labels = torch.full((len(prompts), L), -100, dtype=torch.long)
+    mask = torch.zeros((len(prompts), L), dtype=torch.long)
+    for i, (p, a) in enumerate(zip(p_ids, a_ids)):
+        seq = p + a + [tokenizer.eos_token_id]
+        ids[i, : len(seq)] = torch.tensor(seq)
+        mask[i, : len(seq)] = 1
+        labels[i, len(p): len(seq)] = torch.tensor(a + [tokenizer.eos_token_id])
+    logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits[:, :-1].float()  # (n, L-1, V)
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=-100)
+
+
+def _evaluate(model, tokenizer, task, problems, n_samples: int, seed: int) -> tuple[float, float, float]:
+    """(sampled accuracy, its binomial SE, greedy accuracy) on ``problems`` with the task's verifier."""
+    from ugrpo.tasks.base import score
+
+    prompts = [p.prompt for p in problems]
+    seeds = [seed * 7919 + i for i in range(len(prompts))]
+    sampled = sample_groups(model, tokenizer, prompts, n_samples, seeds=seeds, max_new_tokens=MAX_NEW_TOKENS)
+    rewards = score(task, sampled.texts, [p for p in problems for _ in range(n_samples)]).rewards
+    acc = sum(rewards) / len(rewards)
+    # SE over problems (samples of one problem are correlated): sd of per-problem means / sqrt(B)
+    per_problem = torch.tensor(rewards).view(len(problems), n_samples).mean(dim=1)
+    se = float(per_problem.std(unbiased=True) / math.sqrt(len(problems))) if len(problems) > 1 else math.nan
+    greedy_texts = _greedy(model, tokenizer, prompts)
+    greedy = score(task, greedy_texts, problems).rewards
+    return acc, se, sum(greedy) / len(greedy)
+
+
+@torch.no_grad()
+def _greedy(model, tokenizer, prompts: list[str]) -> list[str]:
+    from transformers import GenerationConfig
+
+    model.eval()
+    enc = tokenizer(prompts, padding=True, return_tensors="pt")
+    cfg = GenerationConfig(do_sample=False, max_new_tokens=MAX_NEW_TOKENS, pad_token_id=tokenizer.pad_token_id,
+                           eos_token_id=tokenizer.eos_token_id)
+    out = model.generate(**enc, generation_config=cfg)
+    model.train()
+    return tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)

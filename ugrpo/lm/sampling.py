@@ -1,0 +1,323 @@
+"""G completions per prompt, reproducible per (prompt seed, row), with Hugging Face ``generate``.
+
+How a token is drawn (Gumbel-max trick)
+---------------------------------------
+``generate`` runs greedily (``do_sample=False``) with one extra ``LogitsProcessor``,
+:class:`GumbelNoiseProcessor`, that at every step and for every row r
+
+1. scales the next-token logits by ``1 / temperature``,
+2. keeps the smallest set of most likely tokens whose probability reaches ``top_p``
+   (the token that crosses ``top_p`` is kept; the rest get ``-inf``), and
+3. adds i.i.d. standard Gumbel noise ``-log(-log U)`` drawn from a ``torch.Generator`` that
+   belongs to row r alone and is seeded from ``(seed of its prompt, g)``.
+
+The argmax of ``logits / T + Gumbel`` is an exact sample from ``softmax(logits / T)``
+restricted to the top-p set. Because each row owns its generator and draws exactly one
+vocabulary-sized block of uniforms per step, the completion of (prompt seed s, row g)
+does not depend on which other rows share the batch, their order, the batch size or the
+process: a multi-process trainer that shards prompts gets the samples of a 1-process run.
+
+Two caveats, stated rather than hidden:
+
+* the noise stream depends on the device of the model (CPU and CUDA generators differ), so
+  "the same sample" means on the same kind of device;
+* logits of a row are computed in a batch with other rows and left padding, which changes
+  them by float rounding (~1e-6); an argmax can flip only when two perturbed logits tie
+  within that rounding, which for float32 is of probability ~1e-6 per token.
+
+The sampled distribution is ``pi_theta`` tempered by ``T`` (and truncated by top-p). With
+``T = 1`` and ``top_p = 1`` it is exactly the policy of the paper's Algorithm 1 (on-policy).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
+
+__all__ = ["Rollout", "GumbelNoiseProcessor", "row_seed", "sample_groups", "completion_mask_from_ids", "top_p_filter"]
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """The completions of ``len(prompts)`` prompts, ``group_size`` each, in prompt-major order.
+
+    Rows ``b*G .. b*G+G-1`` belong to prompt ``b``; N = B * G rows in all.
+
+    Attributes
+    ----------
+    prompt_ids : Tensor (N, P) long
+        Prompt tokens, left-padded with ``pad_token_id`` (row b*G+g repeats prompt b).
+    prompt_mask : Tensor (N, P) long
+        1 on real prompt tokens, 0 on padding.
+    completion_ids : Tensor (N, T) long
+        Generated tokens, right-padded with ``pad_token_id`` after the first EOS.
+    completion_mask : Tensor (N, T) long
+        1 up to and including the first EOS (all ones up to ``max_new_tokens`` if none).
+    texts : list[str]
+        The N completions decoded with ``skip_special_tokens=True`` (EOS and padding dropped).
+    truncated : Tensor (N,) bool
+        True where no EOS was generated within ``max_new_tokens``.
+    prompt_index : Tensor (N,) long
+        ``b`` for each row: ``prompt_index = arange(B).repeat_interleave(G)``.
+    group_size : int
+        G.
+    """
+
+    prompt_ids: Tensor
+    prompt_mask: Tensor
+    completion_ids: Tensor
+    completion_mask: Tensor
+    texts: list[str]
+    truncated: Tensor
+    prompt_index: Tensor
+    group_size: int
+
+    @property
+    def num_prompts(self) -> int:
+        return len(self.texts) // self.group_size
+
+    @property
+    def completion_lengths(self) -> Tensor:
+        """(N,) number of completion tokens counted by the mask (EOS included)."""
+        return self.completion_mask.sum(dim=1)
+
+
+def row_seed(seed: int, g: int) -> int:
+    """The 63-bit seed of the noise generator of row ``g`` of the prompt with seed ``seed``.
+
+    Mixed with numpy's ``SeedSequence`` so nearby (seed, g) pairs give unrelated streams.
+    """
+    if seed < 0 or g < 0:
+        raise ValueError(f"row_seed: seed={seed} and g={g} must be >= 0")
+    state = np.random.SeedSequence([int(seed), int(g)]).generate_state(2, dtype=np.uint32)
+    return int((int(state[0]) << 31) ^ int(state[1])) & ((1 << 63) - 1)
+
+
+class GumbelNoiseProcessor(LogitsProcessor):
+    """Temperature, top-p and per-row Gumbel noise; the greedy argmax is then a sample.
+
+    Parameters
+    ----------
+    generators : list[torch.Generator]
+        One generator per row of the batch, on the device of the logits.
+    temperature : float
+        > 0; logits are divided by it.
+    top_p : float
+        In (0, 1]; nucleus truncation before the noise is added (1 = none).
+    """
+
+    def __init__(self, generators: list[torch.Generator], *, temperature: float = 1.0, top_p: float = 1.0):
+        self.generators = generators
+        self.temperature = float(temperature)
+        self.top_p = float(top_p)
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if scores.shape[0] != len(self.generators):
+            raise RuntimeError(f"GumbelNoiseProcessor: batch has {scores.shape[0]} rows, {len(self.generators)} generators")
+        logits = scores.float() / self.temperature  # (N, V)
+        if self.top_p < 1.0:
+            logits = top_p_filter(logits, self.top_p)
+        u = torch.stack([torch.rand(logits.shape[1], generator=gen, device=logits.device) for gen in self.generators])
+        u = u.clamp_(min=torch.finfo(u.dtype).tiny, max=1.0 - torch.finfo(u.dtype).eps)
+        gumbel = -torch.log(-torch.log(u))  # (N, V) standard Gumbel
+        return logits + gumbel
+
+
+def top_p_filter(logits: Tensor, top_p: float) -> Tensor:
+    """Set to ``-inf`` every logit outside the smallest top set whose probability reaches ``top_p``.
+
+    The token whose cumulative probability first reaches ``top_p`` is kept (as in HF's
+    ``TopPLogitsWarper`` and the nucleus-sampling paper), so the most likely token always is.
+    """
+    sorted_logits, order = torch.sort(logits, dim=-1, descending=True)  # (N, V)
+    cum = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+    remove_sorted = (cum - sorted_logits.softmax(dim=-1)) >= top_p  # mass before this token already >= p
+    remove = remove_sorted.scatter(-1, order, remove_sorted)
+    return logits.masked_fill(remove, float("-inf"))
+
+
+def _eos_ids(tokenizer, model) -> list[int]:
+    ids: list[int] = []
+    for src in (getattr(model, "generation_config", None), tokenizer):
+        e = getattr(src, "eos_token_id", None)
+        if e is None:
+            continue
+        ids.extend([e] if isinstance(e, int) else list(e))
+    if not ids:
+        raise ValueError("sample_groups: neither the tokenizer nor the model defines eos_token_id; set tokenizer.eos_token")
+    return sorted(set(ids))
+
+
+def completion_mask_from_ids(completion_ids: Tensor, eos_ids: Sequence[int]) -> tuple[Tensor, Tensor]:
+    """Mask up to and including the first EOS, and whether a row has no EOS.
+
+    Returns
+    -------
+    mask : Tensor (N, T) long
+    truncated : Tensor (N,) bool
+    """
+    is_eos = torch.isin(completion_ids, torch.tensor(list(eos_ids), device=completion_ids.device))  # (N, T)
+    has_eos = is_eos.any(dim=1)
+    T = completion_ids.shape[1]
+    first = torch.where(has_eos, is_eos.float().argmax(dim=1), torch.full_like(has_eos, T, dtype=torch.long))
+    pos = torch.arange(T, device=completion_ids.device).unsqueeze(0)  # (1, T)
+    mask = (pos <= first.unsqueeze(1)).long() if T else torch.zeros_like(completion_ids)
+    return mask, ~has_eos
+
+
+def _check_args(prompts, group_size, seeds, temperature, top_p, max_new_tokens, batch_size) -> None:
+    if isinstance(prompts, str):
+        raise TypeError("sample_groups: prompts must be a sequence of strings, got one string; wrap it in a list")
+    if len(prompts) == 0:
+        raise ValueError("sample_groups: prompts is empty")
+    if group_size < 1:
+        raise ValueError(f"sample_groups: group_size={group_size} must be >= 1")
+    if len(seeds) != len(prompts):
+        raise ValueError(f"sample_groups: got {len(seeds)} seeds for {len(prompts)} prompts; pass one seed per prompt")
+    if any(int(s) < 0 for s in seeds):
+        raise ValueError("sample_groups: seeds must be >= 0")
+    if not temperature > 0:
+        raise ValueError(f"sample_groups: temperature={temperature} must be > 0 (use a small value such as 1e-3 for near-greedy)")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"sample_groups: top_p={top_p} must be in (0, 1]")
+    if max_new_tokens < 1:
+        raise ValueError(f"sample_groups: max_new_tokens={max_new_tokens} must be >= 1")
+    if batch_size is not None and batch_size < 1:
+        raise ValueError(f"sample_groups: batch_size={batch_size} must be >= 1 or None (all rows at once)")
+
+
+@torch.no_grad()
+def sample_groups(
+    model,
+    tokenizer,
+    prompts: Sequence[str],
+    group_size: int,
+    *,
+    seeds: Sequence[int],
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    max_new_tokens: int = 16,
+    batch_size: int | None = None,
+    add_special_tokens: bool = True,
+) -> Rollout:
+    """Sample ``group_size`` completions for each prompt (Algorithm 1, "generate G outputs").
+
+    Parameters
+    ----------
+    model : transformers.PreTrainedModel
+        A causal LM (or a peft wrapper of one); used in eval mode, under ``no_grad``.
+    tokenizer : PreTrainedTokenizerBase
+        With ``pad_token_id`` and ``eos_token_id`` set; prompts are left-padded.
+    prompts : sequence of str, length B
+        Already formatted (see :func:`ugrpo.lm.loading.format_prompt`).
+    group_size : int
+        G >= 1 completions per prompt.
+    seeds : sequence of int, length B
+        One seed per prompt; row g of prompt b draws its noise from ``row_seed(seeds[b], g)``.
+    temperature, top_p : float
+        The sampled distribution is softmax(logits / temperature) restricted to the top-p set.
+    max_new_tokens : int
+        Completions stop at EOS or after this many tokens (then ``truncated`` is True).
+    batch_size : int or None
+        Rows (not prompts) per ``generate`` call; None = all N rows at once. Does not change
+        the samples, only memory and speed.
+    add_special_tokens : bool
+        Passed to the tokenizer (the tiny tokenizer prepends ``<bos>``).
+
+    Returns
+    -------
+    Rollout
+        N = B * G rows in prompt-major order; see :class:`Rollout`.
+    """
+    _check_args(prompts, group_size, seeds, temperature, top_p, max_new_tokens, batch_size)
+    if tokenizer.pad_token_id is None:
+        raise ValueError("sample_groups: tokenizer.pad_token_id is None; load the policy with load_policy (sets it)")
+    eos_ids = _eos_ids(tokenizer, model)
+    device = next(model.parameters()).device
+    B, G = len(prompts), group_size
+    N = B * G
+    enc = tokenizer(list(prompts), padding=True, return_tensors="pt", add_special_tokens=add_special_tokens)
+    if tokenizer.padding_side != "left":  # re-pad on the left without touching the caller's tokenizer
+        enc = _left_pad(enc["input_ids"], enc["attention_mask"], tokenizer.pad_token_id)
+    prompt_ids = enc["input_ids"].repeat_interleave(G, dim=0)  # (N, P)
+    prompt_mask = enc["attention_mask"].repeat_interleave(G, dim=0)  # (N, P)
+    row_seeds = [row_seed(int(seeds[b]), g) for b in range(B) for g in range(G)]
+    gen_config = GenerationConfig(
+        do_sample=False,
+        max_new_tokens=max_new_tokens,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=eos_ids,
+        num_beams=1,
+        repetition_penalty=1.0,
+        no_repeat_ngram_size=0,
+        min_new_tokens=0,
+    )
+    step = N if batch_size is None else batch_size
+    was_training = model.training
+    model.eval()
+    # generate() fills every unset option from model.generation_config (e.g. a hub model's
+    # repetition_penalty=1.05), which would change the distribution: swap in a neutral one.
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    saved_config = base.generation_config
+    base.generation_config = GenerationConfig(pad_token_id=tokenizer.pad_token_id, eos_token_id=eos_ids)
+    chunks: list[Tensor] = []
+    try:
+        for start in range(0, N, step):
+            sl = slice(start, min(start + step, N))
+            ids, mask = _strip_left(prompt_ids[sl], prompt_mask[sl])
+            gens = [torch.Generator(device=device).manual_seed(s) for s in row_seeds[sl]]
+            proc = GumbelNoiseProcessor(gens, temperature=temperature, top_p=top_p)
+            out = model.generate(
+                input_ids=ids.to(device),
+                attention_mask=mask.to(device),
+                generation_config=gen_config,
+                logits_processor=LogitsProcessorList([proc]),
+            )
+            chunks.append(out[:, ids.shape[1]:].cpu())  # (n, t_chunk)
+    finally:
+        base.generation_config = saved_config
+        model.train(was_training)
+    T = max(c.shape[1] for c in chunks)
+    completion_ids = torch.full((N, T), tokenizer.pad_token_id, dtype=torch.long)
+    row = 0
+    for c in chunks:
+        completion_ids[row:row + c.shape[0], : c.shape[1]] = c
+        row += c.shape[0]
+    completion_mask, truncated = completion_mask_from_ids(completion_ids, eos_ids)
+    completion_ids = completion_ids.masked_fill(completion_mask == 0, tokenizer.pad_token_id)
+    texts = tokenizer.batch_decode(
+        [ids[m.bool()].tolist() for ids, m in zip(completion_ids, completion_mask)], skip_special_tokens=True
+    )
+    return Rollout(
+        prompt_ids=prompt_ids,
+        prompt_mask=prompt_mask,
+        completion_ids=completion_ids,
+        completion_mask=completion_mask,
+        texts=list(texts),
+        truncated=truncated,
+        prompt_index=torch.arange(B).repeat_interleave(G),
+        group_size=G,
+    )
+
+
+def _left_pad(ids: Tensor, mask: Tensor, pad_id: int) -> dict[str, Tensor]:
+    """Move the padding of right-padded rows to the left."""
+    lengths = mask.sum(dim=1)
+    P = ids.shape[1]
+    out_ids = torch.full_like(ids, pad_id)
+    out_mask = torch.zeros_like(mask)
+    for i, n in enumerate(lengths.tolist()):
+        out_ids[i, P - n:] = ids[i, mask[i].bool()]
+        out_mask[i, P - n:] = 1
+    return {"input_ids": out_ids, "attention_mask": out_mask}
+
+
+def _strip_left(ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """Drop the columns that are padding in every row of a chunk (smaller, same result)."""
+    keep = int(mask.sum(dim=1).max())
+    return ids[:, ids.shape[1] - keep:], mask[:, mask.shape[1] - keep:]
