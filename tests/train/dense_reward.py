@@ -1,0 +1,10 @@
+"""A dense reward for trainer tests: a randomly initialised model gets non-zero, varied rewards.
+
+Used as ``task.options.reward_fn: "dense_reward:sevens"`` (this folder is on ``sys.path`` /
+``PYTHONPATH`` in the tests). Completions containing ``0`` are unscorable (None), so the
+trainer's counting of unscorable completions is exercised too.
+"""
+
+
+def sevens(completions, answers):
+    return [None if "0" in c else c.count("7") / max(1, len(c)) for c in completions]

@@ -1,0 +1,310 @@
+"""Training configuration: frozen dataclasses, loaded from YAML, every field overridable.
+
+``load_config(path, overrides)`` reads a YAML file whose top-level keys are the fields of
+:class:`TrainConfig` (nested sections for ``model``, ``task``, ``budget``, ``sampling``,
+``loss``, ``optim``, ``eval``), applies dotted command-line overrides such as
+``["--optim.lr", "1e-4", "--budget.group_size", "8"]`` (values parsed with YAML scalar
+rules, ``-`` and ``_`` interchangeable in names), and validates everything in
+``__post_init__`` before any work starts. Unknown keys are errors naming the key, the
+file and the closest valid names.
+
+The budget follows the paper: the user sets N = ``budget.samples_per_step`` and
+G = ``budget.group_size``; B = N / G prompts per step (Algorithm 1) is derived, and a G
+that does not divide N is an error listing the valid divisors.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal, Sequence
+
+__all__ = [
+    "ModelConfig",
+    "TaskConfig",
+    "BudgetConfig",
+    "SamplingConfig",
+    "LossConfig",
+    "OptimConfig",
+    "EvalConfig",
+    "TrainConfig",
+    "load_config",
+    "config_from_dict",
+    "parse_overrides",
+    "field_names",
+]
+
+
+def _choice(section: str, name: str, value: Any, choices: Sequence[Any]) -> None:
+    if value not in choices:
+        raise ValueError(f"{section}{name}={value!r} is not valid; choose one of {list(choices)}")
+
+
+def _positive(section: str, name: str, value: float, *, strict: bool = True) -> None:
+    bad = value <= 0 if strict else value < 0
+    if bad or (isinstance(value, float) and not math.isfinite(value)):
+        raise ValueError(f"{section}{name}={value!r} must be {'> 0' if strict else '>= 0'}")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The policy: ``tiny:instruct`` (built-in warmed-up tiny model), a local folder, or a cached hub id."""
+
+    name: str = "tiny:instruct"
+    """model name or path passed to ``ugrpo.lm.load_policy``"""
+    lora_r: int = 0
+    """LoRA rank; 0 trains all parameters"""
+    lora_alpha: float = 16.0
+    """LoRA scaling alpha (used when lora_r > 0)"""
+    lora_dropout: float = 0.0
+    """LoRA dropout (used when lora_r > 0)"""
+    lora_targets: tuple[str, ...] = ()
+    """module names LoRA adapts; empty = the loader's default (attention and MLP projections)"""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """parameter dtype"""
+    device: str = "auto"
+    """'auto' = this process's GPU if there is one, else cpu; or an explicit torch device"""
+    chat: bool = True
+    """wrap each prompt in the tokenizer's chat template when it has one (the tiny model has none)"""
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("model.name is empty; give 'tiny:instruct', a local folder or a cached hub id")
+        _positive("model.", "lora_r", self.lora_r, strict=False)
+        _positive("model.", "lora_alpha", self.lora_alpha)
+        if not 0.0 <= self.lora_dropout < 1.0:
+            raise ValueError(f"model.lora_dropout={self.lora_dropout} must be in [0, 1)")
+        _choice("model.", "dtype", self.dtype, ("float32", "bfloat16", "float16"))
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """The task (prompts + verifier) from ``ugrpo.tasks.get_task(name, **options)``."""
+
+    name: str = "arithmetic"
+    """task name: arithmetic | gsm8k | math | custom"""
+    options: dict = field(default_factory=dict)
+    """keyword options of the task (e.g. style, n_train, path); unknown ones are rejected by the task"""
+    long_prompts: Literal["error", "skip"] = "error"
+    """a training prompt with prompt tokens + max_new_tokens > the model context: 'error' stops
+    before training naming the problem id; 'skip' drops it and counts it in results.json"""
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("task.name is empty; choose arithmetic | gsm8k | math | custom")
+        if not isinstance(self.options, dict):
+            raise TypeError(f"task.options must be a mapping of option -> value, got {self.options!r}")
+        _choice("task.", "long_prompts", self.long_prompts, ("error", "skip"))
+
+
+@dataclass(frozen=True)
+class BudgetConfig:
+    """Samples per step N = B * G (paper section 4.3): the user sets N and G, B is derived."""
+
+    samples_per_step: int = 64
+    """N, completions sampled per optimisation step (all prompts together)"""
+    group_size: int = 8
+    """G, completions per prompt"""
+    micro_batch: int = 0
+    """completions per forward/backward pass (gradient accumulation); 0 = all at once"""
+
+    def __post_init__(self) -> None:
+        N, G = self.samples_per_step, self.group_size
+        _positive("budget.", "samples_per_step", N)
+        _positive("budget.", "group_size", G)
+        _positive("budget.", "micro_batch", self.micro_batch, strict=False)
+        if N % G:
+            divisors = [d for d in range(1, N + 1) if N % d == 0]
+            raise ValueError(
+                f"budget.samples_per_step N={N} is not divisible by group_size G={G}; "
+                f"choose G among {divisors} (B = N/G prompts per step must be an integer)"
+            )
+
+    @property
+    def prompts_per_step(self) -> int:
+        """B = N / G."""
+        return self.samples_per_step // self.group_size
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """How completions are sampled for training (and for the sampled pass@1 evaluation)."""
+
+    temperature: float = 1.0
+    """softmax temperature (> 0; greedy evaluation is separate)"""
+    top_p: float = 1.0
+    """nucleus sampling mass in (0, 1]"""
+    max_new_tokens: int = 16
+    """completion length limit; longer completions are truncated and counted"""
+
+    def __post_init__(self) -> None:
+        _positive("sampling.", "temperature", self.temperature)
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"sampling.top_p={self.top_p} must be in (0, 1]")
+        _positive("sampling.", "max_new_tokens", self.max_new_tokens)
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    """Loss aggregation, importance-ratio clipping and KL penalty (Algorithm 2, paper eq. (13))."""
+
+    aggregation: Literal["seq_sum", "token_mean", "seq_mean"] = "seq_sum"
+    """seq_sum = the paper (sum of token terms per sequence, mean over the B*G sequences);
+    token_mean = sum over all tokens / token count (DAPO, TRL 'dapo'/'bnpo');
+    seq_mean = per-sequence token mean, then mean over sequences (original GRPO, TRL 'grpo')"""
+    clip_low: float | None = None
+    """PPO clip epsilon below 1 (ratio >= 1 - clip_low); None = no lower clip"""
+    clip_high: float | None = None
+    """PPO clip epsilon above 1 (ratio <= 1 + clip_high); None = no upper clip"""
+    kl_coef: float = 0.0
+    """kappa, weight of the K3 KL estimate to the reference policy (0 = no KL, no reference model)"""
+    ref_model: str | None = None
+    """reference policy for the KL; None = the initial policy (adapters disabled under LoRA)"""
+
+    def __post_init__(self) -> None:
+        _choice("loss.", "aggregation", self.aggregation, ("seq_sum", "token_mean", "seq_mean"))
+        for name in ("clip_low", "clip_high"):
+            v = getattr(self, name)
+            if v is not None and not 0.0 < v:
+                raise ValueError(f"loss.{name}={v} must be > 0 (or null for no clipping)")
+        if self.clip_low is not None and self.clip_low >= 1.0:
+            raise ValueError(f"loss.clip_low={self.clip_low} must be < 1 (the ratio lower bound is 1 - clip_low)")
+        _positive("loss.", "kl_coef", self.kl_coef, strict=False)
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """Optimizer and learning-rate schedule (the paper's analysis uses plain SGD)."""
+
+    name: Literal["sgd", "adamw"] = "adamw"
+    """sgd (the paper's theta <- theta + eta ghat) or adamw"""
+    lr: float = 1e-5
+    """peak learning rate eta"""
+    betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW betas"""
+    weight_decay: float = 0.0
+    """decoupled weight decay (AdamW) or L2 (SGD)"""
+    grad_clip: float | None = None
+    """max global gradient norm; None = no clipping (the grad norm is logged either way)"""
+    scheduler: Literal["constant", "linear", "cosine"] = "constant"
+    """lr schedule after warmup: constant (paper A5(a)), linear or cosine decay to 0 at the last step"""
+    warmup_steps: int = 0
+    """linear warmup from 0 over this many steps"""
+
+    def __post_init__(self) -> None:
+        _choice("optim.", "name", self.name, ("sgd", "adamw"))
+        _choice("optim.", "scheduler", self.scheduler, ("constant", "linear", "cosine"))
+        _positive("optim.", "lr", self.lr)
+        _positive("optim.", "weight_decay", self.weight_decay, strict=False)
+        _positive("optim.", "warmup_steps", self.warmup_steps, strict=False)
+        if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
+            raise ValueError(f"optim.betas={list(self.betas)} must be two numbers in [0, 1)")
+        if self.grad_clip is not None:
+            _positive("optim.", "grad_clip", self.grad_clip)
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Held-out evaluation at step 0 (before any update), every ``every`` steps and at the end."""
+
+    every: int = 10
+    """evaluate every K steps (0 = only at step 0 and at the end)"""
+    n_problems: int = 200
+    """held-out problems used (the first n of the task's eval set)"""
+    greedy: bool = True
+    """greedy accuracy (eval_accuracy)"""
+    pass1_samples: int = 4
+    """samples per problem for the sampled pass@1 (eval_pass1); 0 disables it"""
+    batch_size: int = 256
+    """completions generated per call during evaluation"""
+
+    def __post_init__(self) -> None:
+        _positive("eval.", "every", self.every, strict=False)
+        _positive("eval.", "n_problems", self.n_problems, strict=False)
+        _positive("eval.", "pass1_samples", self.pass1_samples, strict=False)
+        _positive("eval.", "batch_size", self.batch_size)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything a training run needs (Algorithm 1 / Algorithm 2 of the paper)."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    steps: int = 100
+    """number of optimisation steps n (each samples N = B*G completions)"""
+    algorithm: Literal[1, 2] = 1
+    """1 = Algorithm 1 (one on-policy update per batch); 2 = Algorithm 2 (m minibatch updates, ratio)"""
+    baseline: Literal["vanilla", "grpo", "grpo_mean", "oracle"] = "grpo"
+    """baseline C of paper eq. (5): vanilla (0), grpo (LOO mean, eq. 4), grpo_mean (full mean), oracle (V(x))"""
+    oracle_samples: int = 0
+    """M, extra samples per prompt to estimate V(x) for baseline=oracle (their cost is logged)"""
+    scale: Literal["none", "std"] = "none"
+    """advantage scaling: none (Algorithm 1) or std (Algorithm 2's se(Z))"""
+    ddof: int = 1
+    """std divisor G - ddof (paper: 1)"""
+    eps: float = 1e-6
+    """added to the std before dividing"""
+    zero_std: Literal["zero", "eps", "unscaled"] = "zero"
+    """what an all-equal group gets under scale=std (always counted and logged)"""
+    minibatches: int = 1
+    """m, disjoint prompt minibatches per batch (Algorithm 2); must divide B"""
+    seed: int = 0
+    """seeds the prompt choice (seed, step) and every sample (seed, step, prompt index)"""
+    checkpoint_every: int = 0
+    """write checkpoints/step-K every K steps (0 = only the final step)"""
+    log_every: int = 1
+    """print a metrics line every K steps (metrics.jsonl always gets every step)"""
+
+    def __post_init__(self) -> None:
+        _positive("", "steps", self.steps)
+        _choice("", "algorithm", self.algorithm, (1, 2))
+        _choice("", "baseline", self.baseline, ("vanilla", "grpo", "grpo_mean", "oracle"))
+        _choice("", "scale", self.scale, ("none", "std"))
+        _choice("", "zero_std", self.zero_std, ("zero", "eps", "unscaled"))
+        _positive("", "eps", self.eps, strict=False)
+        _positive("", "oracle_samples", self.oracle_samples, strict=False)
+        _positive("", "minibatches", self.minibatches)
+        _positive("", "checkpoint_every", self.checkpoint_every, strict=False)
+        _positive("", "log_every", self.log_every)
+        _positive("", "seed", self.seed, strict=False)
+        G, B = self.budget.group_size, self.budget.prompts_per_step
+        if self.baseline in ("grpo", "grpo_mean") and G < 2:
+            raise ValueError(
+                f"baseline={self.baseline} needs budget.group_size >= 2 (a group mean over the other samples), "
+                f"got G={G}; raise G or use baseline=vanilla"
+            )
+        if self.baseline == "oracle" and self.oracle_samples < 1:
+            raise ValueError(
+                "baseline=oracle needs oracle_samples M >= 1 extra samples per prompt to estimate V(x); "
+                "set e.g. --oracle_samples 64"
+            )
+        if self.scale == "std" and G - self.ddof < 1:
+            raise ValueError(f"scale=std with ddof={self.ddof} needs budget.group_size > {self.ddof}, got G={G}")
+        if self.scale == "std" and self.zero_std == "eps" and self.eps == 0:
+            raise ValueError("zero_std=eps with eps=0 divides by zero on all-equal groups; set eps > 0")
+        if B % self.minibatches:
+            divisors = [d for d in range(1, B + 1) if B % d == 0]
+            raise ValueError(
+                f"minibatches m={self.minibatches} does not divide B = N/G = {B} prompts per step; "
+                f"choose m among {divisors}"
+            )
+        if self.algorithm == 1:
+            if self.minibatches != 1:
+                raise ValueError(f"minibatches={self.minibatches} needs algorithm=2 (Algorithm 1 makes one update per batch)")
+            if self.loss.clip_low is not None or self.loss.clip_high is not None:
+                raise ValueError("loss.clip_low/clip_high need algorithm=2 (Algorithm 1 has no importance ratio)")
+
+    @property
+    def prompts_per_step(self) -> int:
+        """B = N / G."""
+        return self.budget.prompts_per_step
+
+
+# the loaders live in config_load.py (kept small); re-exported here for one import path
+from ugrpo.train.config_load import config_from_dict, field_names, load_config, parse_overrides  # noqa: E402

@@ -1,0 +1,118 @@
+"""Held-out evaluation: greedy accuracy and sampled pass@1 (mean reward of k samples per problem).
+
+Both use the first ``eval.n_problems`` problems of ``task.eval_problems()``; processes split
+them and the sums are reduced. The pass@1 samples of problem i use the same seeds at every
+evaluation (common random numbers), so a change of ``eval_pass1`` between steps comes from
+the policy, not from fresh sampling noise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from ugrpo.lm.sampling import sample_groups
+from ugrpo.tasks.base import Problem, score
+from ugrpo.train.distributed import DistContext, reduce_sum, shard
+
+__all__ = ["EvalResult", "evaluate", "greedy_completions", "eval_seed"]
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """``accuracy``: mean reward of greedy completions (= accuracy for a binary verifier);
+    ``pass1``: mean reward of sampled completions; None where that evaluation is disabled."""
+
+    accuracy: float | None
+    pass1: float | None
+    n_problems: int
+    n_unscorable: int
+
+
+def eval_seed(seed: int, index: int) -> int:
+    """Seed of the pass@1 samples of held-out problem ``index`` (fixed across evaluations)."""
+    return int(np.random.SeedSequence([int(seed), int(index), 7919]).generate_state(1)[0])
+
+
+def _eos_ids(model, tokenizer) -> list[int]:
+    ids = set()
+    for src in (getattr(model, "generation_config", None), tokenizer):
+        e = getattr(src, "eos_token_id", None)
+        if e is not None:
+            ids.update([e] if isinstance(e, int) else e)
+    return sorted(ids)
+
+
+@torch.no_grad()
+def greedy_completions(model, tokenizer, prompts: Sequence[str], *, max_new_tokens: int, batch_size: int) -> list[str]:
+    """Greedy (argmax) completions, decoded without special tokens, cut at the first EOS."""
+    eos = _eos_ids(model, tokenizer)
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    texts: list[str] = []
+    try:
+        for start in range(0, len(prompts), batch_size):
+            enc = tokenizer(list(prompts[start:start + batch_size]), padding=True, return_tensors="pt")
+            out = model.generate(
+                input_ids=enc["input_ids"].to(device),
+                attention_mask=enc["attention_mask"].to(device),
+                do_sample=False,
+                max_new_tokens=max_new_tokens,
+                pad_token_id=tokenizer.pad_token_id,
+                eos_token_id=eos,
+            )
+            for row in out[:, enc["input_ids"].shape[1]:].tolist():
+                cut = next((i for i, t in enumerate(row) if t in eos), len(row))
+                texts.append(tokenizer.decode(row[:cut], skip_special_tokens=True))
+    finally:
+        model.train(was_training)
+    return texts
+
+
+def evaluate(
+    model,
+    tokenizer,
+    task,
+    problems: Sequence[Problem],
+    prompts: Sequence[str],
+    *,
+    greedy: bool,
+    pass1_samples: int,
+    temperature: float,
+    top_p: float,
+    max_new_tokens: int,
+    batch_size: int,
+    seed: int,
+    ctx: DistContext,
+) -> EvalResult:
+    """Greedy accuracy and sampled pass@1 on ``problems`` (``prompts`` = their formatted text)."""
+    mine = shard(len(problems), ctx)
+    probs = [problems[i] for i in mine]
+    texts = [prompts[i] for i in mine]
+    sums = [0.0, 0.0, 0.0, 0.0]  # greedy reward sum, sampled reward sum, n sampled, unscorable
+    if probs and greedy:
+        sc = score(task, greedy_completions(model, tokenizer, texts, max_new_tokens=max_new_tokens, batch_size=batch_size), probs)
+        sums[0] += sum(sc.rewards)
+        sums[3] += sc.n_unscorable
+    if probs and pass1_samples > 0:
+        k = pass1_samples
+        ro = sample_groups(
+            model, tokenizer, texts, k, seeds=[eval_seed(seed, i) for i in mine], temperature=temperature,
+            top_p=top_p, max_new_tokens=max_new_tokens, batch_size=batch_size,
+        )
+        sc = score(task, ro.texts, [p for p in probs for _ in range(k)])
+        sums[1] += sum(sc.rewards)
+        sums[2] += len(sc.rewards)
+        sums[3] += sc.n_unscorable
+    g_sum, s_sum, s_n, bad = reduce_sum(sums, ctx)
+    n = len(problems)
+    return EvalResult(
+        accuracy=g_sum / n if greedy and n else None,
+        pass1=s_sum / s_n if s_n else None,
+        n_problems=n,
+        n_unscorable=int(bad),
+    )

@@ -1,0 +1,328 @@
+"""Algorithm 1 and Algorithm 2 of the paper on a language model: one narrative loop.
+
+Each step i (paper Algorithm 1):
+    sample B = N/G prompts iid from the train set (seeded by (seed, i))
+    -> G completions per prompt from pi_theta (seeded by (seed, i, prompt index))
+    -> rewards Z (B, G) from the task's verifier
+    -> advantages A = Z - C (and optional std scaling) from ``ugrpo.stats``
+    -> loss whose gradient is -ghat  -> optimizer step          (Algorithm 1: one update)
+       or m updates on disjoint prompt minibatches with the token ratio pi/pi_old  (Algorithm 2)
+    -> metrics.jsonl row; held-out eval at step 0 and every ``eval.every`` steps.
+
+Deviations from the paper, all explicit in the config:
+* the optimizer may be AdamW (the paper analyses SGD) and the lr may follow a schedule;
+* ``baseline=oracle`` estimates V(x) from ``oracle_samples`` extra samples per prompt (the
+  paper's oracle is the true V(x), "not implementable"); the extra samples are counted;
+* ``loss.aggregation`` may be token_mean / seq_mean (the paper: seq_sum);
+* sampling may use temperature / top_p != 1 (then the samples are not exactly on-policy).
+
+Multi-process (``torchrun`` / ``accelerate launch``): prompts of a step are split across
+processes; seeds and the global batch are those of a 1-process run; gradients are summed
+(see :mod:`ugrpo.train.distributed`); only rank 0 writes files.
+
+Run: ``ugrpo train --config examples/arith-tiny.yaml --out runs/x [--resume] [--optim.lr 1e-4 ...]``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from ugrpo.lm.loading import LoraSettings, context_length, format_prompt, load_policy
+from ugrpo.lm.sampling import sample_groups
+from ugrpo.runs import RunDir, atomic_write_text, read_jsonl, to_jsonable
+from ugrpo.stats.advantages import compute_advantages
+from ugrpo.tasks.base import get_task, score
+from ugrpo.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from ugrpo.train.config import TrainConfig
+from ugrpo.train.distributed import DistContext, broadcast_params, destroy, gather_objects, init_distributed, shard
+from ugrpo.train.evaluate import evaluate
+from ugrpo.train.setup import Reference, check_prompt_lengths, make_optimizer, make_scheduler
+from ugrpo.train.update import global_denominator, rollout_logprobs, update_on_rows
+
+__all__ = ["TrainResult", "train", "choose_prompts", "prompt_seed"]
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What a finished run reports (also written to ``results.json``)."""
+
+    out_dir: str
+    steps: int
+    initial_eval_accuracy: float | None
+    initial_eval_pass1: float | None
+    final_eval_accuracy: float | None
+    final_eval_pass1: float | None
+    minutes: float
+    samples: int
+    oracle_samples: int
+    skipped_prompts: int
+
+
+def choose_prompts(n_problems: int, B: int, seed: int, step: int) -> np.ndarray:
+    """Indices of the B prompts of ``step``: iid uniform over the train set (Algorithm 1), seeded by (seed, step)."""
+    return np.random.default_rng([int(seed), int(step), 1]).integers(0, n_problems, size=B)
+
+
+def prompt_seed(seed: int, step: int, b: int, stream: int = 0) -> int:
+    """Sampling seed of prompt b of ``step`` (stream 1 = the oracle's extra samples)."""
+    return int(np.random.SeedSequence([int(seed), int(step), int(b), int(stream)]).generate_state(1)[0])
+
+
+def train(
+    cfg: TrainConfig,
+    out_dir: str | Path,
+    *,
+    resume: bool = False,
+    on_step: Callable[[int, dict], None] | None = None,
+) -> TrainResult:
+    """Run Algorithm 1 or 2 as configured, writing the run folder ``out_dir``.
+
+    Parameters
+    ----------
+    cfg : the validated configuration
+    out_dir : run folder (config.json, metrics.jsonl, checkpoints/, results.json, report.md)
+    resume : continue from the last checkpoint in ``out_dir`` (metrics rows after it are dropped)
+    on_step : called as ``on_step(step, row)`` after each step's row is logged (tests use it to
+        interrupt a run)
+    """
+    t_start = time.time()
+    ctx = init_distributed()
+    out = Path(out_dir)
+    run = RunDir(out) if ctx.is_main else None
+    # ---------------------------------------------------------------- setup
+    device = _device(cfg, ctx)
+    lora = LoraSettings(cfg.model.lora_r, cfg.model.lora_alpha, cfg.model.lora_dropout, cfg.model.lora_targets) if cfg.model.lora_r else None
+    policy = load_policy(cfg.model.name, lora=lora, dtype=cfg.model.dtype, device=device, seed=cfg.seed)
+    model, tok = policy.model, policy.tokenizer
+    broadcast_params(model, ctx)
+    task = get_task(cfg.task.name, **cfg.task.options)
+    fmt = lambda p: format_prompt(tok, p.prompt, chat=cfg.model.chat)  # noqa: E731
+    train_problems, skipped = check_prompt_lengths(
+        task.train_problems(), fmt, tok, context_length(model), cfg.sampling.max_new_tokens, cfg.task.long_prompts, "train"
+    )
+    eval_problems: list = []
+    if cfg.eval.n_problems and (cfg.eval.greedy or cfg.eval.pass1_samples):
+        eval_problems, _ = check_prompt_lengths(
+            task.eval_problems()[: cfg.eval.n_problems], fmt, tok, context_length(model), cfg.sampling.max_new_tokens, "error", "eval"
+        )
+    train_prompts = [fmt(p) for p in train_problems]
+    eval_prompts = [fmt(p) for p in eval_problems]
+    reference = Reference.build(cfg, model, device) if cfg.loss.kl_coef > 0 else None
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = make_optimizer(cfg.optim, params)
+    scheduler = make_scheduler(cfg.optim, optimizer, cfg.steps)
+    B, G = cfg.budget.prompts_per_step, cfg.budget.group_size
+    if B < ctx.world_size:
+        raise ValueError(f"B = N/G = {B} prompts per step cannot be shared by {ctx.world_size} processes; raise N or lower G")
+
+    start, initial, logged = 0, {}, []
+    if resume:
+        ckpt = latest_checkpoint(out / "checkpoints")
+        if ckpt is None:
+            raise FileNotFoundError(f"--resume: no checkpoint in {out / 'checkpoints'}; start the run without --resume")
+        start = load_checkpoint(ckpt, model, optimizer, scheduler, ctx)
+        logged = [r for r in read_jsonl(out / "metrics.jsonl") if r.get("step", 0) <= start]
+        initial = next((r for r in logged if r["step"] == 0), {})
+        if ctx.is_main:  # drop the rows logged after the checkpoint: they are recomputed
+            atomic_write_text(out / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in logged))
+    elif (out / "metrics.jsonl").exists():  # checked on every rank, before rank 0 writes any row
+        raise FileExistsError(f"{out} already holds a run (metrics.jsonl); pass --resume to continue it or choose a new --out")
+    if run is not None:
+        run.write_config({**asdict(cfg), "derived": {"prompts_per_step": B, "world_size": ctx.world_size}})
+        print("resolved config:\n" + json.dumps(to_jsonable(asdict(cfg)), indent=2), flush=True)
+    writer = _tensorboard(out) if ctx.is_main else None
+
+    def log(row: dict) -> None:
+        if run is not None:
+            run.append_metrics(row)
+            if writer is not None:
+                for k, v in row.items():
+                    if isinstance(v, (int, float)) and k != "step":
+                        writer.add_scalar(k, v, row["step"])
+
+    def run_eval() -> dict:
+        ev = evaluate(
+            model, tok, task, eval_problems, eval_prompts, greedy=cfg.eval.greedy, pass1_samples=cfg.eval.pass1_samples,
+            temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p, max_new_tokens=cfg.sampling.max_new_tokens,
+            batch_size=cfg.eval.batch_size, seed=cfg.seed, ctx=ctx,
+        )
+        return {"eval_accuracy": ev.accuracy, "eval_pass1": ev.pass1, "eval_n_unscorable": ev.n_unscorable}
+
+    # ---------------------------------------------------------------- step 0: evaluate before any update
+    if start == 0:
+        initial = {"step": 0, **run_eval(), "lr": scheduler.get_last_lr()[0]}
+        log(initial)
+    last_eval = next((r for r in reversed(logged) if "eval_accuracy" in r or "eval_pass1" in r), initial)
+    bar = tqdm(range(start + 1, cfg.steps + 1), desc="train", unit="step", disable=not ctx.is_main, dynamic_ncols=True)
+    for step in bar:
+        t0 = time.time()
+        # ------------------------------------------------------------ 1. prompts: B iid from the train set
+        idx = choose_prompts(len(train_problems), B, cfg.seed, step)  # (B,) global
+        mine = shard(B, ctx)  # this process's prompts b in [0, B)
+        problems = [train_problems[idx[b]] for b in mine]
+        prompts = [train_prompts[idx[b]] for b in mine]
+        # ------------------------------------------------------------ 2. G completions per prompt
+        rollout = sample_groups(
+            model, tok, prompts, G, seeds=[prompt_seed(cfg.seed, step, b) for b in mine],
+            temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p, max_new_tokens=cfg.sampling.max_new_tokens,
+            batch_size=cfg.budget.micro_batch or None,
+        )
+        t_sample = time.time() - t0
+        # ------------------------------------------------------------ 3. rewards Z (B_local, G)
+        sc = score(task, rollout.texts, [p for p in problems for _ in range(G)])
+        rewards = torch.tensor(sc.rewards, dtype=torch.float64).view(-1, G)  # (B_local, G)
+        values = None
+        if cfg.baseline == "oracle":  # V(x) from M extra samples per prompt (counted as cost)
+            values = _oracle_values(cfg, model, tok, task, problems, prompts, step, mine)
+        # ------------------------------------------------------------ 4. advantages from ugrpo.stats
+        adv = compute_advantages(
+            rewards, baseline=cfg.baseline, values=values, scale=cfg.scale, ddof=cfg.ddof, eps=cfg.eps, zero_std=cfg.zero_std
+        )
+        advantages = adv.advantages.reshape(-1).float()  # (B_local*G,) row b*G+g
+        # ------------------------------------------------------------ 5. update(s)
+        mb = cfg.budget.micro_batch
+        logp_ref = reference.logprobs(model, rollout, cfg.sampling.temperature, mb) if reference else None
+        logp_old = rollout_logprobs(model, rollout, temperature=cfg.sampling.temperature, micro_batch=mb) if cfg.algorithm == 2 else None
+        updates = []
+        Bm = B // cfg.minibatches
+        for j in range(cfg.minibatches):  # Algorithm 1: m = 1, the whole batch
+            local_prompts = [i for i, b in enumerate(mine) if j * Bm <= b < (j + 1) * Bm]
+            mb_rows = torch.tensor([i * G + g for i in local_prompts for g in range(G)], dtype=torch.long)
+            denom = global_denominator(cfg, rollout, mb_rows, Bm * G, ctx)
+            updates.append(update_on_rows(
+                model, params, optimizer, rollout, mb_rows, advantages, logp_old=logp_old, logp_ref=logp_ref,
+                denominator=denom, cfg=cfg, ctx=ctx,
+            ))
+        lr = scheduler.get_last_lr()[0]
+        scheduler.step()
+        # ------------------------------------------------------------ 6. metrics (all processes), eval, checkpoint
+        row = _step_metrics(step, rewards, adv.n_zero_std, sc, rollout, updates, lr, ctx)
+        row["s_per_step"] = time.time() - t0
+        row["s_sampling"] = t_sample
+        row["tokens_per_s"] = row.pop("_tokens") / max(row["s_per_step"], 1e-9)
+        row["oracle_samples"] = B * cfg.oracle_samples if cfg.baseline == "oracle" else 0
+        if step == cfg.steps or (cfg.eval.every and step % cfg.eval.every == 0):
+            last_eval = run_eval()
+            row.update(last_eval)
+        log(row)
+        if step == cfg.steps or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
+            save_checkpoint(out / "checkpoints", step, model, optimizer, scheduler, ctx)
+        bar.set_postfix(reward=f"{row['reward_mean']:.3f}", acc=_fmt(last_eval.get("eval_accuracy")))
+        if ctx.is_main and step % cfg.log_every == 0:
+            tqdm.write(_line(row))
+        if on_step is not None:
+            on_step(step, row)
+    bar.close()
+    # ---------------------------------------------------------------- results, final model, report
+    result = TrainResult(
+        out_dir=str(out), steps=cfg.steps,
+        initial_eval_accuracy=initial.get("eval_accuracy"), initial_eval_pass1=initial.get("eval_pass1"),
+        final_eval_accuracy=last_eval.get("eval_accuracy"), final_eval_pass1=last_eval.get("eval_pass1"),
+        minutes=(time.time() - t_start) / 60, samples=cfg.steps * cfg.budget.samples_per_step,
+        oracle_samples=cfg.steps * B * cfg.oracle_samples if cfg.baseline == "oracle" else 0,
+        skipped_prompts=skipped,
+    )
+    if run is not None:
+        run.write_results(result)
+        model.save_pretrained(out / "final_model", safe_serialization=True)
+        tok.save_pretrained(out / "final_model")
+        from ugrpo.train.report import write_report
+
+        write_report(run)
+        if writer is not None:
+            writer.close()
+    destroy(ctx)
+    return result
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _device(cfg: TrainConfig, ctx: DistContext) -> torch.device:
+    if cfg.model.device != "auto":
+        return torch.device(cfg.model.device)
+    return torch.device(f"cuda:{ctx.local_rank}") if torch.cuda.is_available() else torch.device("cpu")
+
+
+def _oracle_values(cfg, model, tok, task, problems, prompts, step, mine) -> torch.Tensor:
+    """V(x) of each local prompt: mean reward of ``oracle_samples`` extra samples (seed stream 1)."""
+    M = cfg.oracle_samples
+    ro = sample_groups(
+        model, tok, prompts, M, seeds=[prompt_seed(cfg.seed, step, b, stream=1) for b in mine],
+        temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p, max_new_tokens=cfg.sampling.max_new_tokens,
+        batch_size=cfg.budget.micro_batch or None,
+    )
+    sc = score(task, ro.texts, [p for p in problems for _ in range(M)])
+    return torch.tensor(sc.rewards, dtype=torch.float64).view(-1, M).mean(dim=1)  # (B_local,)
+
+
+def _step_metrics(step, rewards, n_zero_std, sc, rollout, updates, lr, ctx) -> dict:
+    """Reduce one step's numbers over processes into a metrics row."""
+    local = {
+        "rewards": rewards.reshape(-1).tolist(),
+        "lengths": rollout.completion_mask.sum(dim=1).tolist(),
+        "truncated": int(rollout.truncated.sum()),
+        "empty": sum(1 for t in rollout.texts if not t.strip()),
+        "n_zero_std": n_zero_std,
+        "n_groups": rewards.shape[0],
+        "unscorable": sc.n_unscorable,
+        "timeouts": sc.n_timeouts,
+        "parse": sc.n_parse_failures,
+        "errors": sc.n_errors,
+        "first_error": sc.first_error,
+    }
+    parts = gather_objects(local, ctx)
+    z = np.array([r for p in parts for r in p["rewards"]])
+    lengths = np.array([n for p in parts for n in p["lengths"]])
+    n = len(z)
+    return {
+        "step": step,
+        "reward_mean": float(z.mean()),
+        "reward_std": float(z.std()),
+        "frac_reward_zero_std": sum(p["n_zero_std"] for p in parts) / max(1, sum(p["n_groups"] for p in parts)),
+        "loss": float(np.mean([u.loss for u in updates])),
+        "grad_norm": float(np.mean([u.grad_norm for u in updates])),
+        "kl": float(np.mean([u.kl for u in updates])),
+        "clip_frac": float(np.mean([u.clip_frac for u in updates])),
+        "ratio_mean": float(np.mean([u.ratio_mean for u in updates])),
+        "lr": lr,
+        "completion_len_mean": float(lengths.mean()),
+        "truncated_frac": sum(p["truncated"] for p in parts) / n,
+        "n_unscorable": sum(p["unscorable"] for p in parts),
+        "n_empty": sum(p["empty"] for p in parts),
+        "n_timeouts": sum(p["timeouts"] for p in parts),
+        "n_parse_failures": sum(p["parse"] for p in parts),
+        "n_errors": sum(p["errors"] for p in parts),
+        "first_error": next((p["first_error"] for p in parts if p["first_error"]), None),
+        "_tokens": float(lengths.sum()),
+    }
+
+
+def _fmt(v) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
+def _line(row: dict) -> str:
+    keys = ("reward_mean", "frac_reward_zero_std", "loss", "grad_norm", "kl", "clip_frac", "completion_len_mean", "s_per_step")
+    parts = [f"step {row['step']}"] + [f"{k}={row[k]:.4g}" for k in keys if isinstance(row.get(k), (int, float))]
+    if row.get("eval_accuracy") is not None or row.get("eval_pass1") is not None:
+        parts.append(f"eval_accuracy={_fmt(row.get('eval_accuracy'))} eval_pass1={_fmt(row.get('eval_pass1'))}")
+    return " ".join(parts)
+
+
+def _tensorboard(out: Path):
+    """A SummaryWriter when tensorboard is installed, else None (never an error)."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        return None
+    return SummaryWriter(log_dir=str(out / "tensorboard"))
+

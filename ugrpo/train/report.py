@@ -1,0 +1,68 @@
+"""``report.md`` of a training run, with the reward and held-out accuracy curves as PNG.
+
+Reads only the run folder (config.json, metrics.jsonl, results.json), as DESIGN.md asks.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ugrpo.report.plots import Series, line_plot
+from ugrpo.runs import RunDir
+
+__all__ = ["write_report"]
+
+
+def _series(rows: list[dict], key: str, label: str) -> Series:
+    pts = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
+    return Series(label, x=[p[0] for p in pts], y=[p[1] for p in pts])
+
+
+def write_report(run: RunDir) -> Path:
+    """Write ``reward.png``, ``eval.png`` and ``report.md`` into the run folder; returns the report path."""
+    rows = run.metrics()
+    cfg = run.read_config() or {}
+    res = run.read_results() or {}
+    for name, series, ylabel, title in (
+        ("reward.png", [_series(rows, "reward_mean", "train reward (mean of B*G)")], "reward", "training reward"),
+        ("eval.png", [_series(rows, "eval_accuracy", "greedy accuracy"), _series(rows, "eval_pass1", "sampled pass@1")],
+         "held-out", "held-out evaluation"),
+    ):
+        series = [s for s in series if len(s.x)]
+        if series:
+            line_plot(run.file(name), series, xlabel="step", ylabel=ylabel, title=title)
+    budget = cfg.get("budget", {})
+    evals = [r for r in rows if r.get("eval_accuracy") is not None or r.get("eval_pass1") is not None]
+    table = "\n".join(f"| {r['step']} | {_f(r.get('eval_accuracy'))} | {_f(r.get('eval_pass1'))} |" for r in evals)
+    train_rows = [r for r in rows if r["step"] > 0]
+    unscorable = sum(r.get("n_unscorable", 0) for r in train_rows)
+    text = f"""# Training report
+
+Model `{cfg.get('model', {}).get('name')}`, task `{cfg.get('task', {}).get('name')}`, algorithm {cfg.get('algorithm')},
+baseline `{cfg.get('baseline')}`, scale `{cfg.get('scale')}`, N = {budget.get('samples_per_step')}, G = {budget.get('group_size')},
+{res.get('steps', len(train_rows))} steps, optimizer {cfg.get('optim', {}).get('name')} lr {cfg.get('optim', {}).get('lr')},
+{_f(res.get('minutes'))} minutes.
+
+| | greedy accuracy | sampled pass@1 |
+|---|---|---|
+| before (step 0) | {_f(res.get('initial_eval_accuracy'))} | {_f(res.get('initial_eval_pass1'))} |
+| after | {_f(res.get('final_eval_accuracy'))} | {_f(res.get('final_eval_pass1'))} |
+
+![reward](reward.png)
+
+![eval](eval.png)
+
+## Held-out evaluations
+
+| step | greedy accuracy | sampled pass@1 |
+|---|---|---|
+{table}
+
+Unscorable completions during training: {unscorable}. Oracle extra samples: {res.get('oracle_samples', 0)}.
+Prompts skipped as too long: {res.get('skipped_prompts', 0)}.
+"""
+    return run.write_report(text)
+
+
+def _f(v) -> str:
+    return "-" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v)

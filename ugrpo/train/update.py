@@ -1,0 +1,126 @@
+"""One optimizer update on a set of rollout rows: log-probs, loss, backward, all-reduce, step.
+
+The rows of a (mini)batch may be spread over processes and over micro-batches; every piece
+divides by the *global* count (``denominator``), so the gradients of the pieces sum to the
+gradient of the whole batch's loss (paper Algorithm 1: 1/(B G) sum_b,g, or Algorithm 2:
+1/|B_j| sum_{b in B_j}).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from ugrpo.lm.logprobs import completion_logprobs
+from ugrpo.lm.sampling import Rollout
+from ugrpo.train.config import TrainConfig
+from ugrpo.train.distributed import DistContext, all_reduce_grads, reduce_sum
+from ugrpo.train.loss import policy_loss
+
+__all__ = ["UpdateStats", "rollout_logprobs", "global_denominator", "update_on_rows"]
+
+
+@dataclass(frozen=True)
+class UpdateStats:
+    """Global (all processes) numbers of one optimizer update."""
+
+    loss: float
+    kl: float
+    clip_frac: float
+    ratio_mean: float
+    grad_norm: float
+
+
+def _chunks(rows: Tensor, size: int) -> list[Tensor]:
+    if size <= 0 or size >= len(rows):
+        return [rows]
+    return [rows[i:i + size] for i in range(0, len(rows), size)]
+
+
+def _logp(model, rollout: Rollout, rows: Tensor, temperature: float) -> Tensor:
+    return completion_logprobs(
+        model,
+        rollout.prompt_ids[rows],
+        rollout.prompt_mask[rows],
+        rollout.completion_ids[rows],
+        rollout.completion_mask[rows],
+        temperature=temperature,
+    )  # (n, T)
+
+
+@torch.no_grad()
+def rollout_logprobs(model, rollout: Rollout, *, temperature: float, micro_batch: int) -> Tensor:
+    """``(N, T)`` token log-probs of every rollout row, without gradient (pi_old or pi_ref)."""
+    rows = torch.arange(len(rollout.texts))
+    if len(rows) == 0:
+        return torch.zeros(0, rollout.completion_ids.shape[1])
+    return torch.cat([_logp(model, rollout, c, temperature).cpu() for c in _chunks(rows, micro_batch)])
+
+
+def global_denominator(cfg: TrainConfig, rollout: Rollout, rows: Tensor, n_sequences: int, ctx: DistContext) -> float:
+    """The count the loss divides by: sequences (seq_sum, seq_mean) or tokens (token_mean), all processes."""
+    if cfg.loss.aggregation == "token_mean":
+        local = float(rollout.completion_mask[rows].sum()) if len(rows) else 0.0
+        return max(1.0, reduce_sum([local], ctx)[0])
+    return float(n_sequences)
+
+
+def update_on_rows(
+    model,
+    params: Sequence[torch.nn.Parameter],
+    optimizer: torch.optim.Optimizer,
+    rollout: Rollout,
+    rows: Tensor,
+    advantages: Tensor,
+    *,
+    logp_old: Tensor | None,
+    logp_ref: Tensor | None,
+    denominator: float,
+    cfg: TrainConfig,
+    ctx: DistContext,
+) -> UpdateStats:
+    """Backward over ``rows`` (local rollout row indices) in micro-batches, all-reduce, clip, step.
+
+    Parameters
+    ----------
+    advantages : (N_local,) advantages of all local rows (indexed by ``rows``)
+    logp_old : (N_local, T) sampling-policy log-probs (Algorithm 2) or None (Algorithm 1)
+    logp_ref : (N_local, T) reference log-probs when ``loss.kl_coef > 0``, else None
+    denominator : global sequence or token count of this (mini)batch
+    """
+    optimizer.zero_grad(set_to_none=True)
+    device = next(model.parameters()).device
+    sums = [0.0, 0.0, 0.0, 0.0, 0.0]  # loss, kl, clipped tokens, ratio * tokens, tokens
+    for chunk in _chunks(rows, cfg.budget.micro_batch) if len(rows) else []:
+        logp = _logp(model, rollout, chunk, cfg.sampling.temperature)  # (n, T)
+        mask = rollout.completion_mask[chunk].to(device)  # (n, T)
+        out = policy_loss(
+            logp,
+            advantages[chunk].to(device),
+            mask,
+            logp_old=None if logp_old is None else logp_old[chunk].to(device),
+            logp_ref=None if logp_ref is None else logp_ref[chunk].to(device),
+            clip_low=cfg.loss.clip_low,
+            clip_high=cfg.loss.clip_high,
+            kl_coef=cfg.loss.kl_coef,
+            aggregation=cfg.loss.aggregation,
+            denominator=denominator,
+        )
+        out.loss.backward()
+        n_tok = float(mask.sum())
+        sums[0] += float(out.loss.detach())
+        sums[1] += float(out.kl)
+        sums[2] += float(out.clip_frac) * n_tok
+        sums[3] += float(out.ratio_mean) * n_tok
+        sums[4] += n_tok
+    all_reduce_grads(params, ctx)
+    max_norm = cfg.optim.grad_clip if cfg.optim.grad_clip is not None else float("inf")
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    loss, kl, clipped, ratio, tokens = reduce_sum(sums, ctx)
+    tokens = max(tokens, 1.0)
+    return UpdateStats(loss=loss, kl=kl, clip_frac=clipped / tokens, ratio_mean=ratio / tokens, grad_norm=grad_norm)
