@@ -8,3 +8,8 @@ trainer's counting of unscorable completions is exercised too.
 
 def sevens(completions, answers):
     return [None if "0" in c else c.count("7") / max(1, len(c)) for c in completions]
+
+
+def varied(completions, answers):
+    """A reward that differs between (almost) any two distinct completions: no all-equal groups."""
+    return [(sum(map(ord, c)) % 7) / 6 for c in completions]

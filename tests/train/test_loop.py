@@ -86,6 +86,7 @@ def test_algorithm_2_with_oracle_std_clipping_and_kl(tiny_random_model, task_fil
         tiny_random_model, task_files, steps=2, algorithm=2, minibatches=2, baseline="oracle", oracle_samples=4,
         scale="std", loss__clip_low=0.2, loss__clip_high=0.2, loss__kl_coef=0.1, loss__aggregation="token_mean",
         eval__every=0, eval__greedy=False, checkpoint_every=0, budget__micro_batch=3,
+        task__options__reward_fn="dense_reward:varied",  # every group has distinct rewards, so step 1 moves pi
     ))
     train(cfg, tmp_path)
     rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
