@@ -52,7 +52,8 @@ from transformers import TrainerCallback
 
 from ugrpo.lm.scores import ScoreSpec
 from ugrpo.stats.advantages import BASELINES, compute_advantages
-from ugrpo.stats.components import MIN_PILOT_GROUP, Estimate, estimate_components
+from ugrpo.stats.components import MIN_PILOT_GROUP
+from ugrpo.train.monitor import MonitorRecord, advise, measure
 
 __all__ = ["AdvantageSpec", "UGRPOTrainer", "GroupSizeMonitor", "MonitorRecord", "grouped_rewards", "step_budget"]
 
@@ -228,23 +229,6 @@ class UGRPOTrainer(GRPOTrainer):
 # the online G* monitor
 
 
-@dataclass(frozen=True)
-class MonitorRecord:
-    """One monitor measurement: the constants of Theorem 7 at the current policy and the plan for N."""
-
-    step: int
-    c1: Estimate
-    c2: Estimate
-    c3: Estimate
-    budget: int
-    num_generations: int
-    g_star: int | None
-    g_star_ci: tuple[int, int] | None
-    g_star_lower_bound: float | None
-    message: str
-    seconds: float
-
-
 class GroupSizeMonitor(TrainerCallback):
     """Every ``every`` generation steps: c1, c2, c3 from TRL's batch, G* at budget N, logged (paper Thm 7).
 
@@ -349,7 +333,6 @@ class GroupSizeMonitor(TrainerCallback):
         from trl.models.utils import disable_gradient_checkpointing
 
         from ugrpo.lm.sketch import sketch_scores
-        from ugrpo.stats.planner import plan_group_size
 
         model = trainer.accelerator.unwrap_model(trainer.model)
         tensors = tuple(batch[k] for k in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask"))
@@ -358,27 +341,23 @@ class GroupSizeMonitor(TrainerCallback):
                                   temperature=trainer.args.temperature)  # (n_local, k)
         scores = trainer.accelerator.gather(local.float().contiguous()).double().cpu()  # (N_global, k), same S everywhere
         B, G = rewards.shape
-        vc = estimate_components(rewards.double().cpu(), scores=scores.view(B, G, -1), n_boot=self.n_boot,
-                                 generator=torch.Generator().manual_seed(seed))
-        plan = plan_group_size(vc, self.N, candidates=self.candidates)
-        return MonitorRecord(step=step, c1=vc.c1, c2=vc.c2, c3=vc.c3, budget=self.N, num_generations=G,
-                             g_star=plan.g_star, g_star_ci=plan.g_star_ci if plan.g_star is not None else None,
-                             g_star_lower_bound=plan.g_star_lower_bound, message=plan.message, seconds=0.0)
+        return measure(rewards, scores.view(B, G, -1), budget=self.N, candidates=self.candidates, n_boot=self.n_boot,
+                       seed=seed, step=step)  # shared with ugrpo train's monitor (ugrpo.train.monitor)
 
     def _maybe_warn(self, rec: MonitorRecord) -> None:
         if not self.warn or self._warned:
             return
+        advice = advise(rec, self.candidates)
+        if advice is None:
+            return
         G, N = rec.num_generations, rec.budget
-        msg = None
-        if rec.g_star is not None and rec.g_star_ci is not None and not rec.g_star_ci[0] <= G <= rec.g_star_ci[1]:
-            msg = (f"num_generations = {G} is outside the 95% interval {list(rec.g_star_ci)} of the optimal group size "
-                   f"at step {rec.step} (budget N = {N} completions per step): try num_generations = {rec.g_star} "
-                   f"({N // rec.g_star} prompts per step, per_device_train_batch_size unchanged)")
-        elif rec.g_star is None and rec.g_star_lower_bound is not None and G < rec.g_star_lower_bound:
-            larger = [g for g in self.candidates if g >= rec.g_star_lower_bound]
-            msg = (f"num_generations = {G} is below the lower bound {rec.g_star_lower_bound:.1f} of the optimal group "
+        if advice.kind == "outside_interval":
+            msg = (f"num_generations = {G} is outside the 95% interval {list(advice.interval)} of the optimal group size "
+                   f"at step {rec.step} (budget N = {N} completions per step): try num_generations = {advice.suggestion} "
+                   f"({N // advice.suggestion} prompts per step, per_device_train_batch_size unchanged)")
+        else:
+            msg = (f"num_generations = {G} is below the lower bound {advice.lower_bound:.1f} of the optimal group "
                    f"size at step {rec.step} (N = {N}): try a larger num_generations"
-                   + (f", e.g. {larger[0]}" if larger else ""))
-        if msg:
-            warnings.warn(msg, UserWarning, stacklevel=3)
-            self._warned = True
+                   + (f", e.g. {advice.suggestion}" if advice.suggestion else ""))
+        warnings.warn(msg, UserWarning, stacklevel=3)
+        self._warned = True

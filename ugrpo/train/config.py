@@ -260,6 +260,16 @@ class TrainConfig:
     """write checkpoints/step-K every K steps (0 = only the final step)"""
     log_every: int = 1
     """print a metrics line every K steps (metrics.jsonl always gets every step)"""
+    monitor_every: int = 0
+    """online G* monitor (ugrpo.train.monitor): every K steps estimate c1, c2, c3 and G* (Thm 7) from the
+    step's own batch (no extra samples) and log them; 0 = off. Needs group_size >= 4"""
+    monitor_sketch_dim: int = 128
+    """k, dimension of the monitor's score sketch (inner-product error ~ 1/sqrt(k))"""
+    monitor_n_boot: int = 200
+    """bootstrap replicates of the monitor's 95% intervals"""
+    monitor_pool: int = 1
+    """pool the last P monitored batches into one estimate (P*B prompts: c1 is bounded away from 0
+    sooner); P > 1 biases c1 up (so G* down) by the drift of the mean gradient over the window"""
 
     def __post_init__(self) -> None:
         _positive("", "steps", self.steps)
@@ -274,6 +284,7 @@ class TrainConfig:
         _positive("", "log_every", self.log_every)
         _positive("", "seed", self.seed, strict=False)
         G, B = self.budget.group_size, self.budget.prompts_per_step
+        self._check_monitor(G, B)
         if self.baseline in ("grpo", "grpo_mean") and G < 2:
             raise ValueError(
                 f"baseline={self.baseline} needs budget.group_size >= 2 (a group mean over the other samples), "
@@ -299,6 +310,23 @@ class TrainConfig:
                 raise ValueError(f"minibatches={self.minibatches} needs algorithm=2 (Algorithm 1 makes one update per batch)")
             if self.loss.clip_low is not None or self.loss.clip_high is not None:
                 raise ValueError("loss.clip_low/clip_high need algorithm=2 (Algorithm 1 has no importance ratio)")
+
+    def _check_monitor(self, G: int, B: int) -> None:
+        _positive("", "monitor_every", self.monitor_every, strict=False)
+        _positive("", "monitor_sketch_dim", self.monitor_sketch_dim)
+        _positive("", "monitor_pool", self.monitor_pool)
+        if self.monitor_n_boot < 2:
+            raise ValueError(f"monitor_n_boot={self.monitor_n_boot} must be >= 2 (the intervals are bootstrap percentiles; 200 is typical)")
+        if self.monitor_every and G < 4:
+            raise ValueError(
+                f"monitor_every={self.monitor_every} needs budget.group_size >= 4 (the c2/c3 estimators need G >= 4: "
+                f"they average over triples of samples of one prompt); got G={G}: raise G or set monitor_every=0"
+            )
+        if self.monitor_every and B < 2:
+            raise ValueError(
+                f"monitor_every={self.monitor_every} needs B = N/G >= 2 prompts per step (c1 compares prompts); "
+                f"got N={self.budget.samples_per_step}, G={G}: raise budget.samples_per_step or set monitor_every=0"
+            )
 
     @property
     def prompts_per_step(self) -> int:

@@ -16,6 +16,10 @@ Deviations from the paper, all explicit in the config:
 * ``loss.aggregation`` may be token_mean / seq_mean (the paper: seq_sum);
 * sampling may use temperature / top_p != 1 (then the samples are not exactly on-policy).
 
+With ``monitor_every = K`` the G* monitor (:mod:`ugrpo.train.monitor`) estimates c1, c2, c3 and G*
+(Theorem 7) from every K-th batch before its update (one sketched backward, no extra samples) and
+adds ``monitor_*`` keys to that step's row; it warns once when G is outside G*'s 95% interval.
+
 Multi-process (``torchrun`` / ``accelerate launch``): prompts of a step are split across
 processes; seeds and the global batch are those of a 1-process run; gradients are summed
 (see :mod:`ugrpo.train.distributed`); only rank 0 writes files.
@@ -44,6 +48,7 @@ from ugrpo.train.checkpoint import latest_checkpoint, load_checkpoint, save_chec
 from ugrpo.train.config import TrainConfig
 from ugrpo.train.distributed import DistContext, broadcast_params, destroy, gather_objects, init_distributed, shard
 from ugrpo.train.evaluate import evaluate
+from ugrpo.train.monitor import TrainMonitor
 from ugrpo.train.setup import Reference, check_prompt_lengths, make_optimizer, make_scheduler
 from ugrpo.train.update import global_denominator, rollout_logprobs, update_on_rows
 
@@ -139,6 +144,7 @@ def train(
         run.write_config({**asdict(cfg), "derived": {"prompts_per_step": B, "world_size": ctx.world_size}})
         print("resolved config:\n" + json.dumps(to_jsonable(asdict(cfg)), indent=2), flush=True)
     writer = _tensorboard(out) if ctx.is_main else None
+    monitor = TrainMonitor.from_config(cfg, warned=any("monitor_warning" in r for r in logged)) if cfg.monitor_every else None
 
     def log(row: dict) -> None:
         if run is not None:
@@ -187,6 +193,8 @@ def train(
             rewards, baseline=cfg.baseline, values=values, scale=cfg.scale, ddof=cfg.ddof, eps=cfg.eps, zero_std=cfg.zero_std
         )
         advantages = adv.advantages.reshape(-1).float()  # (B_local*G,) row b*G+g
+        # ------------------------------------------------------------ 4b. G* monitor: c1, c2, c3 of this batch at theta (Thm 7)
+        monitored = monitor.observe(step, model, rollout, rewards, ctx) if monitor and monitor.due(step) else {}
         # ------------------------------------------------------------ 5. update(s)
         mb = cfg.budget.micro_batch
         logp_ref = reference.logprobs(model, rollout, cfg.sampling.temperature, mb) if reference else None
@@ -209,6 +217,7 @@ def train(
         row["s_sampling"] = t_sample
         row["tokens_per_s"] = row.pop("_tokens") / max(row["s_per_step"], 1e-9)
         row["oracle_samples"] = B * cfg.oracle_samples if cfg.baseline == "oracle" else 0
+        row.update(monitored)
         if step == cfg.steps or (cfg.eval.every and step % cfg.eval.every == 0):
             last_eval = run_eval()
             row.update(last_eval)
