@@ -1,7 +1,9 @@
 """``ugrpo mse``: Monte-Carlo gradient MSE of vanilla/grpo/grpo_mean/oracle per G (paper Fig. 4).
 
 Example: ``ugrpo mse --env builtin:demo --groups 2,4,8,16,32,64 --batch 8 --reps 2000 --out runs/mse``.
-Parsing only; the logic is :mod:`ugrpo.experiments.mse`.
+On a language model: ``ugrpo mse --model tiny:instruct --task arithmetic --groups 4,8,16,32,64 --batch 8
+--reps 30 --ref-samples 256 --prompts 32 --sketch-dim 256 --out runs/lm-mse`` (docs/lm-mse.md).
+Parsing only; the logic is :mod:`ugrpo.experiments.mse` and :mod:`ugrpo.experiments.lm_mse`.
 """
 
 from __future__ import annotations
@@ -15,10 +17,22 @@ from ugrpo.runs import RunDir
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--env", default="builtin:demo", help="env JSON (from `ugrpo make-env`) or builtin:demo")
-    p.add_argument("--groups", default="2,4,8,16,32,64", help="comma-separated group sizes G (each >= 2)")
+    p.add_argument("--env", default=None, help="env JSON (from `ugrpo make-env`) or builtin:demo (the default)")
+    p.add_argument("--model", default=None, help="a language model instead of an env: tiny:STRENGTH, a local folder "
+                   "or a cached hub id (docs/lm-mse.md)")
+    p.add_argument("--task", default=None, help="with --model: the task (arithmetic, gsm8k, math, custom)")
+    p.add_argument("--task-option", action="append", default=[], metavar="NAME=VALUE",
+                   help="with --model: a task option, repeatable (e.g. prompt_style=compact)")
+    p.add_argument("--groups", default=None, help="comma-separated group sizes G (each >= 2); default 2,4,8,16,32,64 "
+                   "(env) or 4,8,16,32,64 (model)")
     p.add_argument("--batch", type=int, default=8, help="prompts per minibatch B")
-    p.add_argument("--reps", type=int, default=1000, help="independent minibatches R per G")
+    p.add_argument("--reps", type=int, default=None, help="independent minibatches R per G (default 1000 env, 30 model)")
+    p.add_argument("--ref-samples", type=int, default=256, help="with --model: reference samples M per prompt")
+    p.add_argument("--prompts", type=int, default=32, help="with --model: the fixed prompt set size P (uniform over it)")
+    p.add_argument("--sketch-dim", type=int, default=256, help="with --model: sketch dimension k of the scores")
+    p.add_argument("--temperature", type=float, default=1.0, help="with --model: sampling temperature")
+    p.add_argument("--max-new-tokens", type=int, default=8, help="with --model: completion length cap")
+    p.add_argument("--chat", action="store_true", help="with --model: wrap prompts in the chat template")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--theta", default=None, help="comma-separated parameters (length D); default: the env's theta0")
     p.add_argument("--out", required=True, help="run folder to write")
@@ -29,6 +43,13 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict:
     """Run ``ugrpo mse`` from parsed args; returns results (also used by ``ugrpo demo``)."""
     from ugrpo.experiments.mse import MSEConfig, run_mse, write_mse_outputs
 
+    if args.model is not None:
+        return _run_model(args, argv)
+    if args.task is not None or args.task_option:
+        raise ValueError("--task and --task-option need --model (an env has no task)")
+    args.env = args.env or "builtin:demo"
+    args.groups = args.groups or "2,4,8,16,32,64"
+    args.reps = 1000 if args.reps is None else args.reps
     env = resolve_env(args.env)
     theta = parse_theta(args.theta, env)
     cfg = MSEConfig(env=args.env, groups=tuple(parse_int_list(args.groups, name="--groups", minimum=2)),
@@ -46,11 +67,38 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict:
     return results
 
 
+def _run_model(args: argparse.Namespace, argv: list[str] | None) -> dict:
+    from ugrpo.experiments.lm_mse import LMMSEConfig, run_lm_mse, write_lm_mse_outputs
+    from ugrpo.experiments.lm_plan import parse_task_options
+
+    if args.env is not None or args.theta is not None:
+        raise ValueError("give either --env (a synthetic policy) or --model (a language model), not both; --theta is env-only")
+    if args.task is None:
+        raise ValueError("--model needs --task NAME (e.g. --task arithmetic)")
+    cfg = LMMSEConfig(model=args.model, task=args.task, task_options=parse_task_options(args.task_option),
+                      groups=tuple(parse_int_list(args.groups or "4,8,16,32,64", name="--groups", minimum=2)),
+                      batch=args.batch, reps=30 if args.reps is None else args.reps, ref_samples=args.ref_samples,
+                      prompts=args.prompts, sketch_dim=args.sketch_dim, seed=args.seed, temperature=args.temperature,
+                      max_new_tokens=args.max_new_tokens, chat=args.chat)
+    rd = RunDir(args.out)
+    rd.file("metrics.jsonl").unlink(missing_ok=True)
+    rd.write_config({**asdict(cfg), "command": "mse", "argv": argv})
+    results = run_lm_mse(cfg, rd, progress=not args.no_progress)
+    write_lm_mse_outputs(rd, results, argv)
+    return results
+
+
 def _main(args: argparse.Namespace) -> int:
     from ugrpo.experiments.mse import table_rows
-    from ugrpo.report.markdown import text_table
+    from ugrpo.report.markdown import fmt_ci, text_table
 
     results = run(args, command_line("mse", args))
+    if args.model is not None:
+        print(text_table(["G", "estimator", "MSE", "95% CI", "predicted"],
+                         [[r["G"], r["estimator"], r["mse"], fmt_ci(r["ci_low"], r["ci_high"]), r["predicted"]]
+                          for r in results["rows"]]))
+        print(f"wrote {args.out}/results.json, mse.png, report.md")
+        return 0
     print(text_table(["G", "estimator", "MC MSE", "95% CI", "exact"], table_rows(results)))
     print(f"wrote {args.out}/results.json, mse.png, report.md")
     return 0

@@ -2,7 +2,9 @@
 
 From an env: ``ugrpo plan --env builtin:demo --pilot-batch 64 --pilot-group 8 --budget 512 --out DIR
 [--save-pilot pilot.npz]``. From a saved pilot: ``ugrpo plan --pilot pilot.npz --budget 512 --out DIR``
-(format: docs/pilot-format.md). Parsing only; the logic is :mod:`ugrpo.experiments.plan`.
+(format: docs/pilot-format.md). From a language model: ``ugrpo plan --model tiny:instruct --task arithmetic
+--pilot-batch 64 --pilot-group 20 --budget 256 --sketch-dim 256 --out DIR`` (writes DIR/pilot.npz).
+Parsing only; the logic is :mod:`ugrpo.experiments.plan` and :mod:`ugrpo.experiments.lm_plan`.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ class PlanConfig:
 
     def __post_init__(self) -> None:
         if (self.env is None) == (self.pilot is None):
-            raise ValueError("give exactly one of --env (sample a pilot) or --pilot FILE (a saved pilot)")
+            raise ValueError("give exactly one of --env (sample a pilot), --pilot FILE (a saved pilot) or --model PATH "
+                             "(sample a pilot from a language model)")
         if self.env is not None and (self.pilot_batch is None or self.pilot_group is None):
             raise ValueError("--env needs --pilot-batch B0 and --pilot-group G0 (e.g. 64 and 8)")
         if self.pilot is not None and self.save_pilot is not None:
@@ -50,6 +53,17 @@ class PlanConfig:
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--env", default=None, help="env JSON or builtin:demo: sample a pilot at theta0")
     p.add_argument("--pilot", default=None, help="a saved pilot .npz instead of an env (docs/pilot-format.md)")
+    p.add_argument("--model", default=None, help="sample the pilot from a language model: tiny:STRENGTH, a local "
+                   "folder or a cached hub id (writes OUT/pilot.npz)")
+    p.add_argument("--task", default=None, help="with --model: the task (arithmetic, gsm8k, math, custom)")
+    p.add_argument("--task-option", action="append", default=[], metavar="NAME=VALUE",
+                   help="with --model: a task option, repeatable (e.g. prompt_style=compact)")
+    p.add_argument("--sketch-dim", type=int, default=256, help="with --model: sketch dimension k of the scores")
+    p.add_argument("--group", type=int, default=None, help="with --model: the group size in use (must divide N), "
+                   "compared with G*")
+    p.add_argument("--temperature", type=float, default=1.0, help="with --model: sampling temperature")
+    p.add_argument("--max-new-tokens", type=int, default=8, help="with --model: completion length cap")
+    p.add_argument("--chat", action="store_true", help="with --model: wrap prompts in the chat template")
     p.add_argument("--pilot-batch", type=int, default=None, help="pilot prompts B0 (with --env)")
     p.add_argument("--pilot-group", type=int, default=None, help="pilot samples per prompt G0 >= 4 (with --env)")
     p.add_argument("--budget", type=int, required=True, help="samples per step N = B*G")
@@ -65,6 +79,13 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict:
     from ugrpo.experiments.pilot_io import load_pilot, save_pilot
     from ugrpo.experiments.plan import run_plan, sample_pilot, write_plan_outputs
 
+    sources = [f"--{n}" for n in ("env", "pilot", "model") if getattr(args, n, None) is not None]
+    if len(sources) > 1:
+        raise ValueError(f"give exactly one of --env, --pilot or --model; got {' and '.join(sources)}")
+    if args.model is not None:
+        return _run_model(args, argv)
+    if args.task is not None or args.task_option or args.group is not None:
+        raise ValueError("--task, --task-option and --group need --model (a language-model pilot)")
     if args.pilot is not None and args.theta is not None:
         raise ValueError("--theta only applies to --env (a pilot file was sampled at its own theta)")
     cfg = PlanConfig(budget=args.budget, seed=args.seed, n_boot=args.n_boot, env=args.env, pilot=args.pilot,
@@ -95,6 +116,27 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict:
     return results
 
 
+def _run_model(args: argparse.Namespace, argv: list[str] | None) -> dict:
+    from ugrpo.experiments.lm_plan import LMPlanConfig, parse_task_options, run_lm_plan, write_lm_plan_outputs
+
+    if args.task is None:
+        raise ValueError("--model needs --task NAME (e.g. --task arithmetic)")
+    if args.pilot_batch is None or args.pilot_group is None:
+        raise ValueError("--model needs --pilot-batch B0 and --pilot-group G0 (e.g. 64 and 20)")
+    if args.theta is not None or args.save_pilot is not None:
+        raise ValueError("--theta and --save-pilot are env-only; --model always writes OUT/pilot.npz")
+    cfg = LMPlanConfig(model=args.model, task=args.task, task_options=parse_task_options(args.task_option),
+                       pilot_batch=args.pilot_batch, pilot_group=args.pilot_group, budget=args.budget,
+                       sketch_dim=args.sketch_dim, seed=args.seed, n_boot=args.n_boot, group=args.group,
+                       temperature=args.temperature, max_new_tokens=args.max_new_tokens, chat=args.chat)
+    rd = RunDir(args.out)
+    rd.file("metrics.jsonl").unlink(missing_ok=True)
+    rd.write_config({**asdict(cfg), "command": "plan", "argv": argv})
+    results = run_lm_plan(cfg, rd)
+    write_lm_plan_outputs(rd, results, argv)
+    return results
+
+
 def _main(args: argparse.Namespace) -> int:
     from ugrpo.report.markdown import fmt_ci, text_table
 
@@ -106,6 +148,10 @@ def _main(args: argparse.Namespace) -> int:
     print(r["message"])
     if args.save_pilot:
         print(f"wrote pilot {args.save_pilot}")
+    if "pilot_cost" in r:
+        pc, sc = r["pilot_cost"], r["step_cost"]
+        print(f"pilot: {pc['samples']} samples in {pc['seconds']:.1f} s; one step at N = {r['budget']}: ~{sc['seconds']:.2f} s "
+              f"(estimated); pilot saved to {r['pilot_file']}")
     print(f"wrote {args.out}/results.json, plan.png, report.md")
     return 0
 

@@ -1,0 +1,535 @@
+"""Gradient MSE per estimator and group size on a language model (paper Fig. 4), in sketch space.
+
+``ugrpo mse --model PATH --task NAME``: at a frozen policy pi_theta,
+
+* the prompt distribution f is **uniform over a fixed set of P prompts**: the first P training
+  problems of the task (deterministic per task options), so g = (1/P) sum_p g(x_p) (paper eq. 8);
+* **pool**: the R x B prompt draws of all repetitions are made first (iid uniform over the P prompts,
+  seeded); prompt p is then sampled once, M reference samples plus one disjoint block of Gmax samples
+  per draw of p, and every sample is scored and **sketched once** (``ugrpo.lm.sketch``, one fixed
+  seeded projection S, k x D, E[S^T S] = I). Repetitions use disjoint samples, so their squared errors
+  are i.i.d.; every G and every estimator reads the same blocks (common random numbers): a block of
+  Gmax samples gives floor(Gmax/G) disjoint groups of size G, whose squared errors are averaged;
+* **reference**: g_ref = (1/P) sum_p (1/M) sum_j Z_pj S W_pj and V_ref(x_p) = mean_j Z_pj from the M
+  reference samples, independent of the estimation samples;
+* **corrections** (docs/lm-mse.md): E||ghat - g_ref||^2 = MSE + E||g_ref - g||^2 for every estimator
+  but the oracle, and E||g_ref - g||^2 = (1/P^2) sum_p tr Cov(WZ|x_p)/M is estimated unbiasedly and
+  subtracted; the oracle with V_ref gains (1/(BGM)) E_X[E||W||^2 Var(Z|X)] more (estimated by the T2
+  U-statistic of docs/math.md M16 on the reference samples), which is subtracted too, from the oracle
+  row and from the directly measured Hoeffding residual ||ghat_grpo - ghat_oracle||^2.
+
+Why sketch space and not exact scores on a parameter subset: E||S v||^2 = ||v||^2 for every v, so
+every squared error above stays unbiased for the MSE of the *full* gradient (all selected parameters),
+whereas a subset changes the quantity measured. S is shared by all estimators and all G, so their
+comparison is not blurred by the projection; its own error is a relative O(sqrt(2/(k r_eff)))
+(r_eff the effective rank of the error covariance), stated in docs/lm-mse.md.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Sequence
+
+import torch
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from ugrpo.experiments.lm_plan import load_lm_task, sample_sketched
+from ugrpo.experiments.mse import ESTIMATORS
+from ugrpo.runs import RunDir, to_jsonable
+from ugrpo.stats.advantages import compute_advantages
+
+__all__ = ["LMMSEConfig", "ReferenceMoments", "reference_moments", "block_squared_errors", "corrected_row",
+           "run_lm_mse", "write_lm_mse_outputs"]
+
+DT = torch.float64
+
+
+@dataclass(frozen=True)
+class LMMSEConfig:
+    """Resolved settings of ``ugrpo mse --model``."""
+
+    model: str
+    task: str
+    task_options: dict = field(default_factory=dict)
+    groups: tuple[int, ...] = (4, 8, 16, 32, 64)
+    batch: int = 8
+    """prompts per minibatch B"""
+    reps: int = 30
+    """independent minibatches R"""
+    ref_samples: int = 256
+    """reference samples M per prompt"""
+    prompts: int = 32
+    """size P of the fixed prompt set (f = uniform over it)"""
+    sketch_dim: int = 256
+    seed: int = 0
+    temperature: float = 1.0
+    max_new_tokens: int = 8
+    chat: bool = False
+    chunk_size: int = 512
+
+    def __post_init__(self) -> None:
+        if not self.groups or min(self.groups) < 2:
+            raise ValueError(f"--groups {list(self.groups)}: every G must be >= 2 (grpo needs 2 samples per prompt)")
+        for name, lo in (("batch", 1), ("reps", 2), ("ref_samples", 3), ("prompts", 2), ("sketch_dim", 1),
+                         ("max_new_tokens", 1), ("chunk_size", 1)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                why = {"reps": " (a standard error needs 2 repetitions)", "ref_samples": " (the oracle correction "
+                       "is a U-statistic of order 3)", "prompts": " (c1 compares distinct prompts)"}.get(name, "")
+                raise ValueError(f"--{name.replace('_', '-')} = {v!r} must be an integer >= {lo}{why}")
+        if self.seed < 0:
+            raise ValueError(f"--seed = {self.seed} must be >= 0")
+        if not self.temperature > 0:
+            raise ValueError(f"--temperature = {self.temperature} must be > 0")
+
+
+# ---------------------------------------------------------------------------------------------
+# pure math (testable on synthetic arrays)
+
+
+@dataclass(frozen=True, eq=False)
+class ReferenceMoments:
+    """What the M reference samples per prompt give (docs/lm-mse.md R1-R4).
+
+    Attributes
+    ----------
+    g_ref : (k,) reference gradient (1/P) sum_p g_ref(x_p)
+    g_x : (P, k) per-prompt reference gradients g_ref(x_p)
+    v_ref : (P,) reference values V_ref(x_p) = mean reward
+    tr_c : (P,) unbiased estimates of E||g_ref(x_p) - g(x_p)||^2 = tr Cov(WZ|x_p) / M
+    cov : (P, k, k) estimates of Cov(g_ref(x_p)) = Cov(WZ|x_p) / M (for the spread terms of R5)
+    ref_err : unbiased estimate of E||g_ref - g||^2 = (1/P^2) sum_p tr Cov(WZ|x_p) / M   (R2)
+    wvar : unbiased estimate of E_X[E||W||^2 Var(Z|X)] (T2 of docs/math.md M16, averaged over prompts)
+    M : reference samples per prompt
+    """
+
+    g_ref: Tensor
+    g_x: Tensor
+    v_ref: Tensor
+    tr_c: Tensor
+    cov: Tensor
+    ref_err: float
+    wvar: float
+    M: int
+
+    def oracle_extra(self, B: int, G: int) -> float:
+        """Extra error of the oracle that uses V_ref: E_X[E||W||^2 Var(Z|X)] / (B G M)   (R3)."""
+        return self.wvar / (B * G * self.M)
+
+    def within_ref_err(self, idx: Tensor) -> Tensor:
+        """(R,) unbiased E||(1/B) sum_b (g_ref(x_b) - g(x_b))||^2 for the prompt draws idx (R, B)   (R7).
+
+        A prompt drawn n times contributes n^2 tr C_p (its reference error is the same each time).
+        """
+        counts = torch.zeros(idx.shape[0], self.tr_c.numel(), dtype=DT).scatter_add_(
+            1, idx, torch.ones(idx.shape, dtype=DT))                  # (R, P)
+        return (counts**2 @ self.tr_c) / idx.shape[1] ** 2
+
+    def spread(self, idx: Tensor | None = None, direction: Tensor | None = None) -> float:
+        """Plug-in sd of the realised reference error around its mean (docs/lm-mse.md R5).
+
+        idx None: u = g_ref - g with covariance C = sum_p C_p / P^2 and sd ||u||^2 ~ sqrt(2 tr C^2)
+        (Gaussian approximation); idx (R, B): the within-prompt target of R7, C_r = sum_p n_rp^2 C_p / B^2,
+        the mean over repetitions of sqrt(2 tr C_r^2) (>= the sd of their average). ``direction`` b:
+        the sd of <b, u> instead, sqrt(b^T C b).
+        """
+        P = self.tr_c.numel()
+        if idx is None:
+            C = self.cov.sum(0) / P**2                                              # (k, k)
+            if direction is not None:
+                b = direction.to(DT)
+                return math.sqrt(max(float(b @ C @ b), 0.0))
+            return math.sqrt(2 * float((C * C).sum()))
+        counts = torch.zeros(idx.shape[0], P, dtype=DT).scatter_add_(1, idx, torch.ones(idx.shape, dtype=DT))
+        Cr = torch.einsum("rp,pij->rij", counts**2, self.cov) / idx.shape[1] ** 2  # (R, k, k)
+        return float(torch.sqrt(2 * (Cr * Cr).sum((1, 2))).mean())
+
+
+def reference_moments(scores: Tensor, rewards: Tensor) -> ReferenceMoments:
+    """Reference gradient, values and the two correction terms from M samples per prompt.
+
+    Parameters
+    ----------
+    scores : (P, M, k) sketched (or exact) scores S W of the reference samples
+    rewards : (P, M) their rewards Z
+
+    Returns
+    -------
+    ReferenceMoments
+    """
+    if scores.ndim != 3 or rewards.shape != scores.shape[:2]:
+        raise ValueError(f"reference scores (P, M, k) and rewards (P, M) do not match: {tuple(scores.shape)} vs "
+                         f"{tuple(rewards.shape)}")
+    P, M, _ = scores.shape
+    if M < 3:
+        raise ValueError(f"need M >= 3 reference samples per prompt, got {M}")
+    s, z = scores.to(DT), rewards.to(DT)
+    wz = s * z[..., None]                                     # (P, M, k)
+    gx = wz.mean(1)                                           # (P, k) g_ref(x_p)
+    tr_cov = ((wz - gx[:, None]) ** 2).sum(-1).sum(1) / (M - 1)  # (P,) unbiased tr Cov(WZ|x_p)
+    ref_err = float(tr_cov.sum() / M / P**2)
+    diag = (s**2).sum(-1)                                     # (P, M) ||W_j||^2
+    s1, s2 = z.sum(1, keepdim=True), (z * z).sum(1, keepdim=True)
+    o1, o2 = s1 - z, s2 - z * z                               # sums over the others (docs/math.md M18)
+    t2 = (diag * ((M - 1) * o2 - o1 * o1)).sum(1) / (M * (M - 1) * (M - 2))  # (P,) M16
+    dev = wz - gx[:, None]                                    # (P, M, k)
+    cov = torch.einsum("pmi,pmj->pij", dev, dev) / ((M - 1) * M)  # (P, k, k) Cov(WZ|x_p)/M
+    return ReferenceMoments(g_ref=gx.mean(0), g_x=gx, v_ref=z.mean(1), tr_c=tr_cov / M, cov=cov, ref_err=ref_err,
+                            wvar=float(t2.mean()), M=M)
+
+
+def block_squared_errors(scores: Tensor, rewards: Tensor, values: Tensor, g_ref: Tensor, G: int,
+                         g_draws: Tensor | None = None) -> dict[str, Tensor]:
+    """Per-repetition squared errors ||ghat - g_ref||^2 of each estimator at group size G.
+
+    Parameters
+    ----------
+    scores : (R, B, Gmax, k) sketched scores of the estimation blocks (repetition, prompt draw, sample)
+    rewards : (R, B, Gmax)
+    values : (R, B) V used by the oracle (V_ref of the drawn prompt)
+    g_ref : (k,) reference gradient
+    G : group size <= Gmax; the block gives m = Gmax // G disjoint groups, each a (B, G) minibatch
+    g_draws : (R, B, k) optional reference gradients g_ref(x_b) of the drawn prompts
+
+    Returns
+    -------
+    dict estimator -> (R,) mean over the m groups of ||ghat - g_ref||^2 (paper eq. 5, 8), plus
+    ``"residual"``: the same mean of ||ghat_grpo - ghat_oracle||^2 (the Hoeffding residual, eq. 2), and
+    with ``g_draws`` ``"within_<estimator>"``: the mean of ||ghat - (1/B) sum_b g_ref(x_b)||^2, the error
+    within the drawn prompts (no prompt-sampling term c1/B; docs/lm-mse.md R7).
+    """
+    R, B, Gmax, k = scores.shape
+    if not 2 <= G <= Gmax:
+        raise ValueError(f"group size G = {G} must be in [2, {Gmax}] (the block size)")
+    m = Gmax // G
+    s = scores[:, :, : m * G].to(DT).reshape(R, B, m, G, k)
+    z = rewards[:, :, : m * G].to(DT).reshape(R * B * m, G)
+    v = values.to(DT)[:, :, None].expand(R, B, m).reshape(-1)
+    adv = torch.stack([compute_advantages(z, baseline=e, values=v if e == "oracle" else None).advantages
+                       for e in ESTIMATORS], dim=-1)        # (R*B*m, G, E)
+    pg = torch.bmm(adv.transpose(1, 2), s.reshape(R * B * m, G, k)) / G  # (R*B*m, E, k) per-prompt eq. (5)
+    mb = pg.view(R, B, m, len(ESTIMATORS), k).mean(1)        # (R, m, E, k) minibatch eq. (8)
+    err = ((mb - g_ref.to(DT)) ** 2).sum(-1).mean(1)         # (R, E)
+    out = {e: err[:, i] for i, e in enumerate(ESTIMATORS)}
+    gi, oi = ESTIMATORS.index("grpo"), ESTIMATORS.index("oracle")
+    out["residual"] = ((mb[:, :, gi] - mb[:, :, oi]) ** 2).sum(-1).mean(1)
+    if g_draws is not None:
+        target = g_draws.to(DT).mean(1)[:, None, None, :]            # (R, 1, 1, k)
+        werr = ((mb - target) ** 2).sum(-1).mean(1)                   # (R, E)
+        out.update({f"within_{e}": werr[:, i] for i, e in enumerate(ESTIMATORS)})
+    return out
+
+
+def corrected_row(err: Tensor, subtract: float, extra_sd: float) -> dict[str, float]:
+    """Mean of the repetitions minus the correction, with a 95% interval.
+
+    SE^2 = (sample variance of the R values)/R + extra_sd^2, where extra_sd bounds the spread of the
+    reference's realised error around its estimate (docs/lm-mse.md R5).
+    """
+    R = err.numel()
+    raw = float(err.mean())
+    se_rep = float(err.std(correction=1)) / math.sqrt(R)
+    se = math.sqrt(se_rep**2 + extra_sd**2)
+    m = raw - subtract
+    return {"mse": m, "se": se, "ci_low": m - 1.96 * se, "ci_high": m + 1.96 * se, "raw_mse": raw, "raw_se": se_rep,
+            "correction": subtract}
+
+
+def _ratio_ci(a: Tensor, b: Tensor, a_sub: float, b_sub: float, *, common_sd: float = 0.0,
+              b_sd: float = 0.0) -> dict[str, float]:
+    """(mean a - a_sub) / (mean b - b_sub) with a delta-method 95% interval over paired repetitions.
+
+    ``common_sd``: sd of a shift common to a and b (the reference's realised error); ``b_sd``: sd of
+    a shift of b alone.
+    """
+    A, Bm = float(a.mean()) - a_sub, float(b.mean()) - b_sub
+    if Bm <= 0:
+        return {"ratio": None, "ci_low": None, "ci_high": None}
+    r = A / Bm
+    var = (float((a - r * b).var(correction=1)) / (a.numel() * Bm**2) + ((Bm - A) / Bm**2 * common_sd) ** 2
+           + (A / Bm**2 * b_sd) ** 2)
+    se = math.sqrt(var)
+    return {"ratio": r, "ci_low": r - 1.96 * se, "ci_high": r + 1.96 * se}
+
+
+def _diff_ci(a: Tensor, b: Tensor, shift: float = 0.0) -> dict[str, float]:
+    d = a - b
+    m, se = float(d.mean()) + shift, float(d.std(correction=1)) / math.sqrt(d.numel())
+    return {"mean": m, "ci_low": m - 1.96 * se, "ci_high": m + 1.96 * se}
+
+
+# ---------------------------------------------------------------------------------------------
+# sampling (the sample -> score -> sketch pass is shared with the plan: lm_plan.sample_sketched)
+
+
+def _prompt_seed(seed: int, p: int) -> int:
+    return (seed * 1_000_003 + p * 7_919 + 17) % (2**62)
+
+
+def _sample_pool(policy, task, problems, idx: Tensor, cfg: LMMSEConfig, progress: bool):
+    """Reference (P, M, k) and estimation blocks (R, B, Gmax, k), each prompt sampled once."""
+    P, M, Gmax = len(problems), cfg.ref_samples, max(cfg.groups)
+    R, B = idx.shape
+    flat = idx.reshape(-1).tolist()
+    uses = [flat.count(p) for p in range(P)]
+    ref_s = torch.empty(P, M, cfg.sketch_dim, dtype=DT)
+    ref_z = torch.empty(P, M, dtype=DT)
+    blocks_s: dict[int, Tensor] = {}
+    blocks_z: dict[int, Tensor] = {}
+    cost = {"sampling": 0.0, "scoring": 0.0, "sketch": 0.0}
+    n_unscorable, tokens = 0, 0
+    bar = tqdm(total=P * M + R * B * Gmax, desc="mse pool (sample+sketch)", unit="sample", disable=not progress,
+               dynamic_ncols=True)
+    try:
+        for p in range(P):
+            n = M + uses[p] * Gmax
+            ss = sample_sketched(policy, task, [problems[p]], n, [_prompt_seed(cfg.seed, p)], k=cfg.sketch_dim,
+                                 sketch_seed=cfg.seed, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens,
+                                 chat=cfg.chat, chunk_size=cfg.chunk_size)
+            for key, v in ss.seconds.items():
+                cost[key] += v
+            n_unscorable += ss.n_unscorable
+            tokens += int(ss.lengths.sum())
+            ref_s[p], ref_z[p] = ss.scores[0, :M], ss.rewards[0, :M]
+            blocks_s[p], blocks_z[p] = ss.scores[0, M:].view(uses[p], Gmax, cfg.sketch_dim), ss.rewards[0, M:].view(uses[p], Gmax)
+            bar.update(n)
+    finally:
+        bar.close()
+    est_s = torch.empty(R * B, Gmax, cfg.sketch_dim, dtype=DT)
+    est_z = torch.empty(R * B, Gmax, dtype=DT)
+    seen = [0] * P
+    for i, p in enumerate(flat):  # occurrence j of prompt p uses block j of p
+        est_s[i], est_z[i] = blocks_s[p][seen[p]], blocks_z[p][seen[p]]
+        seen[p] += 1
+    cost.update(samples=P * M + R * B * Gmax, samples_reference=P * M, samples_estimation=R * B * Gmax,
+                tokens=tokens, n_unscorable=n_unscorable)
+    return ref_s, ref_z, est_s.view(R, B, Gmax, -1), est_z.view(R, B, Gmax), cost
+
+
+# ---------------------------------------------------------------------------------------------
+# the study
+
+
+def _components(ref_s: Tensor, ref_z: Tensor, n_boot: int, seed: int) -> dict[str, Any]:
+    """c1, c2, c3 (+ c2_vanilla, E||g(X)||^2, ||g||^2) of the uniform-over-P distribution from the reference pool."""
+    from ugrpo.stats.components import estimate_components
+
+    P, M, _ = ref_s.shape
+    vc = estimate_components(ref_z, scores=ref_s, n_boot=n_boot, generator=torch.Generator().manual_seed(seed))
+    fpc = (P - 1) / P  # the P prompts ARE the population: E[c1 estimate] = P/(P-1) c1 (docs/lm-mse.md R6)
+    wz = ref_s * ref_z[..., None]
+    gsum = wz.sum(1)                                                       # (P, k)
+    t0 = ((gsum**2).sum(-1) - (wz**2).sum(-1).sum(1)) / (M * (M - 1))       # (P,) unbiased ||g(x_p)||^2, M14
+    e_wz2 = (wz**2).sum(-1).mean(1)                                         # (P,) E||WZ||^2
+    gbar = gsum / M
+    cross = float((gbar.sum(0) ** 2).sum() - (gbar**2).sum())               # sum_{p != p'} <gbar_p, gbar_p'>
+    g_norm2 = (cross + float(t0.sum())) / P**2
+    out = {k: {"estimate": getattr(vc, k).estimate * (fpc if k == "c1" else 1), "ci_low": getattr(vc, k).ci_low *
+               (fpc if k == "c1" else 1), "ci_high": getattr(vc, k).ci_high * (fpc if k == "c1" else 1)}
+           for k in ("c1", "c2", "c3")}
+    out.update(c2_vanilla=float((e_wz2 - t0).mean()), mean_g_norm2=float(t0.mean()), g_norm2=g_norm2,
+               frac_zero_std=vc.frac_zero_std, source=f"reference pool: P={P} prompts x M={M} samples")
+    return out
+
+
+def _diagnostics(ref_s: Tensor, ref_z: Tensor) -> dict[str, float]:
+    """Score norms of right and wrong samples: the V(x) baseline helps only when ||W||^2 and Z are
+    (nearly) uncorrelated given x (the paper's assumption A2); a negative E_X Cov(||W||^2, Z | X) can make
+    vanilla beat the oracle and GRPO (c2 > c2_vanilla)."""
+    n2 = (ref_s**2).sum(-1)                                                  # (P, M) ||S W||^2
+    right, wrong = ref_z > 0.5, ref_z <= 0.5
+    cov = ((n2 - n2.mean(1, keepdim=True)) * (ref_z - ref_z.mean(1, keepdim=True))).sum(1) / (ref_z.shape[1] - 1)
+    return {"mean_w2_reward1": float(n2[right].mean()) if right.any() else None,
+            "mean_w2_reward0": float(n2[wrong].mean()) if wrong.any() else None,
+            "mean_cov_w2_z": float(cov.mean()), "max_w2": float(n2.max())}
+
+
+def _predicted(comp: dict[str, Any], est: str, B: int, G: int) -> float:
+    from ugrpo.stats.exact_mse import PolicyMoments, minibatch_mse
+
+    pm = PolicyMoments(c1=comp["c1"]["estimate"], c2=comp["c2"]["estimate"], c3=comp["c3"]["estimate"],
+                       c2_vanilla=comp["c2_vanilla"], mean_g_norm2=comp["mean_g_norm2"], g_norm2=comp["g_norm2"])
+    return minibatch_mse(pm, est, B, G)
+
+
+def run_lm_mse(cfg: LMMSEConfig, run: RunDir, *, progress: bool = True, n_boot: int = 500) -> dict[str, Any]:
+    """Sample the pool, sketch, and measure every estimator's MSE per G; returns the results.json object."""
+    t_start = time.perf_counter()
+    from ugrpo.lm.loading import load_policy
+
+    task, opts = load_lm_task(cfg.model, cfg.task, dict(cfg.task_options))
+    problems = task.train_problems()
+    if len(problems) < cfg.prompts:
+        raise ValueError(f"--prompts P = {cfg.prompts} but task {cfg.task!r} has only {len(problems)} training problems; "
+                         f"lower --prompts or raise --task-option n_train")
+    problems = problems[: cfg.prompts]
+    policy = load_policy(cfg.model, seed=cfg.seed)
+    idx = torch.randint(0, cfg.prompts, (cfg.reps, cfg.batch), generator=torch.Generator().manual_seed(cfg.seed))
+    ref_s, ref_z, est_s, est_z, cost = _sample_pool(policy, task, problems, idx, cfg, progress)
+    ref = reference_moments(ref_s, ref_z)
+    values = ref.v_ref[idx]                                                  # (R, B)
+    comp = _components(ref_s, ref_z, n_boot, cfg.seed)
+    B = cfg.batch
+    rows, split, comps = [], [], []
+    sd_ref = ref.spread()  # sd of the realised ||g_ref - g||^2 around ref_err (docs/lm-mse.md R5)
+    w_ref = float(ref.within_ref_err(idx).mean())  # reference error of the within-prompt target (R7)
+    sd_w = ref.spread(idx)
+    sd_bias = 2 * ref.spread(direction=ref.g_ref)  # grpo_mean: 2 <bias, g - g_ref>, bias = -g/G (divided by G below)
+    for G in sorted(cfg.groups):
+        err = block_squared_errors(est_s, est_z, values, ref.g_ref, G, g_draws=ref.g_x[idx])
+        extra = ref.oracle_extra(B, G)
+        for e in ESTIMATORS:
+            sub = ref.ref_err + (extra if e == "oracle" else 0.0)
+            sd = math.hypot(sd_ref, math.sqrt(2) * extra) if e == "oracle" else sd_ref
+            if e == "grpo_mean":  # cross term 2 <bias, g - g_ref>, bias = -g/G (docs/lm-mse.md R5)
+                sd = math.hypot(sd, sd_bias / G)
+            row = {"estimator": e, "G": G, "B": B, **corrected_row(err[e], sub, sd), "exact": None, "reps": cfg.reps,
+                   "groups_per_rep": max(cfg.groups) // G, "predicted": _predicted(comp, e, B, G)}
+            wsub = w_ref + (extra if e == "oracle" else 0.0)
+            wsd = math.hypot(sd_w, math.sqrt(2) * extra if e == "oracle" else 0.0)
+            w = corrected_row(err[f"within_{e}"], wsub, wsd)
+            row["within_prompts"] = {"mse": w["mse"], "ci_low": w["ci_low"], "ci_high": w["ci_high"], "se": w["se"]}
+            rows.append(row)
+            run.append_metrics(row)
+        res = corrected_row(err["residual"], extra, math.sqrt(2) * extra)
+        orc = next(r for r in rows if r["estimator"] == "oracle" and r["G"] == G)
+        grp = next(r for r in rows if r["estimator"] == "grpo" and r["G"] == G)
+        split.append({"G": G, "oracle_part": orc["mse"], "residual": res["mse"], "residual_ci": [res["ci_low"], res["ci_high"]],
+                      "total": grp["mse"], "residual_share": res["mse"] / grp["mse"] if grp["mse"] > 0 else None,
+                      "predicted_oracle_part": _predicted(comp, "oracle", B, G),
+                      "predicted_residual": comp["c3"]["estimate"] / (B * G * (G - 1))})
+        comps.append({"G": G, "vanilla_minus_grpo": _diff_ci(err["vanilla"], err["grpo"]),
+                      "grpo_over_oracle": _ratio_ci(err["grpo"], err["oracle"], ref.ref_err, ref.ref_err + extra,
+                                                    common_sd=sd_ref),
+                      "residual_over_oracle": _ratio_ci(err["residual"], err["oracle"], extra, ref.ref_err + extra,
+                                                        b_sd=sd_ref)})
+    n_params = sum(p.numel() for p in policy.model.parameters() if p.requires_grad)
+    cost["seconds_total"] = time.perf_counter() - t_start
+    return to_jsonable({
+        "rows": rows, "hoeffding_grpo": split, "comparisons": comps, "components": comp,
+        "reference": {"M": ref.M, "P": cfg.prompts, "ref_err": ref.ref_err, "ref_err_sd": sd_ref,
+                      "within_ref_err": w_ref, "within_ref_err_sd": sd_w, "oracle_vref_wvar": ref.wvar,
+                      "oracle_vref_err": {str(G): ref.oracle_extra(B, G) for G in sorted(cfg.groups)},
+                      "g_ref_norm2": float((ref.g_ref**2).sum())},
+        "diagnostics": _diagnostics(ref_s, ref_z),
+        "policy": {"model": cfg.model, "task": cfg.task, "task_options": opts, "accuracy": float(ref_z.mean()),
+                   "accuracy_se": float(ref_z.mean(1).std(correction=1)) / math.sqrt(cfg.prompts),
+                   "prompts": [p.id for p in problems]},
+        "sketch": {"dim": cfg.sketch_dim, "seed": cfg.seed, "params": "trainable", "D": n_params},
+        "cost": cost, "D": cfg.sketch_dim, "config": asdict(cfg),
+    })
+
+
+# ---------------------------------------------------------------------------------------------
+# outputs
+
+
+def reading(results: dict[str, Any]) -> list[str]:
+    """Plain-language sentences: the issue's two checks, with intervals, and the Hoeffding split."""
+    from ugrpo.report.markdown import fmt
+
+    comps = {c["G"]: c for c in results["comparisons"]}
+    groups = sorted(comps)
+    out = []
+    above = [G for G in groups if comps[G]["vanilla_minus_grpo"]["ci_low"] > 0]
+    below = [G for G in groups if comps[G]["vanilla_minus_grpo"]["ci_high"] < 0]
+    out.append(f"Vanilla's MSE is above GRPO's (95% interval of the paired difference above 0) at G in {above} and "
+               f"below it (interval below 0) at G in {below}, of {groups}.")
+    G32 = min(groups, key=lambda G: abs(G - 32))
+    r = comps[G32]["grpo_over_oracle"]
+    if r["ratio"] is not None:
+        within = "within" if r["ci_high"] <= 1.10 else "not shown to be within"
+        out.append(f"At G={G32}, MSE_grpo / MSE_oracle = {fmt(r['ratio'])} (95% CI [{fmt(r['ci_low'])}, "
+                   f"{fmt(r['ci_high'])}]): GRPO is {within} 10% of the oracle.")
+    h = comps[G32]["residual_over_oracle"]
+    if h["ratio"] is not None:
+        within = "within" if h["ci_high"] <= 0.10 else "not shown to be within"
+        out.append(f"The same through the Hoeffding split (residual measured directly, orthogonal to the oracle error): "
+                   f"1 + residual / oracle = {fmt(1 + h['ratio'])} (95% CI [{fmt(1 + h['ci_low'])}, "
+                   f"{fmt(1 + h['ci_high'])}]), {within} 10%; this form has no cross-term noise.")
+    sp = {s["G"]: s for s in results["hoeffding_grpo"]}
+    share = ", ".join(f"G={G}: {100 * sp[G]['residual_share']:.1f}%" for G in groups if sp[G]["residual_share"] is not None)
+    out.append(f"Hoeffding split: the residual ||ghat_grpo - ghat_oracle||^2 is {share} of GRPO's MSE.")
+    dg, comp = results.get("diagnostics"), results["components"]
+    if dg and comp["c2"]["estimate"] > comp["c2_vanilla"]:
+        out.append(f"Here c2 = {fmt(comp['c2']['estimate'])} > c2_vanilla = {fmt(comp['c2_vanilla'])}: the V(x) "
+                   f"baseline adds variance. Right samples have mean ||W||^2 = {fmt(dg['mean_w2_reward1'])}, wrong ones "
+                   f"{fmt(dg['mean_w2_reward0'])} (E_X Cov(||W||^2, Z|X) = {fmt(dg['mean_cov_w2_z'])}): the paper's "
+                   "conditional-uncorrelation assumption (A2) does not hold, so vanilla can beat GRPO and the oracle.")
+    ref = results["reference"]
+    mse_min = min(r["mse"] for r in results["rows"])
+    out.append(f"The reference's own error E||g_ref - g||^2 = {fmt(ref['ref_err'])} (subtracted) is "
+               f"{100 * ref['ref_err'] / mse_min:.1f}% of the smallest MSE measured.")
+    return out
+
+
+def write_lm_mse_outputs(run: RunDir, results: dict[str, Any], argv: Sequence[str] | None = None) -> None:
+    """results.json, ``mse.png`` (Fig. 4 style, predicted-from-c's dashed), report.md."""
+    from ugrpo.report.markdown import fmt, fmt_ci, header, image, md_table
+    from ugrpo.report.plots import Series, line_plot
+
+    run.write_results(results)
+    rows = results["rows"]
+    groups = sorted({r["G"] for r in rows})
+    series = []
+    for i, est in enumerate(ESTIMATORS):
+        rs = sorted((r for r in rows if r["estimator"] == est), key=lambda r: r["G"])
+        x = [r["G"] for r in rs]
+        series.append(Series(est, x, [r["mse"] for r in rs], [r["ci_low"] for r in rs], [r["ci_high"] for r in rs],
+                             color=f"C{i}"))
+        series.append(Series(f"{est} (predicted from c's)", x, [r["predicted"] for r in rs], dashed=True, color=f"C{i}"))
+    wseries = []
+    for i, est in enumerate(ESTIMATORS):
+        rs = sorted((r for r in rows if r["estimator"] == est), key=lambda r: r["G"])
+        w = [r["within_prompts"] for r in rs]
+        wseries.append(Series(est, [r["G"] for r in rs], [v["mse"] for v in w], [v["ci_low"] for v in w],
+                              [v["ci_high"] for v in w], color=f"C{i}"))
+    B, pol, cost, ref = rows[0]["B"], results["policy"], results["cost"], results["reference"]
+    line_plot(run.file("mse_within.png"), wseries, xlabel="group size G",
+              ylabel="E||ghat - (1/B) sum_b g(x_b)||^2", logx=True, logy=True, xticks=groups,
+              title=f"{pol['model']}: within the drawn prompts (no c1/B)")
+    line_plot(run.file("mse.png"), series, xlabel="group size G", ylabel="MSE  E||ghat - g||^2 (sketch space)",
+              title=f"{pol['model']}: gradient MSE vs G (B={B}, R={rows[0]['reps']})", logx=True, logy=True,
+              xticks=groups)
+    comp = results["components"]
+    md = [
+        header("ugrpo mse --model: gradient MSE per estimator and group size on a language model (paper Fig. 4)", argv),
+        f"Policy `{pol['model']}` on task `{pol['task']}` (options {pol['task_options']}); mean reward "
+        f"{pol['accuracy']:.3f} +- {pol['accuracy_se']:.3f}. Prompt distribution: uniform over P = {ref['P']} fixed "
+        f"prompts. B = {B}, R = {rows[0]['reps']} independent repetitions; reference: M = {ref['M']} samples per prompt. "
+        f"Squared errors in a k = {results['sketch']['dim']} sketch of the {results['sketch']['D']}-dim gradient "
+        "(unbiased). See docs/lm-mse.md.",
+        "", "## Reading", "", *[f"- {s}" for s in reading(results)], "", image("mse.png", "MSE vs G"), "",
+        "## Table (MSE after the reference corrections; predicted = c1, c2, c3 of the reference pool in Prop. 3)", "",
+        md_table(["G", "estimator", "MSE", "95% CI", "raw", "correction", "predicted", "within prompts", "95% CI"],
+                 [[r["G"], r["estimator"], r["mse"], fmt_ci(r["ci_low"], r["ci_high"]), r["raw_mse"], r["correction"],
+                   r["predicted"], r["within_prompts"]["mse"], fmt_ci(r["within_prompts"]["ci_low"],
+                                                                      r["within_prompts"]["ci_high"])] for r in rows]),
+        "", "Within prompts = E||ghat - (1/B) sum_b g(x_b)||^2, the MSE without the prompt-sampling term c1/B that "
+        "all four estimators share (docs/lm-mse.md R7):", "", image("mse_within.png", "within-prompt error vs G"),
+        "", "## Comparisons (paired over repetitions)", "",
+        md_table(["G", "vanilla - grpo", "95% CI", "grpo / oracle", "95% CI", "residual / oracle"],
+                 [[c["G"], c["vanilla_minus_grpo"]["mean"], fmt_ci(c["vanilla_minus_grpo"]["ci_low"],
+                   c["vanilla_minus_grpo"]["ci_high"]), c["grpo_over_oracle"]["ratio"],
+                   fmt_ci(c["grpo_over_oracle"]["ci_low"], c["grpo_over_oracle"]["ci_high"]),
+                   c["residual_over_oracle"]["ratio"]] for c in results["comparisons"]]),
+        "", "## Hoeffding split of GRPO's MSE (measured; predicted from c's)", "",
+        md_table(["G", "oracle part", "residual (direct)", "95% CI", "share", "predicted residual c3/(BG(G-1))"],
+                 [[s["G"], s["oracle_part"], s["residual"], fmt_ci(*s["residual_ci"]), s["residual_share"],
+                   s["predicted_residual"]] for s in results["hoeffding_grpo"]]),
+        "", f"Constants from the reference pool: c1 = {fmt(comp['c1']['estimate'])} "
+        f"{fmt_ci(comp['c1']['ci_low'], comp['c1']['ci_high'])}, c2 = {fmt(comp['c2']['estimate'])}, "
+        f"c3 = {fmt(comp['c3']['estimate'])}, c2_vanilla = {fmt(comp['c2_vanilla'])}.",
+        "", "## Reference error and cost", "",
+        f"E||g_ref - g||^2 = {fmt(ref['ref_err'])} (subtracted from every row); the oracle with V_ref has "
+        "E_X[E||W||^2 Var(Z|X)]/(BGM) more: " + ", ".join(f"G={G}: {fmt(v)}" for G, v in ref["oracle_vref_err"].items())
+        + " (subtracted from the oracle and the residual).",
+        "", f"Samples: {cost['samples']} ({cost['samples_reference']} reference + {cost['samples_estimation']} estimation), "
+        f"{cost['tokens']} completion tokens, {cost['n_unscorable']} unscorable; seconds: sampling "
+        f"{cost['sampling']:.1f}, scoring {cost['scoring']:.1f}, sketch {cost['sketch']:.1f}, total "
+        f"{cost['seconds_total']:.1f}.", "",
+    ]
+    run.write_report("\n".join(md))

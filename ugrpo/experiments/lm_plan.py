@@ -1,0 +1,271 @@
+"""``ugrpo plan --model``: a pilot from a language model -> c1, c2, c3 -> the group size G for a budget N.
+
+The pilot is B0 prompts drawn iid uniformly (with replacement, seeded) from the task's training
+problems, G0 completions each, sampled at the frozen policy; every completion is scored with the
+task's verifier and its score W = grad log pi(Y|x) is sketched (``ugrpo.lm.sketch``, k rows, E[S^T S] = I,
+one batched backward), which keeps the unbiased estimates of :mod:`ugrpo.stats.components` unbiased
+(docs/math.md M19). The planner itself is the synthetic one (:func:`ugrpo.experiments.plan.run_plan`);
+the pilot is saved as ``pilot.npz`` (docs/pilot-format.md, sketched scores) so that
+``ugrpo plan --pilot DIR/pilot.npz --budget N2`` re-plans without sampling again.
+
+Costs: the pilot's (samples; seconds of sampling, scoring and sketching) and one training step at
+budget N, *estimated* from the pilot's per-sample rates: N x (generation seconds per pilot sample)
++ N x (seconds per row of one measured batched forward + backward over the pilot's rows).
+
+This module also holds the sample -> score -> sketch pass shared with ``ugrpo mse --model``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Sequence
+
+import torch
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from ugrpo.runs import RunDir, to_jsonable
+
+__all__ = ["LMPlanConfig", "SketchedSamples", "parse_task_options", "load_lm_task", "sample_sketched",
+           "sample_lm_pilot", "run_lm_plan", "write_lm_plan_outputs"]
+
+DT = torch.float64
+
+
+def parse_task_options(items: Sequence[str]) -> dict[str, Any]:
+    """``["k=v", ...]`` -> dict; values are read as YAML scalars (``200`` -> int, ``compact`` -> str)."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for it in items or ():
+        if "=" not in it:
+            raise ValueError(f"--task-option {it!r}: expected NAME=VALUE, e.g. --task-option prompt_style=compact")
+        k, v = it.split("=", 1)
+        try:
+            out[k.strip()] = yaml.safe_load(v)
+        except yaml.YAMLError:
+            out[k.strip()] = v
+    return out
+
+
+def load_lm_task(model: str, task: str, options: dict[str, Any]):
+    """(Task, resolved options) for a model; a tiny warm model's own task options are the defaults.
+
+    Only the task is built: callers check it before loading the model with ``load_policy``.
+    """
+    import json
+    from pathlib import Path
+
+    from ugrpo.tasks.base import get_task
+
+    if model.startswith("tiny:"):
+        from ugrpo.lm.tiny import tiny_model_path
+
+        folder = tiny_model_path(model.split(":", 1)[1])
+    else:
+        folder = Path(model)
+    meta = folder / "ugrpo_tiny.json"
+    defaults = json.loads(meta.read_text()).get("task_options", {}) if task == "arithmetic" and meta.is_file() else {}
+    opts = {**defaults, **options}
+    try:
+        t = get_task(task, **opts)
+    except TypeError as e:  # unknown option: get_task lists the valid ones
+        raise ValueError(f"--task-option: {e}") from None
+    return t, opts
+
+
+@dataclass(frozen=True, eq=False)
+class SketchedSamples:
+    """Samples of B prompts x G each with rewards (B, G), sketched scores (B, G, k) and costs."""
+
+    rewards: Tensor
+    scores: Tensor
+    lengths: Tensor
+    n_unscorable: int
+    seconds: dict[str, float]
+    rollout: Any = None
+
+
+def sample_sketched(policy, task, problems, group_size: int, seeds: Sequence[int], *, k: int, sketch_seed: int,
+                    temperature: float, max_new_tokens: int, chat: bool, chunk_size: int,
+                    keep_rollout: bool = False) -> SketchedSamples:
+    """Sample, score (task verifier) and sketch G completions for each problem (one pass each)."""
+    from ugrpo.lm.loading import format_prompt
+    from ugrpo.lm.sampling import sample_groups
+    from ugrpo.lm.sketch import sketch_scores
+    from ugrpo.tasks.base import score
+
+    model, tok = policy.model, policy.tokenizer
+    B, G = len(problems), group_size
+    t0 = time.perf_counter()
+    ro = sample_groups(model, tok, [format_prompt(tok, p.prompt, chat=chat) for p in problems], G, seeds=list(seeds),
+                       temperature=temperature, max_new_tokens=max_new_tokens, batch_size=chunk_size)
+    t1 = time.perf_counter()
+    sc = score(task, ro.texts, [p for p in problems for _ in range(G)])
+    t2 = time.perf_counter()
+    sk = sketch_scores(model, ro, k, seed=sketch_seed, temperature=temperature, chunk_size=chunk_size)  # (B*G, k)
+    t3 = time.perf_counter()
+    return SketchedSamples(rewards=torch.tensor(sc.rewards, dtype=DT).view(B, G), scores=sk.to(DT).view(B, G, k),
+                           lengths=ro.completion_lengths.view(B, G), n_unscorable=sc.n_unscorable,
+                           seconds={"sampling": t1 - t0, "scoring": t2 - t1, "sketch": t3 - t2},
+                           rollout=ro if keep_rollout else None)
+
+
+# ---------------------------------------------------------------------------------------------
+# the LM pilot and plan
+
+
+@dataclass(frozen=True)
+class LMPlanConfig:
+    """Resolved settings of ``ugrpo plan --model``."""
+
+    model: str
+    task: str
+    pilot_batch: int
+    """pilot prompts B0 (drawn iid uniformly from the task's training problems)"""
+    pilot_group: int
+    """completions per pilot prompt G0 (>= 4)"""
+    budget: int
+    """samples per training step N"""
+    task_options: dict = field(default_factory=dict)
+    sketch_dim: int = 256
+    seed: int = 0
+    n_boot: int = 1000
+    group: int | None = None
+    """the group size currently used (optional): compared with G* in the results"""
+    temperature: float = 1.0
+    max_new_tokens: int = 8
+    chat: bool = False
+    chunk_size: int = 512
+
+    def __post_init__(self) -> None:
+        from ugrpo.experiments.common import check_divides
+        from ugrpo.experiments.pilot_io import MIN_PILOT_GROUP
+
+        if self.pilot_group < MIN_PILOT_GROUP or self.pilot_batch < 2:
+            raise ValueError(f"--pilot-group G0 = {self.pilot_group} and --pilot-batch B0 = {self.pilot_batch}: "
+                             f"need G0 >= {MIN_PILOT_GROUP} (the unbiased c3 estimate) and B0 >= 2 (c1)")
+        if self.budget < 2:
+            raise ValueError(f"--budget N = {self.budget} must be >= 2 (GRPO needs G >= 2 samples per prompt)")
+        if self.sketch_dim < 1 or self.n_boot < 0 or self.seed < 0:
+            raise ValueError(f"--sketch-dim ({self.sketch_dim}) must be >= 1, --n-boot ({self.n_boot}) and --seed "
+                             f"({self.seed}) >= 0")
+        if self.group is not None:
+            if self.group < 2:
+                raise ValueError(f"--group G = {self.group} must be >= 2")
+            check_divides(self.budget, self.group)
+        if not self.temperature > 0 or self.max_new_tokens < 1 or self.chunk_size < 1:
+            raise ValueError("--temperature must be > 0, --max-new-tokens and --chunk-size >= 1")
+
+
+def _backward_seconds(model, rollout, temperature: float, chunk_size: int) -> float:
+    """Seconds of one ordinary batched forward + backward of sum log pi(Y) over the rollout's rows."""
+    from ugrpo.lm.logprobs import completion_logprobs
+
+    was = model.training
+    model.train()
+    t0 = time.perf_counter()
+    try:
+        n = rollout.completion_ids.shape[0]
+        for start in range(0, n, chunk_size):
+            sl = slice(start, start + chunk_size)
+            lp = completion_logprobs(model, rollout.prompt_ids[sl], rollout.prompt_mask[sl], rollout.completion_ids[sl],
+                                     rollout.completion_mask[sl], temperature=temperature)
+            lp.sum().backward()
+        return time.perf_counter() - t0
+    finally:
+        model.zero_grad(set_to_none=True)
+        model.train(was)
+
+
+def sample_lm_pilot(cfg: LMPlanConfig, *, progress: bool = True):
+    """Sample, score and sketch the pilot in chunks of prompts; returns (Pilot, pilot cost, step cost)."""
+    from ugrpo.experiments.pilot_io import Pilot
+    from ugrpo.lm.loading import load_policy
+
+    task, opts = load_lm_task(cfg.model, cfg.task, dict(cfg.task_options))
+    problems = task.train_problems()
+    if not problems:
+        raise ValueError(f"task {cfg.task!r} has no training problems; check --task-option")
+    policy = load_policy(cfg.model, seed=cfg.seed)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    idx = torch.randint(0, len(problems), (cfg.pilot_batch,), generator=gen).tolist()
+    drawn = [problems[i] for i in idx]
+    seeds = [(cfg.seed * 1_000_003 + 104_729 * b + 1) % (2**62) for b in range(cfg.pilot_batch)]
+    if progress:
+        print(f"pilot: sampling {cfg.pilot_batch} x {cfg.pilot_group} = {cfg.pilot_batch * cfg.pilot_group} completions "
+              f"from {cfg.model}, sketching to k = {cfg.sketch_dim} ...", flush=True)
+    step_b = max(1, cfg.chunk_size // cfg.pilot_group)  # prompts per pass
+    parts: list[SketchedSamples] = []
+    for start in tqdm(range(0, cfg.pilot_batch, step_b), desc="pilot (sample+score+sketch)", unit="chunk",
+                      disable=not progress, dynamic_ncols=True):
+        sl = slice(start, start + step_b)
+        parts.append(sample_sketched(policy, task, drawn[sl], cfg.pilot_group, seeds[sl], k=cfg.sketch_dim,
+                                     sketch_seed=cfg.seed, temperature=cfg.temperature,
+                                     max_new_tokens=cfg.max_new_tokens, chat=cfg.chat, chunk_size=cfg.chunk_size,
+                                     keep_rollout=start == 0))
+    rewards, scores = torch.cat([q.rewards for q in parts]), torch.cat([q.scores for q in parts])
+    seconds = {k: sum(q.seconds[k] for q in parts) for k in parts[0].seconds}
+    n = cfg.pilot_batch * cfg.pilot_group
+    ro = parts[0].rollout
+    t_fb = _backward_seconds(policy.model, ro, cfg.temperature, cfg.chunk_size) / ro.completion_ids.shape[0] * n
+    per_gen, per_fb = seconds["sampling"] / n, t_fb / n
+    cost = {"samples": n, "seconds": sum(seconds.values()), **{f"seconds_{k}": v for k, v in seconds.items()},
+            "tokens": int(sum(int(q.lengths.sum()) for q in parts)),
+            "n_unscorable": sum(q.n_unscorable for q in parts), "seconds_forward_backward": t_fb}
+    step = {"samples": cfg.budget, "seconds": cfg.budget * (per_gen + per_fb),
+            "seconds_generation": cfg.budget * per_gen, "seconds_forward_backward": cfg.budget * per_fb,
+            "how": "estimated from the pilot's per-sample rates: N x generation s/sample + N x (one measured batched "
+                   "forward+backward over the first pilot chunk's rows) / rows; no optimizer step, no reward time"}
+    meta = {"model": cfg.model, "task": cfg.task, "task_options": opts, "seed": cfg.seed, "sketch_dim": cfg.sketch_dim,
+            "sketch_seed": cfg.seed, "sketch_params": "trainable", "temperature": cfg.temperature,
+            "max_new_tokens": cfg.max_new_tokens, "prompt_ids": [p.id for p in drawn], "pilot_cost": cost,
+            "mean_reward": float(rewards.mean())}
+    return Pilot(rewards=rewards, scores=scores, meta=to_jsonable(meta)), cost, step
+
+
+def run_lm_plan(cfg: LMPlanConfig, run: RunDir, *, progress: bool = True) -> dict[str, Any]:
+    """Pilot -> pilot.npz -> c1, c2, c3 and G* for the budget (``run_plan``), plus costs; the results.json object."""
+    from ugrpo.experiments.pilot_io import save_pilot
+    from ugrpo.experiments.plan import run_plan
+
+    pilot, cost, step = sample_lm_pilot(cfg, progress=progress)
+    save_pilot(run.file("pilot.npz"), pilot)
+    results = run_plan(pilot, cfg.budget, n_boot=cfg.n_boot, seed=cfg.seed, run=run)
+    results["pilot_cost"] = cost
+    results["step_cost"] = step
+    results["pilot_fraction_of_100_steps"] = cost["samples"] / (100 * cfg.budget)
+    results["pilot_file"] = str(run.file("pilot.npz"))
+    if cfg.group is not None:
+        results["current_group"] = current_group(results, cfg.group)
+    results["config"] = asdict(cfg)
+    return to_jsonable(results)
+
+
+def current_group(results: dict[str, Any], G: int) -> dict[str, Any]:
+    """The predicted bound at the group size in use, relative to the best candidate's."""
+    cand = {c["G"]: c for c in results["candidates"]}
+    best = min(c["predicted_mse"] for c in cand.values())
+    mse = cand[G]["predicted_mse"]
+    return {"G": G, "B": cand[G]["B"], "predicted_mse": mse, "ratio_to_best": mse / best if best > 0 else None}
+
+
+def write_lm_plan_outputs(run: RunDir, results: dict[str, Any], argv: Sequence[str] | None = None) -> None:
+    """The synthetic planner's results.json, plan.png and report.md, plus a cost section."""
+    from ugrpo.experiments.plan import write_plan_outputs
+
+    write_plan_outputs(run, results, argv)
+    pc, sc = results["pilot_cost"], results["step_cost"]
+    lines = ["## Cost", "",
+             f"Pilot: {pc['samples']} samples in {pc['seconds']:.1f} s (sampling {pc['seconds_sampling']:.1f}, scoring "
+             f"{pc['seconds_scoring']:.1f}, sketch {pc['seconds_sketch']:.1f}); "
+             f"{100 * results['pilot_fraction_of_100_steps']:.1f}% of the samples of 100 training steps at N = "
+             f"{results['budget']}.",
+             f"One training step at N = {results['budget']}: about {sc['seconds']:.2f} s ({sc['how']}).", ""]
+    if "current_group" in results:
+        cg = results["current_group"]
+        lines.insert(0, f"- Group size in use G = {cg['G']}: predicted bound {cg['ratio_to_best']:.3f}x the best "
+                        "candidate's.\n")
+    text = run.file("report.md").read_text()
+    run.write_report(text.rstrip() + "\n\n" + "\n".join(lines))
