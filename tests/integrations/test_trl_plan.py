@@ -102,13 +102,26 @@ def test_trl_answer_in_trl_terms(files):
 
 
 def test_cli_entry_prints_trl_answer(files, tmp_path, capsys):
-    """What ``ugrpo plan --trl-config`` calls (the dispatch lives in plan_cmd.py): flags override the file."""
-    import argparse
+    """``ugrpo plan --trl-config FILE``: flags override the file, except the file's ``ugrpo:`` block settings."""
+    from ugrpo.cli import main
 
-    from ugrpo.experiments.trl_plan import cli_main
-
-    args = argparse.Namespace(trl_config=str(_write(files, "cli.json")), out=str(tmp_path / "cli"), budget=None,
-                              pilot_batch=8, pilot_group=4, sketch_dim=999)
-    assert cli_main(args, ["ugrpo", "plan"]) == 0
+    argv = ["plan", "--trl-config", str(_write(files, "cli.json")), "--out", str(tmp_path / "cli"),
+            "--pilot-batch", "8", "--pilot-group", "4", "--sketch-dim", "999"]
+    assert main(argv) == 0
     res = json.loads((tmp_path / "cli" / "results.json").read_text())
     assert res["pilot"]["B0"] == 8 and res["pilot"]["meta"]["sketch_dim"] == 64 and res["trl"]["message"] in capsys.readouterr().out
+
+
+def test_cli_trl_config_with_another_source_is_an_error(files, tmp_path, capsys):
+    from ugrpo.cli import main
+
+    argv = ["plan", "--trl-config", str(_write(files, "cli2.json")), "--env", "builtin:demo", "--out", str(tmp_path / "x")]
+    assert main(argv) == 2
+    assert "--trl-config takes the model and data from the TRL config; drop --env" in capsys.readouterr().err
+
+
+def test_cli_plan_without_budget_is_an_error(tmp_path, capsys):
+    from ugrpo.cli import main
+
+    assert main(["plan", "--env", "builtin:demo", "--pilot-batch", "8", "--pilot-group", "4", "--out", str(tmp_path)]) == 2
+    assert "--budget N is required" in capsys.readouterr().err

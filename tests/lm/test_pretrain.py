@@ -64,3 +64,30 @@ def test_cli_runs_and_prints_accuracies(tmp_path, capsys):
     out = capsys.readouterr().out
     assert rc == 0 and "sampled accuracy" in out and "greedy accuracy" in out and "NOT reached" in out
     assert (tmp_path / "cli" / "model.safetensors").is_file()
+
+
+def test_warmup_stream_avoids_every_eval_problem_and_has_correct_answers():
+    """The warm-up excludes exactly the eval set; its answers equal Python's arithmetic; it covers * and /."""
+    from ugrpo.lm.pretrain import TINY_TASK_OPTIONS, _training_batch, warmup_exclusions
+    from ugrpo.tasks.arithmetic import generate_problems, make_arithmetic
+
+    task = make_arithmetic(**TINY_TASK_OPTIONS)
+    evals = {p.prompt for p in task.eval_problems()}
+    excluded = warmup_exclusions(task)
+    assert {t + "=" for t in excluded} == evals and len(excluded) == TINY_TASK_OPTIONS["n_eval"]
+    seen: set[str] = set()
+    for step in range(1, 31):  # 30 x 128 draws with repeats: easy has only 81 products, so a distinct draw would fail
+        prompts, answers = _training_batch(generate_problems, 128, 0, step, excluded)
+        assert len(prompts) == len(answers) == 128
+        seen.update(prompts)
+        for p, a in zip(prompts, answers):
+            assert p.endswith("=") and int(a) == _value(p[:-1])
+    assert not seen & evals
+    assert any("*" in p for p in seen) and any("/" in p for p in seen)
+    assert _training_batch(generate_problems, 128, 0, 7, excluded) == _training_batch(generate_problems, 128, 0, 7, excluded)
+
+
+def _value(text: str) -> int:
+    """Independent oracle: Python's own integer arithmetic on the checked character set (exact division)."""
+    assert set(text) <= set("0123456789+-*/()"), text
+    return eval(text.replace("/", "//"))  # noqa: S307 - digits and operators only, asserted above

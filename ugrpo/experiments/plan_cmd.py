@@ -66,7 +66,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chat", action="store_true", help="with --model: wrap prompts in the chat template")
     p.add_argument("--pilot-batch", type=int, default=None, help="pilot prompts B0 (with --env)")
     p.add_argument("--pilot-group", type=int, default=None, help="pilot samples per prompt G0 >= 4 (with --env)")
-    p.add_argument("--budget", type=int, required=True, help="samples per step N = B*G")
+    p.add_argument("--budget", type=int, default=None, help="samples per step N = B*G (with --trl-config: default "
+                   "per_device_train_batch_size * gradient_accumulation_steps * num_processes)")
+    p.add_argument("--trl-config", default=None, help="a TRL GRPO config (YAML/JSON): plan num_generations for it "
+                   "(docs/trl.md)")
     p.add_argument("--seed", type=int, default=0, help="seeds the pilot sampling and the bootstrap")
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap replicates for the intervals")
     p.add_argument("--theta", default=None, help="comma-separated parameters for the pilot (default theta0)")
@@ -79,6 +82,8 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict:
     from ugrpo.experiments.pilot_io import load_pilot, save_pilot
     from ugrpo.experiments.plan import run_plan, sample_pilot, write_plan_outputs
 
+    if args.budget is None:
+        raise ValueError("--budget N is required (samples per step N = B*G)")
     sources = [f"--{n}" for n in ("env", "pilot", "model") if getattr(args, n, None) is not None]
     if len(sources) > 1:
         raise ValueError(f"give exactly one of --env, --pilot or --model; got {' and '.join(sources)}")
@@ -140,6 +145,13 @@ def _run_model(args: argparse.Namespace, argv: list[str] | None) -> dict:
 def _main(args: argparse.Namespace) -> int:
     from ugrpo.report.markdown import fmt_ci, text_table
 
+    if args.trl_config is not None:
+        others = [f"--{n}" for n in ("env", "pilot", "model") if getattr(args, n, None) is not None]
+        if others:
+            raise ValueError(f"--trl-config takes the model and data from the TRL config; drop {' and '.join(others)}")
+        from ugrpo.experiments.trl_plan import cli_main
+
+        return cli_main(args, command_line("plan", args))
     r = run(args, command_line("plan", args))
     ex = r.get("exact") or {}
     rows = [[k, r[k]["estimate"], fmt_ci(r[k]["ci_low"], r[k]["ci_high"]), ex.get(k)] for k in ("c1", "c2", "c3")]

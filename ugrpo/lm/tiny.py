@@ -37,13 +37,16 @@ Strength = Literal["base", "instruct", "fewshot"]
 STRENGTHS: dict[str, float] = {"base": 0.15, "instruct": 0.35, "fewshot": 0.60}
 """Target sampled accuracy (temperature 1, held-out problems) at which the warm-up stops.
 
-Measured with the defaults (seed 0, batch 128, lr 1e-3, 1 thread; one trajectory, so the three
-strengths are prefixes of one run): base stops at step 150 (sampled 0.16, greedy 0.23),
-instruct at 700 (0.35 / 0.39), fewshot at 1675 (0.605 / 0.64); about 0.24 CPU-seconds a step,
-i.e. ~40 s, ~3 min and ~7 min on an idle core. The held-out SE is ~0.045 (100 problems x 4)."""
+Recipe v2, defaults (seed 0, batch 128, lr 1e-3), ``OMP_NUM_THREADS=1``, 2-core machine at load
+average ~4-5: instruct stops at step 650 (sampled 0.372 +- 0.038, greedy 0.40) in 3.0 min.
+(Recipe v1 measured base at step 150 (0.16 / 0.23), instruct at 700, fewshot at 1675, ~0.24
+CPU-seconds a step; base and fewshot were not re-measured for v2.) The held-out SE is ~0.04
+(100 problems x 4 samples). On a loaded machine, 2 torch threads ran ~10x slower than 1
+(1.5-5 s a step against ~0.3 s): set ``OMP_NUM_THREADS=1`` when other jobs share the cores."""
 
-CACHE_VERSION = "v1"
-"""Bump when the tiny model, tokenizer, task or warm-up recipe changes (invalidates caches)."""
+CACHE_VERSION = "v2"
+"""Bump when the tiny model, tokenizer, task or warm-up recipe changes (invalidates caches).
+v2: the warm-up stream is one draw with repeats per step (``pretrain._training_batch``), not draws of 64 distinct."""
 
 _SIZES: dict[str, int] = {"1m": 128, "4m": 256}
 
@@ -106,10 +109,10 @@ def _cache_root(cache_dir: str | os.PathLike | None) -> Path:
 def tiny_model_path(strength: str = "instruct", cache_dir: str | os.PathLike | None = None) -> Path:
     """The folder of the cached warm tiny model of this strength; built on first use.
 
-    The folder is ``<root>/tiny/<strength>-v1`` with root = ``cache_dir``, else
+    The folder is ``<root>/tiny/<strength>-<CACHE_VERSION>`` with root = ``cache_dir``, else
     ``$UGRPO_CACHE``, else ``~/.cache/ugrpo``. The first call runs :func:`pretrain_tiny`
     with its defaults and seed 0 (about 1-3 minutes on a CPU) into a temporary folder next to it and renames it into
-    place, under an exclusive file lock (``<strength>-v1.lock``): a second process waits for
+    place, under an exclusive file lock (``<strength>-<CACHE_VERSION>.lock``): a second process waits for
     the first and then reuses its model; no process ever sees a half-written folder.
 
     Raises
