@@ -135,5 +135,9 @@ def command_line(name: str, args: Any) -> list[str]:
         if k == "command" or v is None or v is False:
             continue
         flag = "--" + k.replace("_", "-")
+        if isinstance(v, (list, tuple)):  # a repeatable flag (action="append"): one flag per value
+            for item in v:
+                out += [flag, str(item)]
+            continue
         out += [flag] if v is True else [flag, str(v)]
     return out
