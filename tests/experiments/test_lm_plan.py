@@ -19,14 +19,6 @@ TASK = ["--task", "arithmetic", "--task-option", "prompt_style=compact", "--task
 PILOT = ["--pilot-batch", 6, "--pilot-group", 8, "--sketch-dim", 16, "--max-new-tokens", 4, "--n-boot", 200]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def starts_with_digit(completions, answers):
     """Reward of the test task: 1 when the completion starts with a digit (a random model: ~45%)."""
     return [float(c[:1].isdigit()) for c in completions]

@@ -36,14 +36,6 @@ MANY = [f"{a}+{b}=" for a in range(10, 90, 5) for b in range(11, 91, 8)]
 KEYS = ["ugrpo/c1", "ugrpo/c2", "ugrpo/c3", "ugrpo/g_star", "ugrpo/g_star_low", "ugrpo/g_star_high"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def tok():
     return build_char_tokenizer()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 trl = pytest.importorskip("trl", reason="the TRL integration needs `trl` (pip install 'ugrpo[trl]')")
 
@@ -39,7 +38,6 @@ def _write(root, name, **fields):
 
 
 def test_trl_config_plan_writes_trl_answer(files, tmp_path):
-    torch.set_num_threads(1)
     cfg_path = _write(files, "grpo.json")
     res = run_trl_plan(cfg_path, tmp_path / "run", progress=False)
     on_disk = json.loads((tmp_path / "run" / "results.json").read_text())

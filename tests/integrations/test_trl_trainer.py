@@ -26,14 +26,6 @@ from ugrpo.stats.advantages import compute_advantages  # noqa: E402
 G = 4
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def tok():
     return build_char_tokenizer()

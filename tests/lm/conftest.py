@@ -7,17 +7,6 @@ from ugrpo.lm.tiny import build_tiny_model
 from ugrpo.lm.tokenizer import build_char_tokenizer
 
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models gain nothing from intra-op threads, and on a shared 2-core machine two
-    spinning OpenMP threads per process slow every test down; restored afterwards."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture(scope="session")
 def tokenizer():
     return build_char_tokenizer()

@@ -36,15 +36,6 @@ def _small_model(tokenizer, seed=0):
     return m
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny ops: one thread is ~10-40x faster than two on the shared, loaded CPUs (restored afterwards)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def small(tokenizer):
     return _small_model(tokenizer)

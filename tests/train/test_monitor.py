@@ -31,15 +31,6 @@ from ugrpo.stats.components import Estimate
 MON = {"monitor_every": 2, "monitor_sketch_dim": 64, "monitor_n_boot": 100, "monitor_pool": 2}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """One torch thread: the 2 shared cores are often busy, and oversubscribed threads slow tiny matmuls 5x."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def monitored_run(tiny_random_model, task_files, tmp_path_factory):
     """4 steps, N=16, G=4 (B=4), monitored at steps 2 and 4 (step 4 pools steps 2 and 4); checkpoints every step."""

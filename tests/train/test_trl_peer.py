@@ -176,15 +176,6 @@ def _grad_norm(g: dict) -> float:
 # --------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """The model is tiny: one intra-op thread is fastest and does not fight other tests for the 2 cores."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def tok():
     return build_char_tokenizer()
