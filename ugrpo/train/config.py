@@ -334,5 +334,14 @@ class TrainConfig:
         return self.budget.prompts_per_step
 
 
-# the loaders live in config_load.py (kept small); re-exported here for one import path
-from ugrpo.train.config_load import config_from_dict, field_names, load_config, parse_overrides  # noqa: E402
+_LOADERS = ("config_from_dict", "field_names", "load_config", "parse_overrides")
+
+
+def __getattr__(name: str):
+    """The loaders live in config_load.py (kept small); re-exported lazily here for one import path
+    (a plain import at the bottom would make ``import ugrpo.train.config_load`` first a circular import)."""
+    if name in _LOADERS:
+        from ugrpo.train import config_load
+
+        return getattr(config_load, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
