@@ -111,3 +111,14 @@ def test_lr_schedules():
     assert [lr_factor(k, steps=4, warmup=2, kind="constant") for k in range(4)] == [0.5, 1, 1, 1]
     cos = [lr_factor(k, steps=4, warmup=0, kind="cosine") for k in range(4)]
     assert cos[0] == 1 and cos[2] == pytest.approx(0.5) and all(c > 0 for c in cos)
+
+
+def test_config_load_imports_first_without_a_cycle():
+    """``import ugrpo.train.config_load`` in a fresh interpreter (before ugrpo.train.config) must work."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", "import ugrpo.train.config_load as c; print(c.load_config.__name__)"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "load_config"
