@@ -15,7 +15,7 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "mse": ("ugrpo.experiments.mse_cmd", "Monte-Carlo gradient MSE of vanilla/grpo/grpo_mean/oracle per group size (Fig. 4)"),
     "plan": ("ugrpo.experiments.plan_cmd", "estimate c1, c2, c3 from a pilot and recommend G for a budget N (Thm 7)"),
-    "sweep": ("ugrpo.experiments.sweep_cmd", "fixed-budget group-size sweep with Algorithm 1 (Fig. 5)"),
+    "sweep": ("ugrpo.experiments.sweep_cmd", "fixed-budget group-size sweep: Algorithm 1 on a synthetic env, or LM training runs per (G, seed) (Fig. 5, Table 2)"),
     "demo": ("ugrpo.experiments.demo_cmd", "mse + plan + sweep on a built-in synthetic policy, in minutes"),
     "gap": ("ugrpo.experiments.gap_cmd", "asymptotic distribution of the suboptimality gap n*gap vs Theorem 8's weighted chi-square"),
     "make-env": ("ugrpo.experiments.make_env_cmd", "write a random synthetic policy (JSON) with difficulty controls"),

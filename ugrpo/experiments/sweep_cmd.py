@@ -3,7 +3,12 @@
 Example: ``ugrpo sweep --env builtin:demo --budget 64,256 --groups 2,4,8,16,32,64 --steps 200
 --lr 2,8 --seeds 8 --checkpoints 50,100,200 --out runs/sweep``. Rerunning with the same --out
 resumes: finished (N, G, seed) rows in metrics.jsonl are skipped.
-Parsing only; the logic is :mod:`ugrpo.experiments.sweep`.
+
+On a language model: ``ugrpo sweep --config examples/arith-tiny.yaml --budget 128 --groups 4,8,16,32
+--seeds 2 --steps 50 --workers 2 --out runs/lm-sweep [--set optim.lr=1e-4] [--plan-pilot 32,16]``
+trains one run per (N, G, seed) with ``ugrpo train`` (docs/lm-sweep.md). ``--env`` and ``--config``
+are mutually exclusive. Parsing only; the logic is :mod:`ugrpo.experiments.sweep` (env) and
+:mod:`ugrpo.experiments.lm_sweep` (config).
 """
 
 from __future__ import annotations
@@ -16,14 +21,23 @@ from ugrpo.runs import RunDir
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--env", default="builtin:demo", help="env JSON (from `ugrpo make-env`) or builtin:demo")
+    p.add_argument("--env", default=None, help="env JSON (from `ugrpo make-env`) or builtin:demo (the default "
+                   "without --config)")
+    p.add_argument("--config", default=None, help="a training YAML (as for `ugrpo train`): sweep a language model")
+    p.add_argument("--workers", type=int, default=1, help="with --config: parallel training runs (process pool)")
+    p.add_argument("--set", action="append", default=None, metavar="KEY=VALUE",
+                   help="with --config: override a config field, repeatable (e.g. --set optim.lr=1e-4)")
+    p.add_argument("--plan-pilot", default=None, metavar="B0,G0",
+                   help="with --config: also run the planner (Thm 7) from a B0 x G0 pilot at the initial model")
     p.add_argument("--budget", required=True, help="samples per step N = B*G; comma-separated for several")
     p.add_argument("--groups", default="2,4,8,16,32,64", help="group sizes G; each must divide every budget")
-    p.add_argument("--steps", type=int, default=200, help="SGD steps of Algorithm 1")
-    p.add_argument("--lr", default="1.0",
-                   help="learning rate (constant) or beta (inverse: lr/i); one value, or one per budget (comma-separated)")
-    p.add_argument("--lr-schedule", default="constant", choices=["constant", "inverse"])
-    p.add_argument("--baseline", default="grpo", choices=["vanilla", "grpo", "grpo_mean", "oracle"])
+    p.add_argument("--steps", type=int, default=None,
+                   help="SGD steps of Algorithm 1 (default 200); with --config: steps per run (default: the config's)")
+    p.add_argument("--lr", default=None,
+                   help="learning rate (constant) or beta (inverse: lr/i); one value, or one per budget "
+                   "(comma-separated); default 1.0")
+    p.add_argument("--lr-schedule", default=None, choices=["constant", "inverse"], help="default constant")
+    p.add_argument("--baseline", default=None, choices=["vanilla", "grpo", "grpo_mean", "oracle"], help="default grpo")
     p.add_argument("--seeds", type=int, default=5, help="independent runs per (N, G)")
     p.add_argument("--seed", type=int, default=0, help="first seed (runs use seed..seed+seeds-1)")
     p.add_argument("--checkpoints", default=None,
@@ -41,6 +55,18 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict:
     from ugrpo.experiments.plan import exact_planner
     from ugrpo.experiments.sweep import SweepConfig, aggregate, best_groups, check_resume, run_sweep, write_sweep_outputs
 
+    if args.config is not None:
+        return run_lm(args, argv)
+    lm_only = [f"--{n.replace('_', '-')}" for n in ("set", "plan_pilot") if getattr(args, n, None) is not None]
+    if getattr(args, "workers", 1) != 1:
+        lm_only.append("--workers")
+    if lm_only:
+        raise ValueError(f"{', '.join(lm_only)} need --config (a language-model sweep); drop them for --env")
+    args.env = args.env or "builtin:demo"
+    args.steps = 200 if args.steps is None else args.steps
+    args.lr = "1.0" if args.lr is None else args.lr
+    args.lr_schedule = args.lr_schedule or "constant"
+    args.baseline = args.baseline or "grpo"
     env = resolve_env(args.env)
     cps = (default_checkpoints(args.steps) if args.checkpoints is None
            else tuple(parse_int_list(args.checkpoints, name="--checkpoints", minimum=0)))
@@ -71,9 +97,58 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict:
     return results
 
 
+def run_lm(args: argparse.Namespace, argv: list[str] | None = None) -> dict:
+    """``ugrpo sweep --config``: parse the flags into an ``LMSweepConfig`` and run it."""
+    from ugrpo.experiments.lm_sweep import LMSweepConfig, parse_sets, sweep_lm
+
+    env_only = [f"--{n.replace('_', '-')}" for n in ("env", "lr", "lr_schedule", "baseline", "checkpoints")
+                if getattr(args, n, None) is not None]
+    if env_only:
+        raise ValueError(f"--config and {', '.join(env_only)} are mutually exclusive: {', '.join(env_only)} belong "
+                         "to the synthetic sweep (--env); set training fields with --set KEY=VALUE instead")
+    pilot = None
+    if args.plan_pilot is not None:
+        parts = [t.strip() for t in str(args.plan_pilot).split(",")]
+        if len(parts) != 2 or not all(t.isdigit() for t in parts):
+            raise ValueError(f"--plan-pilot {args.plan_pilot!r}: give two numbers B0,G0 (pilot prompts, samples each)")
+        pilot = (int(parts[0]), int(parts[1]))
+    cfg = LMSweepConfig(config=args.config, budgets=tuple(parse_int_list(args.budget, name="--budget")),
+                        groups=tuple(parse_int_list(args.groups, name="--groups")), seeds=args.seeds, seed=args.seed,
+                        steps=args.steps, overrides=parse_sets(args.set), workers=args.workers, plan_pilot=pilot)
+    return sweep_lm(cfg, args.out, argv=argv, progress=not args.no_progress)
+
+
+def _main_lm(args: argparse.Namespace) -> int:
+    from ugrpo.report.markdown import fmt_ci, text_table
+
+    results = run_lm(args, command_line("sweep", args))
+    cps, rows = results["checkpoints"], results["rows"]
+    metric = "eval_accuracy" if any(r["metric"] == "eval_accuracy" for r in rows) else "eval_pass1"
+    print(f"held-out {metric} per checkpoint (mean over seeds, 95% t-interval):")
+    print(text_table(["N", "G", "B", "step", "mean", "95% CI", "seeds"],
+                     [[r["budget"], r["G"], r["B"], r["checkpoint"], r["mean"],
+                       "-" if r["ci_low"] is None else fmt_ci(r["ci_low"], r["ci_high"]), r["seeds"]]
+                      for r in rows if r["metric"] == metric]))
+    for b in results["best_G"]:
+        if b["metric"] == metric:
+            tie = f", tied with G in {b['tied']}" if b["tied"] else ""
+            print(f"N={b['budget']} step {b['checkpoint']}: empirical best G = {b['G']} ({b['mean']:.3f}{tie})")
+    pl = results.get("planner")
+    if pl:
+        print(f"planner G* = {pl['g_star']} (95% CI {pl['g_star_ci']}), among the swept G: {pl['g_star_swept']}")
+    if results["config"]["seeds"] == 1:
+        print("one seed per (N, G): no intervals; the ordering of G is not evidence of anything")
+    acts = [r["action"] for r in results["runs"]]
+    print(f"runs: {acts.count('started')} started, {acts.count('resumed')} resumed, {acts.count('skipped')} skipped")
+    print(f"wrote {args.out}/results.json, sweep.png, report.md")
+    return 0
+
+
 def _main(args: argparse.Namespace) -> int:
     from ugrpo.report.markdown import text_table
 
+    if args.config is not None:
+        return _main_lm(args)
     results = run(args, command_line("sweep", args))
     last = max(r["checkpoint"] for r in results["rows"])
     rows = [[r["budget"], r["G"], r["B"], r["gap_mean"],

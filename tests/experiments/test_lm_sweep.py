@@ -1,0 +1,214 @@
+"""``ugrpo sweep --config``: a fixed-budget G sweep of the LM trainer (files, resume, aggregate, errors)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+TESTS_TRAIN = str(Path(__file__).resolve().parents[1] / "train")
+if TESTS_TRAIN not in sys.path:  # ``dense_reward`` (the task's reward_fn) and ``train_helpers``
+    sys.path.insert(0, TESTS_TRAIN)
+
+from train_helpers import EVAL_PROMPTS, TRAIN_PROMPTS, small_config, write_jsonl  # noqa: E402
+
+from .conftest import assert_png, results, run_cli  # noqa: E402
+
+SWEEP = ["--budget", "8", "--groups", "2,4", "--steps", "4", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def lm_config(tmp_path_factory) -> Path:
+    """A YAML config: random tiny model, dense-reward custom task, eval at steps 0, 2, 4, checkpoints every 2."""
+    from ugrpo.lm.tiny import build_tiny_model
+    from ugrpo.lm.tokenizer import build_char_tokenizer
+
+    d = tmp_path_factory.mktemp("lmsweep")
+    tok = build_char_tokenizer()
+    build_tiny_model(tok, seed=0, max_position_embeddings=64).save_pretrained(d / "model")
+    tok.save_pretrained(d / "model")
+    files = write_jsonl(d / "train.jsonl", TRAIN_PROMPTS), write_jsonl(d / "eval.jsonl", EVAL_PROMPTS)
+    cfg = small_config(str(d / "model"), files, eval__pass1_samples=2)
+    path = d / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def _evals(folder: Path) -> dict[int, dict]:
+    rows = [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    return {r["step"]: r for r in rows if "eval_accuracy" in r}
+
+
+def test_lm_sweep_files_aggregate_and_resume(tmp_path, capsys, lm_config):
+    out = tmp_path / "sw"
+    argv = ["sweep", "--config", lm_config, *SWEEP, "--seeds", "2", "--out", out]
+    rc, stdout, err = run_cli(argv, capsys)
+    assert rc == 0, err
+    for f in ("config.json", "results.json", "sweep.png", "sweep_pass1.png", "report.md"):
+        assert (out / f).exists(), f
+    assert_png(out / "sweep.png")
+    names = [f"N8-G{G}-s{s}" for G in (2, 4) for s in (0, 1)]
+    assert sorted(p.name for p in (out / "runs").iterdir()) == sorted(names)
+    for n in names:
+        cfg = json.loads((out / "runs" / n / "config.json").read_text())
+        G, s = int(n.split("-")[1][1:]), int(n[-1])
+        assert (cfg["budget"]["samples_per_step"], cfg["budget"]["group_size"], cfg["seed"], cfg["steps"]) == (8, G, s, 4)
+        assert (out / "runs" / n / "results.json").exists()
+    res = results(out)
+    assert res["checkpoints"] == [0, 2, 4]
+    assert [r["action"] for r in res["runs"]] == ["started"] * 4
+    assert len(res["rows"]) == 2 * 3 * 2  # (G, checkpoint, metric)
+    # the aggregate equals a hand computation from the runs' metrics: mean and t_{0.975,1} = 12.7062 interval
+    for r in res["rows"]:
+        vals = [_evals(out / "runs" / f"N8-G{r['G']}-s{s}")[r["checkpoint"]][r["metric"]] for s in (0, 1)]
+        m = (vals[0] + vals[1]) / 2
+        half = 12.706204736174698 * abs(vals[0] - vals[1]) / 2  # s/sqrt(2) = |a-b|/2 for n = 2
+        assert r["mean"] == pytest.approx(m, abs=1e-12) and r["seeds"] == 2 and r["B"] == 8 // r["G"]
+        assert (r["ci_low"], r["ci_high"]) == (pytest.approx(m - half, abs=1e-9), pytest.approx(m + half, abs=1e-9))
+    for b in res["best_G"]:
+        cell = [r for r in res["rows"] if (r["checkpoint"], r["metric"]) == (b["checkpoint"], b["metric"])]
+        top = max(r["mean"] for r in cell)
+        assert b["G"] == min(r["G"] for r in cell if r["mean"] == top)
+        assert b["tied"] == [r["G"] for r in cell if r["mean"] == top and r["G"] != b["G"]]
+    report = (out / "report.md").read_text()
+    assert "Table 2" in report and "**" in report and "empirical best G" in stdout
+
+    # rerun: every run is skipped (results.json untouched), nothing is trained again
+    mtimes = {n: (out / "runs" / n / "results.json").stat().st_mtime_ns for n in names}
+    rc, stdout, err = run_cli(argv, capsys)
+    assert rc == 0, err
+    assert "4 started" not in stdout and "0 started, 0 resumed, 4 skipped" in stdout
+    assert {n: (out / "runs" / n / "results.json").stat().st_mtime_ns for n in names} == mtimes
+    assert results(out)["rows"] == res["rows"]
+
+    # a changed training config in the same folder is an error naming the field
+    rc, _, err = run_cli([*argv, "--set", "optim.lr=0.5"], capsys)
+    assert rc == 2 and "optim.lr = 0.01" in err and "optim.lr = 0.5" in err and "new --out" in err, err
+
+
+def test_lm_sweep_resumes_interrupted_run(tmp_path, capsys, lm_config):
+    """A run killed after its step-2 checkpoint resumes from it and ends as if never interrupted."""
+    from ugrpo.train.config_load import load_config
+    from ugrpo.train.loop import train
+
+    pairs = [("steps", 4), ("budget.samples_per_step", 8), ("budget.group_size", 4), ("seed", 0)]
+    cfg = load_config(lm_config, pairs)
+    ref = tmp_path / "ref"
+    train(cfg, ref)
+
+    out = tmp_path / "sw"
+    folder = out / "runs" / "N8-G4-s0"
+
+    def stop(step, row):
+        if step == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg, folder, on_step=stop)
+    assert not (folder / "results.json").exists() and (folder / "checkpoints" / "step-2").is_dir()
+    (out / "runs" / "N8-G4-s1").mkdir(parents=True)  # died before any checkpoint: restarted from scratch
+    (out / "runs" / "N8-G4-s1" / "metrics.jsonl").write_text('{"step": 0}\n')
+    rc, stdout, err = run_cli(["sweep", "--config", lm_config, "--budget", "8", "--groups", "4", "--steps", "4",
+                               "--seeds", "2", "--no-progress", "--out", out], capsys)
+    assert rc == 0, err
+    assert "1 started, 1 resumed, 0 skipped" in stdout
+    assert _evals(folder).keys() == _evals(ref).keys() == {0, 2, 4}
+    for step, row in _evals(ref).items():
+        got = _evals(folder)[step]
+        assert (got["eval_accuracy"], got["eval_pass1"]) == (row["eval_accuracy"], row["eval_pass1"])
+    assert json.loads((folder / "results.json").read_text())["final_eval_pass1"] == pytest.approx(
+        json.loads((ref / "results.json").read_text())["final_eval_pass1"])
+
+
+def test_lm_sweep_pool_equals_in_process(tmp_path, capsys, lm_config):
+    """Two spawn workers give the same runs as one in-process worker (seeded trainer), one seed: no interval."""
+    outs = {}
+    for w in (1, 2):
+        outs[w] = tmp_path / f"w{w}"
+        rc, stdout, err = run_cli(["sweep", "--config", lm_config, "--budget", "8", "--groups", "2,4", "--steps", "2",
+                                   "--seeds", "1", "--workers", w, "--no-progress", "--out", outs[w]], capsys)
+        assert rc == 0, err
+        assert "no intervals" in stdout
+    for n in ("N8-G2-s0", "N8-G4-s0"):
+        assert _evals(outs[1] / "runs" / n).keys() == _evals(outs[2] / "runs" / n).keys()
+        for step, row in _evals(outs[1] / "runs" / n).items():
+            assert _evals(outs[2] / "runs" / n)[step]["eval_pass1"] == row["eval_pass1"]
+        assert (outs[2] / "runs" / n / "train.log").stat().st_size > 0
+    r1, r2 = results(outs[1]), results(outs[2])
+    assert [r["mean"] for r in r1["rows"]] == [r["mean"] for r in r2["rows"]]
+    assert all(r["ci_low"] is None for r in r1["rows"])
+
+
+@pytest.mark.parametrize(
+    "extra, expect",
+    [
+        (["--budget", "8", "--groups", "3,4"], "G=3 does not divide the budget N=8"),
+        (["--budget", "8,12", "--groups", "4,8"], "G=8 does not divide the budget N=12"),
+        (["--budget", "8", "--groups", "4", "--env", "builtin:demo"], "mutually exclusive"),
+        (["--budget", "8", "--groups", "4", "--lr", "0.1"], "mutually exclusive"),
+        (["--budget", "8", "--groups", "4", "--set", "budget.group_size=2"], "the sweep sets budget.group_size"),
+        (["--budget", "8", "--groups", "4", "--set", "optim.lrr=1"], "optim.lrr"),
+        (["--budget", "8", "--groups", "4", "--set", "nonsense"], "expected KEY=VALUE"),
+        (["--budget", "8", "--groups", "4", "--plan-pilot", "4"], "two numbers B0,G0"),
+    ],
+)
+def test_lm_sweep_bad_inputs_before_any_work(tmp_path, capsys, lm_config, extra, expect):
+    rc, _, err = run_cli(["sweep", "--config", lm_config, *extra, "--no-progress", "--out", tmp_path / "o"], capsys)
+    assert rc == 2 and err.startswith("error:") and expect in err, err
+    assert not (tmp_path / "o" / "runs").exists()  # nothing trained
+
+
+def test_env_only_flags_need_config(tmp_path, capsys):
+    rc, _, err = run_cli(["sweep", "--budget", "8", "--groups", "4", "--workers", "2", "--out", tmp_path / "o"], capsys)
+    assert rc == 2 and "--workers need --config" in err
+
+
+def test_lm_sweep_planner(tmp_path, capsys, lm_config):
+    """--plan-pilot runs the LM planner once at the initial model; its G* among the swept G is the bound's argmin."""
+    from ugrpo.stats.planner import bound
+
+    out = tmp_path / "p"
+    argv = ["sweep", "--config", lm_config, "--budget", "4,8", "--groups", "2,4", "--steps", "2", "--seeds", "1",
+            "--plan-pilot", "4,4", "--no-progress", "--out", out]
+    rc, stdout, err = run_cli(argv, capsys)
+    assert rc == 0, err
+    plan = results(out / "plan")
+    pl = results(out)["planner"]
+    assert (out / "plan" / "pilot.npz").exists() and pl["pilot"] == [4, 4] and pl["g_star"] == plan["g_star"]
+    c = [max(plan[k]["estimate"], 0.0) for k in ("c1", "c2", "c3")]
+    expect = min([2, 4], key=lambda g: bound(*c, 4, g)) if plan["c1_distinguishable_from_zero"] else None
+    assert pl["g_star_swept"] == expect
+    report = (out / "report.md").read_text()  # Table 2: one row per budget, the best of each row in bold
+    table = report.split("## Table 2 (eval_accuracy")[1].split("![")[0]
+    lines = [x for x in table.splitlines() if x.startswith("| 4 |") or x.startswith("| 8 |")]
+    assert len(lines) == 2, table
+    for x in lines:
+        cells = [c.strip() for c in x.strip().strip("|").split("|")][1:]
+        vals = [float(c.strip("*")) for c in cells]
+        assert [c.startswith("**") for c in cells] == [v == max(vals) for v in vals], x
+    assert "planner G*" in stdout and "Planner (Theorem 7" in (out / "report.md").read_text()
+    mtime = (out / "plan" / "results.json").stat().st_mtime_ns
+    rc, _, err = run_cli(argv, capsys)  # rerun: the pilot is not sampled again
+    assert rc == 0 and (out / "plan" / "results.json").stat().st_mtime_ns == mtime, err
+
+
+def test_table2_and_t_interval_closed_forms():
+    """Table 2 marks the best G per budget at the last checkpoint; the t-interval matches scipy's formula."""
+    from ugrpo.experiments.lm_sweep import t_interval, table2
+
+    rows = [{"budget": N, "G": G, "checkpoint": c, "metric": "eval_accuracy", "mean": v}
+            for N, G, c, v in [(8, 2, 0, 0.9), (8, 4, 0, 0.1), (8, 2, 5, 0.25), (8, 4, 5, 0.5),
+                               (16, 2, 5, 0.75), (16, 4, 5, 0.125)]]
+    res = {"rows": rows, "checkpoints": [0, 5], "config": {"groups": [2, 4], "budgets": [8, 16]}}
+    head, body = table2(res, "eval_accuracy")
+    assert head == ["budget N", "G=2", "G=4"]
+    assert body == [[8, "0.250", "**0.500**"], [16, "**0.750**", "0.125"]]
+    st = t_interval([1.0, 2.0, 6.0])  # mean 3, s = sqrt(7), t_{0.975,2} = 4.302652729696142
+    half = 4.302652729696142 * 7 ** 0.5 / 3 ** 0.5
+    assert st["mean"] == 3.0 and st["ci_low"] == pytest.approx(3 - half) and st["ci_high"] == pytest.approx(3 + half)
+    assert t_interval([0.4])["ci_low"] is None

@@ -1,0 +1,461 @@
+"""``ugrpo sweep --config``: a fixed-budget group-size sweep on a language model (paper Fig. 5, Table 2).
+
+For each budget N, each G dividing N (B = N/G) and each seed, the existing trainer
+(:func:`ugrpo.train.loop.train`) runs the same YAML config with ``budget.samples_per_step = N``,
+``budget.group_size = G``, ``seed = s`` and the same number of steps into
+``DIR/runs/N{N}-G{G}-s{seed}/``. Every run evaluates at the same steps (0, every ``eval.every``,
+the last), so held-out ``eval_accuracy`` / ``eval_pass1`` are aggregated per (N, G, checkpoint):
+mean over seeds with a 95% Student-t interval (none with one seed), the empirical best G per
+(N, checkpoint), and optionally the planner's G* (Theorem 7, eq. (12)) from a sketched pilot at the
+initial model (:func:`ugrpo.experiments.lm_plan.run_lm_plan`).
+
+Runs go to a local ``ProcessPoolExecutor`` (spawn context, ``torch.set_num_threads(1)`` per
+worker; each run's console output goes to its ``train.log``). Resumable: a run with
+``results.json`` is skipped, a run with a checkpoint resumes from it, a run without one restarts;
+a changed training config in the same ``--out`` is an error naming the first differing field.
+
+Deviations from the paper: the paper sweeps Qwen/Llama models on GSM8K/MATH with several seeds
+on GPUs; here any config ``ugrpo train`` accepts, at the scale the machine allows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from tqdm.auto import tqdm
+
+from ugrpo.experiments.common import check_divides
+from ugrpo.runs import RunDir, read_jsonl, to_jsonable
+
+__all__ = ["LMSweepConfig", "RunSpec", "build_runs", "check_lm_resume", "run_lm_sweep", "collect_evals",
+           "aggregate_lm", "best_lm_groups", "lm_planner", "write_lm_sweep_outputs", "METRICS", "SWEEP_KEYS"]
+
+METRICS = ("eval_accuracy", "eval_pass1")
+"""held-out metrics aggregated (greedy accuracy, sampled pass@1), as logged by the trainer"""
+SWEEP_KEYS = ("budget.samples_per_step", "budget.group_size", "seed", "steps")
+"""config fields the sweep sets itself (``--set`` may not touch them)"""
+
+
+@dataclass(frozen=True)
+class LMSweepConfig:
+    """Resolved settings of ``ugrpo sweep --config``."""
+
+    config: str
+    """YAML training config (``ugrpo train --config``)"""
+    budgets: tuple[int, ...]
+    """samples per step N = B*G, one sweep per budget"""
+    groups: tuple[int, ...]
+    """group sizes G; each must divide every budget"""
+    seeds: int
+    """independent runs per (N, G); run seeds are seed, seed+1, ..., seed+seeds-1"""
+    seed: int = 0
+    steps: int | None = None
+    """optimisation steps of every run (None = the config's)"""
+    overrides: tuple[tuple[str, Any], ...] = ()
+    """(dotted key, value) pairs applied to the config (``--set key=value``)"""
+    workers: int = 1
+    plan_pilot: tuple[int, int] | None = None
+    """(B0, G0) of the planner's pilot at the initial model; None = no planner"""
+
+    def __post_init__(self) -> None:
+        if self.seeds < 1:
+            raise ValueError(f"--seeds must be >= 1, got {self.seeds}")
+        if self.seed < 0:
+            raise ValueError(f"--seed must be >= 0, got {self.seed}")
+        if self.workers < 1:
+            raise ValueError(f"--workers must be >= 1, got {self.workers}")
+        if self.steps is not None and self.steps < 1:
+            raise ValueError(f"--steps must be >= 1, got {self.steps}")
+        for key, _ in self.overrides:
+            if key in SWEEP_KEYS:
+                raise ValueError(f"--set {key}=...: the sweep sets {key} itself; use --budget / --groups / --seed / "
+                                 "--steps instead")
+        for N in self.budgets:  # every (N, G) before any work starts
+            for G in self.groups:
+                check_divides(N, G)
+        if self.plan_pilot is not None and (self.plan_pilot[0] < 2 or self.plan_pilot[1] < 4):
+            raise ValueError(f"--plan-pilot {self.plan_pilot[0]},{self.plan_pilot[1]}: need B0 >= 2 and G0 >= 4")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One training run of the sweep."""
+
+    budget: int
+    G: int
+    seed: int
+    name: str
+    """sub-folder name under ``DIR/runs``: ``N{N}-G{G}-s{seed}``"""
+    cfg: Any
+    """the validated :class:`ugrpo.train.config.TrainConfig`"""
+
+
+def parse_sets(items: Sequence[str] | None) -> tuple[tuple[str, Any], ...]:
+    """``["optim.lr=1e-4", ...]`` -> ``(("optim.lr", 1e-4), ...)``; values are YAML scalars."""
+    import yaml
+
+    out = []
+    for it in items or ():
+        if "=" not in it or not it.split("=", 1)[0].strip():
+            raise ValueError(f"--set {it!r}: expected KEY=VALUE with a dotted config key, e.g. --set optim.lr=1e-4")
+        k, v = it.split("=", 1)
+        out.append((k.strip().replace("-", "_"), yaml.safe_load(v) if v != "" else ""))
+    return tuple(out)
+
+
+def _pairs(cfg: LMSweepConfig) -> list[tuple[str, Any]]:
+    return list(cfg.overrides) + ([("steps", cfg.steps)] if cfg.steps is not None else [])
+
+
+def base_config(cfg: LMSweepConfig):
+    """The training config shared by every run: the YAML plus ``--set`` plus ``steps``."""
+    from ugrpo.train.config_load import load_config
+
+    return load_config(cfg.config, _pairs(cfg))
+
+
+def build_runs(cfg: LMSweepConfig) -> list[RunSpec]:
+    """Every (N, G, seed) with its validated TrainConfig (all checked before any training)."""
+    from ugrpo.train.config_load import load_config
+
+    pairs = _pairs(cfg)
+    out = []
+    for N in cfg.budgets:
+        for G in cfg.groups:
+            for s in range(cfg.seed, cfg.seed + cfg.seeds):
+                tc = load_config(cfg.config, pairs + [("budget.samples_per_step", N), ("budget.group_size", G),
+                                                     ("seed", s)])
+                out.append(RunSpec(N, G, s, f"N{N}-G{G}-s{s}", tc))
+    return out
+
+
+def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(d, dict):
+        out: dict[str, Any] = {}
+        for k, v in d.items():
+            out.update(_flat(v, f"{prefix}{k}."))
+        return out or {prefix.rstrip("."): {}}
+    return {prefix.rstrip("."): d}
+
+
+def check_lm_resume(old: dict | None, base: dict, out: str) -> None:
+    """A rerun into an existing folder must train with the same config (else runs would mix)."""
+    if not old or "train_config" not in old:
+        return
+    a, b = _flat(to_jsonable(old["train_config"])), _flat(to_jsonable(base))
+    for k in sorted(set(a) | set(b)):
+        if k in SWEEP_KEYS:
+            continue
+        if a.get(k, "<absent>") != b.get(k, "<absent>"):
+            raise ValueError(f"--out {out} holds a sweep trained with {k} = {a.get(k, '<absent>')!r}, but this run "
+                             f"has {k} = {b.get(k, '<absent>')!r}; use a new --out folder or the same config to resume")
+
+
+# ---------------------------------------------------------------------------------------------- running
+
+
+def _init_worker() -> None:
+    import os
+
+    import torch
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    torch.set_num_threads(1)
+
+
+def _train_one(spec: RunSpec, folder: str, resume: bool) -> str:
+    """Train one run (in a worker), console output to ``folder/train.log``; returns the run name."""
+    from ugrpo.train.loop import train
+
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    with open(Path(folder) / "train.log", "a") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+        train(spec.cfg, folder, resume=resume)
+    return spec.name
+
+
+def _state(folder: Path) -> str:
+    """'done' (results.json), 'resume' (a checkpoint) or 'start' (nothing usable; partial files removed)."""
+    from ugrpo.train.checkpoint import latest_checkpoint
+
+    if (folder / "results.json").exists():
+        return "done"
+    if latest_checkpoint(folder / "checkpoints") is not None:
+        return "resume"
+    if folder.exists():  # died before its first checkpoint: start over
+        shutil.rmtree(folder)
+    return "start"
+
+
+def run_lm_sweep(cfg: LMSweepConfig, specs: Sequence[RunSpec], root: RunDir, *,
+                 progress: bool = True) -> dict[str, str]:
+    """Run every unfinished spec on a process pool; returns {run name: 'skipped' | 'resumed' | 'started'}."""
+    import torch
+
+    actions: dict[str, str] = {}
+    todo = []
+    for sp in specs:
+        st = _state(root.file("runs") / sp.name)
+        actions[sp.name] = {"done": "skipped", "resume": "resumed", "start": "started"}[st]
+        if st != "done":
+            todo.append((sp, str(root.file("runs") / sp.name), st == "resume"))
+    n_skip = len(specs) - len(todo)
+    if n_skip:
+        print(f"resuming: {n_skip} runs already finished in {root.file('runs')}; {len(todo)} to go "
+              f"({sum(1 for t in todo if t[2])} from a checkpoint)", flush=True)
+    bar = tqdm(total=len(todo), desc="sweep runs", unit="run", disable=not progress, dynamic_ncols=True)
+    try:
+        if cfg.workers == 1:  # in-process (no spawn cost), one thread like a worker
+            before = torch.get_num_threads()
+            torch.set_num_threads(1)
+            try:
+                for sp, folder, resume in todo:
+                    bar.set_postfix_str(sp.name)
+                    _train_one(sp, folder, resume)
+                    bar.update(1)
+            finally:
+                torch.set_num_threads(before)
+        else:
+            _pool(cfg.workers, todo, bar)
+    finally:
+        bar.close()
+    return actions
+
+
+def _pool(workers: int, todo: list, bar) -> None:
+    import multiprocessing as mp
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    ex = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"), initializer=_init_worker)
+    try:
+        pending = {ex.submit(_train_one, sp, folder, resume): sp.name for sp, folder, resume in todo}
+        while pending:
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for f in done:
+                name = pending.pop(f)
+                try:
+                    f.result()
+                except Exception as e:
+                    raise RuntimeError(f"run {name} failed: {e} (see its train.log); rerun the same command to "
+                                       "resume the other runs") from e
+                bar.set_postfix_str(name)
+                bar.update(1)
+    except BaseException:
+        ex.shutdown(wait=False, cancel_futures=True)
+        raise
+    ex.shutdown(wait=True)
+
+
+# ---------------------------------------------------------------------------------------------- aggregation
+
+
+def collect_evals(root: RunDir, specs: Sequence[RunSpec]) -> list[dict[str, Any]]:
+    """One row per run: {budget, G, seed, name, evals: {step: {metric: value}}} from its metrics.jsonl."""
+    out = []
+    for sp in specs:
+        evals: dict[int, dict[str, float | None]] = {}
+        for r in read_jsonl(root.file("runs") / sp.name / "metrics.jsonl"):
+            if any(m in r for m in METRICS):
+                evals[int(r["step"])] = {m: r.get(m) for m in METRICS}
+        out.append({"budget": sp.budget, "G": sp.G, "seed": sp.seed, "name": sp.name, "evals": evals})
+    return out
+
+
+def t_interval(values: Sequence[float]) -> dict[str, Any]:
+    """Mean with a 95% Student-t interval mean +- t_{0.975, n-1} s/sqrt(n); n = 1 -> no interval."""
+    from scipy.stats import t as student_t
+
+    n = len(values)
+    m = sum(values) / n
+    if n < 2:
+        return {"mean": m, "se": None, "ci_low": None, "ci_high": None, "n": n}
+    se = math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1) / n)
+    h = float(student_t.ppf(0.975, n - 1)) * se
+    return {"mean": m, "se": se, "ci_low": m - h, "ci_high": m + h, "n": n}
+
+
+def aggregate_lm(runs: Sequence[dict[str, Any]]) -> tuple[list[int], list[dict[str, Any]]]:
+    """(checkpoints common to all runs, rows per (N, G, checkpoint, metric) with mean and 95% t-interval)."""
+    common = set.intersection(*(set(r["evals"]) for r in runs)) if runs else set()
+    cps = sorted(common)
+    cells: dict[tuple[int, int], list[dict]] = {}
+    for r in runs:
+        cells.setdefault((r["budget"], r["G"]), []).append(r)
+    rows = []
+    for (N, G), rs in sorted(cells.items()):
+        for c in cps:
+            for m in METRICS:
+                vals = [r["evals"][c][m] for r in rs]
+                if any(v is None for v in vals):
+                    continue
+                st = t_interval(vals)
+                rows.append({"budget": N, "G": G, "B": N // G, "checkpoint": c, "metric": m, "mean": st["mean"],
+                             "se": st["se"], "ci_low": st["ci_low"], "ci_high": st["ci_high"], "seeds": st["n"]})
+    return cps, rows
+
+
+def best_lm_groups(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The empirical best G (largest mean) per (budget, checkpoint, metric); ties go to the smaller G."""
+    best: dict[tuple[int, int, str], dict] = {}
+    for r in sorted(rows, key=lambda r: r["G"]):
+        k = (r["budget"], r["checkpoint"], r["metric"])
+        if k not in best or r["mean"] > best[k]["mean"]:
+            best[k] = r
+    return [{"budget": N, "checkpoint": c, "metric": m, "G": r["G"], "mean": r["mean"],
+             "tied": [q["G"] for q in rows if (q["budget"], q["checkpoint"], q["metric"]) == (N, c, m)
+                      and q["G"] != r["G"] and q["mean"] == r["mean"]]}
+            for (N, c, m), r in sorted(best.items())]
+
+
+def lm_planner(cfg: LMSweepConfig, base, folder: RunDir, *, progress: bool = True) -> dict[str, Any]:
+    """Planner G* (Theorem 7) from a sketched pilot at the initial model; cached in ``folder/results.json``."""
+    from ugrpo.experiments.lm_plan import LMPlanConfig, run_lm_plan, write_lm_plan_outputs
+    from ugrpo.stats.planner import bound
+
+    res = folder.read_results()
+    if res is None:
+        B0, G0 = cfg.plan_pilot
+        pc = LMPlanConfig(model=base.model.name, task=base.task.name, task_options=dict(base.task.options),
+                          pilot_batch=B0, pilot_group=G0, budget=cfg.budgets[0], seed=cfg.seed,
+                          temperature=base.sampling.temperature, max_new_tokens=base.sampling.max_new_tokens,
+                          chat=base.model.chat)
+        res = run_lm_plan(pc, folder, progress=progress)
+        write_lm_plan_outputs(folder, res)
+    c = [max(res[k]["estimate"], 0.0) for k in ("c1", "c2", "c3")]
+    cands = [g for g in cfg.groups if g >= 2]  # the bound needs G >= 2
+    swept = min(cands, key=lambda g: bound(*c, cfg.budgets[0], g)) if cands else None
+    return {"g_star": res["g_star"], "g_star_ci": res["g_star_ci"], "g_star_continuous": res["g_star_continuous"],
+            "g_star_swept": swept if res["c1_distinguishable_from_zero"] else None,
+            "c1_distinguishable_from_zero": res["c1_distinguishable_from_zero"], "message": res["message"],
+            "constants": {k: res[k] for k in ("c1", "c2", "c3")}, "pilot": list(cfg.plan_pilot),
+            "folder": str(folder.path)}
+
+
+# ---------------------------------------------------------------------------------------------- outputs
+
+
+def reading(results: dict[str, Any]) -> list[str]:
+    """Plain-language sentences: best G at the last checkpoint per budget and metric, and the planner."""
+    out = []
+    rows, last = results["rows"], max(results["checkpoints"])
+    for b in results["best_G"]:
+        if b["checkpoint"] != last:
+            continue
+        cell = [r for r in rows if (r["budget"], r["checkpoint"], r["metric"]) == (b["budget"], last, b["metric"])]
+        best = next(r for r in cell if r["G"] == b["G"])
+        s = f"N={b['budget']}, step {last}, {b['metric']}: the largest mean is at G={b['G']} ({best['mean']:.3f})"
+        if b["tied"]:
+            s += f", tied with G in {b['tied']}"
+        if best["ci_low"] is None:
+            s += "; with a single seed there is no interval, so this ordering is not evidence of anything."
+        else:
+            ov = [r["G"] for r in cell if r["G"] != b["G"] and r["ci_high"] >= best["ci_low"]]
+            s += (f"; G in {ov} have overlapping 95% intervals, not distinguishable with {best['seeds']} seeds."
+                  if ov else "; its 95% interval does not overlap any other G's.")
+        out.append(s)
+    pl = results.get("planner")
+    if pl:
+        out.append(f"Planner (Theorem 7, sketched pilot B0={pl['pilot'][0]} x G0={pl['pilot'][1]} at the initial "
+                   f"model): {pl['message']}; among the swept G: G* = {pl['g_star_swept']}.")
+    return out
+
+
+def _plot(run: RunDir, results: dict[str, Any], metric: str, path: str) -> None:
+    from ugrpo.report.plots import Marker, Panel, Series, panel_plot
+
+    rows = [r for r in results["rows"] if r["metric"] == metric]
+    pl = results.get("planner") or {}
+    star = pl.get("g_star_swept") or pl.get("g_star")
+    panels = []
+    for N in sorted({r["budget"] for r in rows}):
+        series = []
+        for i, c in enumerate(results["checkpoints"]):
+            rs = sorted((r for r in rows if r["budget"] == N and r["checkpoint"] == c), key=lambda r: r["G"])
+            series.append(Series(f"step {c}", [r["G"] for r in rs], [r["mean"] for r in rs],
+                                 [r["ci_low"] for r in rs], [r["ci_high"] for r in rs], color=f"C{i % 10}"))
+        panels.append(Panel(f"N = {N}", series, [Marker(star, f"planner G*={star}")] if star else []))
+    panel_plot(run.file(path), panels, xlabel="group size G", ylabel=f"held-out {metric}", logx=True,
+               suptitle="LM sweep: mean, 95% t-interval over seeds", xticks=results["config"]["groups"])
+
+
+def table2(results: dict[str, Any], metric: str) -> tuple[list[str], list[list[Any]]]:
+    """Table 2 of the paper: budget x G at the last checkpoint, the best per row marked with **."""
+    last, groups = max(results["checkpoints"]), results["config"]["groups"]
+    rows = []
+    for N in results["config"]["budgets"]:
+        cell = {r["G"]: r for r in results["rows"] if (r["budget"], r["checkpoint"], r["metric"]) == (N, last, metric)}
+        if not cell:
+            continue
+        top = max(r["mean"] for r in cell.values())
+        rows.append([N] + [(f"**{cell[G]['mean']:.3f}**" if cell[G]["mean"] == top else f"{cell[G]['mean']:.3f}")
+                           if G in cell else "-" for G in groups])
+    return ["budget N"] + [f"G={G}" for G in groups], rows
+
+
+def write_lm_sweep_outputs(run: RunDir, results: dict[str, Any], argv: Sequence[str] | None = None) -> None:
+    """results.json, ``sweep.png`` / ``sweep_pass1.png`` (Fig. 5) and report.md with Table 2."""
+    from ugrpo.report.markdown import fmt_ci, header, image, md_table
+
+    run.write_results(results)
+    metrics = [m for m in METRICS if any(r["metric"] == m for r in results["rows"])]
+    plots = {m: ("sweep.png" if m == "eval_accuracy" else "sweep_pass1.png") for m in metrics}
+    for m, p in plots.items():
+        _plot(run, results, m, p)
+    cfg = results["config"]
+    md = [header("ugrpo sweep --config: held-out accuracy vs group size at a fixed budget (paper Fig. 5, Table 2)",
+                 argv),
+          f"Config `{cfg['config']}`, {results['steps']} steps per run, {cfg['seeds']} seeds per (N, G), groups "
+          f"{list(cfg['groups'])}; checkpoints {results['checkpoints']}; mean over seeds with a 95% Student-t interval"
+          + (" (one seed: no interval)." if cfg["seeds"] == 1 else "."), "", "## Reading", "",
+          *[f"- {s}" for s in reading(results)], ""]
+    for m in metrics:
+        h, rows = table2(results, m)
+        md += [f"## Table 2 ({m} at step {max(results['checkpoints'])}, best per budget in bold)", "",
+               md_table(h, rows), "", image(plots[m], f"{m} vs G"), ""]
+    md += ["## Empirical best G", "",
+           md_table(["budget N", "checkpoint", "metric", "best G", "mean", "tied with"],
+                    [[b["budget"], b["checkpoint"], b["metric"], b["G"], b["mean"], ", ".join(map(str, b["tied"])) or "-"]
+                     for b in results["best_G"]]),
+           "", "## All cells", "",
+           md_table(["N", "G", "B", "checkpoint", "metric", "mean", "95% CI", "seeds"],
+                    [[r["budget"], r["G"], r["B"], r["checkpoint"], r["metric"], r["mean"],
+                      "-" if r["ci_low"] is None else fmt_ci(r["ci_low"], r["ci_high"]), r["seeds"]]
+                     for r in results["rows"]]), ""]
+    run.write_report("\n".join(md))
+
+
+def sweep_config_record(cfg: LMSweepConfig, base) -> dict[str, Any]:
+    """What ``DIR/config.json`` holds: the sweep settings and the shared training config."""
+    return to_jsonable({**asdict(cfg), "command": "sweep", "train_config": asdict(base)})
+
+
+def sweep_lm(cfg: LMSweepConfig, out: str, *, argv: Sequence[str] | None = None,
+             progress: bool = True) -> dict[str, Any]:
+    """The whole ``ugrpo sweep --config``: validate, run (resumably), plan, aggregate, write; returns results."""
+    import sys
+
+    base = base_config(cfg)
+    specs = build_runs(cfg)  # every config validated before any work
+    root = RunDir(out)
+    check_lm_resume(root.read_config(), asdict(base), out)
+    root.write_config({**sweep_config_record(cfg, base), "argv": list(argv) if argv else None})
+    try:
+        actions = run_lm_sweep(cfg, specs, root, progress=progress)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: finished runs are in {root.file('runs')}; rerun the same command to resume",
+              file=sys.stderr)
+        raise
+    planner = lm_planner(cfg, base, RunDir(root.file("plan")), progress=progress) if cfg.plan_pilot else None
+    runs = collect_evals(root, specs)
+    cps, rows = aggregate_lm(runs)
+    if not cps:
+        raise ValueError(f"the runs in {root.file('runs')} share no evaluated step; check eval.every in {cfg.config}")
+    results = {"rows": rows, "best_G": best_lm_groups(rows), "checkpoints": cps, "planner": planner,
+               "config": to_jsonable(asdict(cfg)), "steps": base.steps, "runs": [
+                   {k: r[k] for k in ("budget", "G", "seed", "name")} | {"action": actions[r["name"]]} for r in runs]}
+    write_lm_sweep_outputs(root, results, argv)
+    return results
