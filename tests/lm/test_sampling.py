@@ -173,3 +173,28 @@ def test_bad_arguments(model, tokenizer):
         sample_groups(model, tokenizer, PROMPTS[:1], 2, seeds=[1], top_p=1.5)
     with pytest.raises(ValueError, match="group_size"):
         sample_groups(model, tokenizer, PROMPTS[:1], 0, seeds=[1])
+
+
+@pytest.mark.parametrize("batch_size,kw", [(None, {}), (7, dict(temperature=0.7, top_p=0.9))])
+def test_shared_prompt_prefill_gives_the_same_tokens(model, tokenizer, batch_size, kw):
+    """Prefilling each prompt once and sharing its cache across the group changes no token.
+
+    batch_size=7 with G=4 cuts groups across ``generate`` calls (runs of 1..4 rows).
+    """
+    G = 4
+    args = dict(seeds=SEEDS, max_new_tokens=8, batch_size=batch_size, **kw)
+    plain = sample_groups(model, tokenizer, PROMPTS, G, share_prompts=False, **args)
+    prefill_rows: list[int] = []  # the shared prefill is the only forward with more than one input column per row
+    hook = model.model.register_forward_pre_hook(
+        lambda mod, a, k: prefill_rows.append(k["input_ids"].shape[0]) if k["input_ids"].shape[1] > 1 else None, with_kwargs=True
+    )
+    try:
+        shared = sample_groups(model, tokenizer, PROMPTS, G, **args)
+    finally:
+        hook.remove()
+    # distinct prompts per generate call (rows 0-6, 7-13, 14-19 hold 2, 3, 2 prompts); generate itself then runs 1 column
+    assert prefill_rows == ([len(PROMPTS)] if batch_size is None else [2, 3, 2])
+    assert torch.equal(shared.completion_ids, plain.completion_ids)
+    assert torch.equal(shared.completion_mask, plain.completion_mask) and shared.texts == plain.texts
+    assert torch.equal(shared.prompt_ids, plain.prompt_ids)
+    assert len(set(plain.texts)) > len(plain.texts) // 2  # real, varied samples

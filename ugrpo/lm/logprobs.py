@@ -9,6 +9,28 @@ One forward pass over ``[prompt (left-padded) | completion (right-padded)]`` wit
 the same row without padding. Only the last ``T + 1`` positions are turned into logits
 (``logits_to_keep``), so memory is O(N * T * V), not O(N * (P + T) * V).
 
+Shared prompts (``share_prompts=True``, the trainer's fast path)
+----------------------------------------------------------------
+A GRPO batch holds each prompt G times in consecutive rows (:class:`ugrpo.lm.sampling.Rollout`).
+When consecutive rows of a chunk have identical ``prompt_ids`` and ``prompt_mask``, the prompt is
+run once per *distinct* prompt (with gradient) into a ``DynamicCache``, the cache is expanded to
+one entry per row (``batch_select_indices``, differentiable), and only the completion tokens
+are run on top of it, with the ``(n, P + T)`` attention mask and positions continuing after
+each prompt. The first completion token's log-probability comes from the prompt's last logit.
+The values and gradients are those of the plain path up to float rounding (tested in
+``tests/lm/test_logprobs.py``); the gradient of the shared prompt states sums the G rows'
+contributions, exactly as the plain path does through G copies. It is opt-in because the
+prompt's activations then stand for G sequences at once: code that reads one activation row
+per sequence (per-sample gradients by module hooks, as the linear trick of
+:mod:`ugrpo.lm.sketch`) needs the plain path, the default. Rows with no repeated prompt
+and a model under gradient checkpointing (which drops the cache) take the plain path even with
+``share_prompts=True``. Precision: the G rows' prompt gradients are summed *before* float32
+casts inside the model (Qwen2's RMSNorm), so even a float64 model agrees with the plain path
+to float32 rounding only; use the plain path for exact per-row checks. Dropout (e.g. LoRA dropout in
+training mode) draws one mask per distinct prompt instead of one per row: each row's gradient
+keeps its expectation, but the G rows' prompt masks are shared, so the result is not
+bit-comparable with the plain path then.
+
 With ``temperature != 1`` the log-probabilities are those of ``softmax(logits / temperature)``,
 the distribution :func:`ugrpo.lm.sampling.sample_groups` draws from. Top-p truncation is
 *not* applied here (as in TRL and verl); with ``top_p < 1`` the samples come from the
@@ -19,6 +41,7 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
+from transformers import DynamicCache
 
 __all__ = ["completion_logprobs"]
 
@@ -32,6 +55,7 @@ def completion_logprobs(
     *,
     temperature: float = 1.0,
     chunk_size: int | None = None,
+    share_prompts: bool = False,
 ) -> Tensor:
     """``log pi(y_t | x, y_<t)`` of every completion token; 0 where ``completion_mask`` is 0.
 
@@ -47,6 +71,12 @@ def completion_logprobs(
         > 0; log-probabilities of ``softmax(logits / temperature)``.
     chunk_size : int or None
         Rows per forward pass (bounds memory); None = all N at once. The result is the same.
+        Keep whole groups in a chunk (a multiple of G) to share each prompt fully.
+    share_prompts : bool
+        True: run each run of consecutive identical prompts once and share its key/value
+        cache (see the module docstring); same values and summed gradients up to float
+        rounding. False (default): one activation row per sequence, as per-sample-gradient
+        hooks (:mod:`ugrpo.lm.sketch`) need.
 
     Returns
     -------
@@ -67,8 +97,9 @@ def completion_logprobs(
     parts = []
     for start in range(0, N, step):
         sl = slice(start, min(start + step, N))
+        fn = _shared_chunk_logprobs if share_prompts and _can_share(model) else _chunk_logprobs
         parts.append(
-            _chunk_logprobs(
+            fn(
                 model,
                 prompt_ids[sl].to(device),
                 prompt_mask[sl].to(device),
@@ -88,6 +119,50 @@ def _chunk_logprobs(model, p_ids, p_mask, c_ids, c_mask, temperature: float) -> 
     out = model(input_ids=input_ids, attention_mask=attn, position_ids=position_ids, logits_to_keep=T + 1, use_cache=False)
     logits = out.logits[:, :-1, :].float() / temperature  # (n, T, V): position P-1+t predicts token t
     logp = torch.log_softmax(logits, dim=-1).gather(-1, c_ids.unsqueeze(-1)).squeeze(-1)  # (n, T)
+    return logp * c_mask.to(logp.dtype)
+
+
+def _can_share(model) -> bool:
+    """False under gradient checkpointing in training mode: HF models then turn the cache off."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    flag = getattr(type(base), "is_activation_checkpointing", None) or getattr(type(base), "is_gradient_checkpointing", None)
+    return not (model.training and isinstance(flag, property) and bool(flag.fget(base)))
+
+
+def _prompt_runs(p_ids: Tensor, p_mask: Tensor) -> Tensor:
+    """(n,) index of each row's run of consecutive identical prompts: 0, 0, 0, 1, 1, 2, ..."""
+    same = (p_ids[1:] == p_ids[:-1]).all(dim=1) & (p_mask[1:] == p_mask[:-1]).all(dim=1)  # (n-1,)
+    starts = torch.cat([torch.ones(1, dtype=torch.long, device=p_ids.device), (~same).long()])  # (n,)
+    return starts.cumsum(dim=0) - 1
+
+
+def _shared_chunk_logprobs(model, p_ids, p_mask, c_ids, c_mask, temperature: float) -> Tensor:
+    n, T = c_ids.shape
+    run = _prompt_runs(p_ids, p_mask)  # (n,)
+    u = int(run[-1]) + 1
+    if u == n:  # no prompt repeats: nothing to share
+        return _chunk_logprobs(model, p_ids, p_mask, c_ids, c_mask, temperature)
+    first_row = torch.nonzero(torch.cat([torch.ones(1, dtype=torch.bool, device=run.device), run[1:] != run[:-1]])).squeeze(1)
+    keep = int(p_mask.sum(dim=1).max())  # drop columns that are padding in every row
+    up_ids = p_ids[first_row, p_ids.shape[1] - keep:]  # (u, P')
+    up_mask = p_mask[first_row, p_mask.shape[1] - keep:].long()  # (u, P')
+    up_pos = (up_mask.cumsum(dim=1) - 1).clamp(min=0)  # (u, P')
+    cache = DynamicCache(config=model.config)
+    out = model(input_ids=up_ids, attention_mask=up_mask, position_ids=up_pos, cache=cache, use_cache=True, logits_to_keep=1)
+    if cache.get_seq_length() != keep:  # model ignored the cache: stay correct
+        return _chunk_logprobs(model, p_ids, p_mask, c_ids, c_mask, temperature)
+    # expand in the model's dtype before the float32 cast, so the backward sums the G rows in that dtype
+    first = torch.log_softmax(out.logits[run, -1, :].float() / temperature, dim=-1)  # (n, V): predicts token 0
+    lp0 = first.gather(-1, c_ids[:, :1])  # (n, 1)
+    if T == 1:
+        return lp0 * c_mask.to(lp0.dtype)
+    cache.batch_select_indices(run)  # (u, ...) -> (n, ...), differentiable
+    attn = torch.cat([up_mask[run], c_mask.long()], dim=1)  # (n, P'+T)
+    c_pos = up_pos[run, -1:] + 1 + torch.arange(T, device=c_ids.device).unsqueeze(0)  # (n, T)
+    out2 = model(input_ids=c_ids[:, :-1], attention_mask=attn[:, :-1], position_ids=c_pos[:, :-1], cache=cache, use_cache=True)
+    logits = out2.logits.float() / temperature  # (n, T-1, V): completion position t predicts token t+1
+    rest = torch.log_softmax(logits, dim=-1).gather(-1, c_ids[:, 1:].unsqueeze(-1)).squeeze(-1)  # (n, T-1)
+    logp = torch.cat([lp0, rest], dim=1)  # (n, T)
     return logp * c_mask.to(logp.dtype)
 
 

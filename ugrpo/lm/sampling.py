@@ -25,6 +25,12 @@ Two caveats, stated rather than hidden:
   them by float rounding (~1e-6); an argmax can flip only when two perturbed logits tie
   within that rounding, which for float32 is of probability ~1e-6 per token.
 
+Shared prompts: within a ``generate`` call, each run of rows with the same prompt (the G rows
+of a group) prefills ``prompt[:, :-1]`` once; the key/value cache is expanded to one entry per
+row and handed to ``generate``, which then runs the last prompt token and the new tokens. The
+logits are those of the plain path up to float rounding (same caveat as above), so the tokens
+are the same (tested); ``share_prompts=False`` runs the plain path.
+
 The sampled distribution is ``pi_theta`` tempered by ``T`` (and truncated by top-p). With
 ``T = 1`` and ``top_p = 1`` it is exactly the policy of the paper's Algorithm 1 (on-policy).
 """
@@ -37,7 +43,7 @@ from typing import Sequence
 import numpy as np
 import torch
 from torch import Tensor
-from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
+from transformers import DynamicCache, GenerationConfig, LogitsProcessor, LogitsProcessorList
 
 __all__ = ["Rollout", "GumbelNoiseProcessor", "row_seed", "sample_groups", "completion_mask_from_ids", "top_p_filter"]
 
@@ -204,6 +210,7 @@ def sample_groups(
     max_new_tokens: int = 16,
     batch_size: int | None = None,
     add_special_tokens: bool = True,
+    share_prompts: bool = True,
 ) -> Rollout:
     """Sample ``group_size`` completions for each prompt (Algorithm 1, "generate G outputs").
 
@@ -228,6 +235,10 @@ def sample_groups(
         the samples, only memory and speed.
     add_special_tokens : bool
         Passed to the tokenizer (the tiny tokenizer prepends ``<bos>``).
+    share_prompts : bool
+        True (default): prefill each prompt once per ``generate`` call and share its cache
+        across the rows of its group; False: the plain path. Same samples (see the module
+        docstring).
 
     Returns
     -------
@@ -272,11 +283,14 @@ def sample_groups(
             ids, mask = _strip_left(prompt_ids[sl], prompt_mask[sl])
             gens = [torch.Generator(device=device).manual_seed(s) for s in row_seeds[sl]]
             proc = GumbelNoiseProcessor(gens, temperature=temperature, top_p=top_p)
+            ids, mask = ids.to(device), mask.to(device)
+            extra = {"cache": _shared_prefill(model, ids, mask)} if share_prompts else {}
             out = model.generate(
-                input_ids=ids.to(device),
-                attention_mask=mask.to(device),
+                input_ids=ids,
+                attention_mask=mask,
                 generation_config=gen_config,
                 logits_processor=LogitsProcessorList([proc]),
+                **{k: v for k, v in extra.items() if v is not None},
             )
             chunks.append(out[:, ids.shape[1]:].cpu())  # (n, t_chunk)
     finally:
@@ -303,6 +317,30 @@ def sample_groups(
         prompt_index=torch.arange(B).repeat_interleave(G),
         group_size=G,
     )
+
+
+def _shared_prefill(model, ids: Tensor, mask: Tensor) -> DynamicCache | None:
+    """The cache of ``ids[:, :-1]`` computed once per run of identical consecutive rows, one entry per row.
+
+    None when no prompt repeats or the prompts are one token long (nothing to share).
+    """
+    n, P = ids.shape
+    if P < 2 or n < 2:
+        return None
+    same = (ids[1:] == ids[:-1]).all(dim=1) & (mask[1:] == mask[:-1]).all(dim=1)  # (n-1,)
+    starts = torch.cat([torch.ones(1, dtype=torch.bool, device=ids.device), ~same])  # (n,)
+    if int(starts.sum()) == n:
+        return None
+    run = starts.long().cumsum(dim=0) - 1  # (n,) run index of each row
+    first_row = torch.nonzero(starts).squeeze(1)  # (u,)
+    u_ids, u_mask = ids[first_row, :-1], mask[first_row, :-1].long()  # (u, P-1)
+    cache = DynamicCache(config=model.config)
+    model(input_ids=u_ids, attention_mask=u_mask, position_ids=(u_mask.cumsum(dim=1) - 1).clamp(min=0), cache=cache, use_cache=True,
+          logits_to_keep=1)
+    if cache.get_seq_length() != P - 1:  # the model did not fill the cache: plain path
+        return None
+    cache.batch_select_indices(run)  # (u, ...) -> (n, ...)
+    return cache
 
 
 def _left_pad(ids: Tensor, mask: Tensor, pad_id: int) -> dict[str, Tensor]:

@@ -4,6 +4,11 @@ The rows of a (mini)batch may be spread over processes and over micro-batches; e
 divides by the *global* count (``denominator``), so the gradients of the pieces sum to the
 gradient of the whole batch's loss (paper Algorithm 1: 1/(B G) sum_b,g, or Algorithm 2:
 1/|B_j| sum_{b in B_j}).
+
+Micro-batches hold whole groups: a ``micro_batch`` of at least G rows is rounded down to a
+multiple of G, so :func:`ugrpo.lm.logprobs.completion_logprobs` (with ``share_prompts=True``)
+runs each prompt once and shares it across its G completions (same result, less work). A ``micro_batch`` below G
+splits groups (still correct, less sharing).
 """
 
 from __future__ import annotations
@@ -34,9 +39,12 @@ class UpdateStats:
     grad_norm: float
 
 
-def _chunks(rows: Tensor, size: int) -> list[Tensor]:
+def _chunks(rows: Tensor, size: int, group_size: int = 1) -> list[Tensor]:
+    """Split ``rows`` into micro-batches of ``size`` rows (0 = one), rounded down to whole groups."""
     if size <= 0 or size >= len(rows):
         return [rows]
+    if size >= group_size:
+        size -= size % group_size
     return [rows[i:i + size] for i in range(0, len(rows), size)]
 
 
@@ -48,6 +56,7 @@ def _logp(model, rollout: Rollout, rows: Tensor, temperature: float) -> Tensor:
         rollout.completion_ids[rows],
         rollout.completion_mask[rows],
         temperature=temperature,
+        share_prompts=True,  # rows come in groups: each prompt runs once (same result, less work)
     )  # (n, T)
 
 
@@ -57,7 +66,7 @@ def rollout_logprobs(model, rollout: Rollout, *, temperature: float, micro_batch
     rows = torch.arange(len(rollout.texts))
     if len(rows) == 0:
         return torch.zeros(0, rollout.completion_ids.shape[1])
-    return torch.cat([_logp(model, rollout, c, temperature).cpu() for c in _chunks(rows, micro_batch)])
+    return torch.cat([_logp(model, rollout, c, temperature).cpu() for c in _chunks(rows, micro_batch, rollout.group_size)])
 
 
 def global_denominator(cfg: TrainConfig, rollout: Rollout, rows: Tensor, n_sequences: int, ctx: DistContext) -> float:
@@ -94,7 +103,7 @@ def update_on_rows(
     optimizer.zero_grad(set_to_none=True)
     device = next(model.parameters()).device
     sums = [0.0, 0.0, 0.0, 0.0, 0.0]  # loss, kl, clipped tokens, ratio * tokens, tokens
-    for chunk in _chunks(rows, cfg.budget.micro_batch) if len(rows) else []:
+    for chunk in _chunks(rows, cfg.budget.micro_batch, rollout.group_size) if len(rows) else []:
         logp = _logp(model, rollout, chunk, cfg.sampling.temperature)  # (n, T)
         mask = rollout.completion_mask[chunk].to(device)  # (n, T)
         out = policy_loss(
