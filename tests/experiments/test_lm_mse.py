@@ -4,7 +4,6 @@ estimator, and the command end to end on a randomly initialised tiny model (no d
 from __future__ import annotations
 
 import itertools
-import json
 import math
 
 import pytest
@@ -19,32 +18,6 @@ from ugrpo.stats.estimator import prompt_gradients
 from .conftest import assert_png, metrics, results, run_cli
 
 DT = torch.float64
-
-
-def starts_with_digit(completions, answers):
-    """Reward of the test task: 1 when the completion starts with a digit (a random model: ~45%)."""
-    return [float(c[:1].isdigit()) for c in completions]
-
-
-@pytest.fixture(scope="module")
-def task_args(tmp_path_factory):
-    """A custom task of 20 arithmetic prompts whose reward a random model earns often (rewards vary)."""
-    path = tmp_path_factory.mktemp("task") / "train.jsonl"
-    path.write_text("".join(json.dumps({"prompt": f"{i}+{i + 1}=", "answer": str(2 * i + 1)}) + "\n" for i in range(20)))
-    return ["--task", "custom", "--task-option", f"data_path={path}",
-            "--task-option", "reward_fn=tests.experiments.test_lm_mse:starts_with_digit"]
-
-
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory):
-    """A randomly initialised tiny Qwen2 + character tokenizer saved with save_pretrained."""
-    from ugrpo.lm import build_char_tokenizer, build_tiny_model
-
-    path = tmp_path_factory.mktemp("models") / "rand"
-    tok = build_char_tokenizer()
-    build_tiny_model(tok, seed=0).save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
 
 
 TASK = ["--task", "arithmetic", "--task-option", "prompt_style=compact", "--task-option", "difficulty=easy",

@@ -19,31 +19,6 @@ TASK = ["--task", "arithmetic", "--task-option", "prompt_style=compact", "--task
 PILOT = ["--pilot-batch", 6, "--pilot-group", 8, "--sketch-dim", 16, "--max-new-tokens", 4, "--n-boot", 200]
 
 
-def starts_with_digit(completions, answers):
-    """Reward of the test task: 1 when the completion starts with a digit (a random model: ~45%)."""
-    return [float(c[:1].isdigit()) for c in completions]
-
-
-@pytest.fixture(scope="module")
-def task_args(tmp_path_factory):
-    """A custom task of 20 arithmetic prompts whose reward a random model earns often (rewards vary)."""
-    path = tmp_path_factory.mktemp("task") / "train.jsonl"
-    path.write_text("".join(json.dumps({"prompt": f"{i}+{i + 1}=", "answer": str(2 * i + 1)}) + "\n" for i in range(20)))
-    return ["--task", "custom", "--task-option", f"data_path={path}",
-            "--task-option", "reward_fn=tests.experiments.test_lm_plan:starts_with_digit"]
-
-
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory):
-    from ugrpo.lm import build_char_tokenizer, build_tiny_model
-
-    path = tmp_path_factory.mktemp("models") / "rand"
-    tok = build_char_tokenizer()
-    build_tiny_model(tok, seed=0).save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
-
-
 def test_lm_plan_and_pilot_roundtrip(tmp_path, capsys, tiny_model_dir, task_args):
     out = tmp_path / "p"
     rc, stdout, err = run_cli(["plan", "--model", tiny_model_dir, *task_args, *PILOT, "--budget", 48, "--group", 8,
