@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "make-env": ("ugrpo.experiments.make_env_cmd", "write a random synthetic policy (JSON) with difficulty controls"),
     "train": ("ugrpo.train.train_cmd", "train a language model with Algorithm 1 or 2 on a verifiable task"),
     "pretrain-tiny": ("ugrpo.lm.pretrain_cmd", "warm up the built-in tiny model on arithmetic (supervised)"),
+    "reproduce": ("ugrpo.experiments.reproduce_cmd", "run the paper's experiments at the scale the machine allows; one report.html"),
 }
 
 

@@ -1,0 +1,78 @@
+"""``ugrpo reproduce``: smoke scale end to end (report, inline images, Claims, resume) and the paper-scale guard."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from .conftest import results, run_cli
+
+
+@pytest.fixture(scope="module")
+def repro_task(task_args, tmp_path_factory) -> list[str]:
+    """The shared custom task plus a held-out file (the sweeps evaluate on it)."""
+    ev = tmp_path_factory.mktemp("task_eval") / "eval.jsonl"
+    ev.write_text("".join(json.dumps({"prompt": f"{i}*2=", "answer": str(2 * i)}) + "\n" for i in range(6)))
+    return [*task_args, "--task-option", f"eval_path={ev}"]
+
+
+def test_reproduce_smoke_end_to_end_and_resume(tmp_path, capsys, tiny_model_dir, repro_task):
+    """Every part runs; report.html has inline PNGs and a verdict per claim; a rerun skips finished parts."""
+    out = tmp_path / "r"
+    argv = ["reproduce", "--scale", "smoke", "--model-override", tiny_model_dir, *repro_task, "--no-progress",
+            "--out", out]
+    rc, stdout, err = run_cli(argv, capsys)
+    assert rc == 0, err
+    assert "total time" in stdout
+    for sub in ("fig4/base", "fig4/instruct", "fig4/fewshot", "fig5", "table2", "thm8"):
+        assert (out / sub / "results.json").is_file(), sub
+    report = (out / "report.html").read_text()
+    images = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', report)
+    assert len(images) == 3 + 1 + 1 + 1  # three Fig. 4 strengths, Fig. 5, Table 2, Theorem 8
+    assert all(base64.b64decode(i)[:8] == b"\x89PNG\r\n\x1a\n" for i in images)
+    assert "<h2>Claims</h2>" in report and "0.7817*" in report  # the paper's Table 2 beside ours
+    res = results(out)
+    assert [c["verdict"] in ("supports", "contradicts", "cannot tell") for c in res["claims"]] == [True] * 5
+    # one seed per (N, G): the best-G claim must not be decided
+    assert res["claims"][3]["verdict"] == "cannot tell" and "one seed" in res["claims"][3]["evidence"]
+    # the claims are the library's numbers: the vanilla-vs-grpo verdict follows the stored intervals
+    diffs = [c["vanilla_minus_grpo"] for s in ("base", "instruct", "fewshot")
+             for c in results(out / "fig4" / s)["comparisons"]]
+    expect = ("supports" if all(d["ci_low"] > 0 for d in diffs) else
+              "contradicts" if any(d["ci_high"] < 0 for d in diffs) else "cannot tell")
+    assert res["claims"][0]["verdict"] == expect
+
+    stamps = {p: (out / p / "results.json").stat().st_mtime_ns for p in ("fig4/base", "thm8")}
+    run_mtime = (out / "fig5" / "runs" / "N8-G2-s0" / "results.json").stat().st_mtime_ns
+    rc, stdout, err = run_cli(argv, capsys)
+    assert rc == 0, err
+    assert "fig4/base: finished earlier, skipped" in stdout and "thm8: finished earlier, skipped" in stdout
+    assert {p: (out / p / "results.json").stat().st_mtime_ns for p in stamps} == stamps
+    assert (out / "fig5" / "runs" / "N8-G2-s0" / "results.json").stat().st_mtime_ns == run_mtime
+    assert results(out)["actions"]["thm8"] == "skipped"
+
+
+def test_reproduce_skip_and_bad_inputs(tmp_path, capsys, tiny_model_dir, repro_task):
+    out = tmp_path / "s"
+    rc, _, err = run_cli(["reproduce", "--scale", "smoke", "--model-override", tiny_model_dir, *repro_task,
+                          "--skip", "fig4,fig5,table2", "--no-progress", "--out", out], capsys)
+    assert rc == 0, err
+    res = results(out)
+    assert not (out / "fig4").exists() and res["actions"]["fig4"] == "skipped (--skip)"
+    assert res["claims"][0]["verdict"] == "cannot tell" and "not run" in res["claims"][0]["evidence"]
+    rc, _, err = run_cli(["reproduce", "--scale", "smoke", "--skip", "fig6", "--out", tmp_path / "b"], capsys)
+    assert rc == 2 and "--skip: unknown part(s) ['fig6']" in err
+
+
+def test_reproduce_paper_without_weights_fails_fast(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-home"))
+    rc, _, err = run_cli(["reproduce", "--scale", "paper", "--out", tmp_path / "p"], capsys)
+    assert rc == 2
+    assert "--scale paper cannot run" in err and "Qwen/Qwen2.5-Math-7B" in err and "hf download" in err
+    assert not (tmp_path / "p").exists()  # nothing written before the check

@@ -1,0 +1,502 @@
+"""``ugrpo reproduce``: the paper's experiments (Fig. 4, Fig. 5, Table 2, Theorem 8) at one scale, one report.
+
+Built only from the commands that exist: :func:`ugrpo.experiments.lm_mse.run_lm_mse` (Fig. 4, one
+sub-folder per model strength), :func:`ugrpo.experiments.lm_sweep.sweep_lm` (Fig. 5 with the
+planner's G*, Theorem 7 / eq. (12); Table 2 over several budgets N) and
+:func:`ugrpo.experiments.gap.run_gap` (Theorem 8). Each part writes its own run folder under
+``OUT/<part>/``; this module then reads their ``results.json`` files only and writes
+``OUT/results.json`` and ``OUT/report.html`` (figures inline as base64 PNG, the paper's numbers
+beside ours where the paper prints any, and a Claims section).
+
+Resumable: a Fig. 4 strength or Theorem 8 folder with ``results.json`` is skipped; the sweeps use
+the sweep's own resume (finished training runs are skipped, the planner's pilot is cached).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ugrpo.runs import RunDir, to_jsonable
+
+__all__ = ["PARTS", "SCALES", "PAPER_TABLE2", "ReproduceConfig", "ScalePlan", "scale_plan", "check_paper_ready",
+           "run_reproduce", "claims"]
+
+PARTS = ("fig4", "fig5", "table2", "thm8")
+SCALES = ("smoke", "tiny", "paper")
+STRENGTHS = ("base", "instruct", "fewshot")
+PAPER_MODELS = {"fig4": ("Qwen/Qwen2.5-0.5B", "Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct"),
+                "fig5": "Qwen/Qwen2.5-1.5B-Instruct", "table2": "Qwen/Qwen2.5-Math-7B"}
+PAPER_TABLE2 = {1024: {4: 0.7677, 8: 0.7491, 16: 0.7753, 32: 0.7627, 64: 0.7817, 128: 0.7743},
+                2048: {4: 0.7703, 8: 0.7679, 16: 0.7697, 32: 0.7793, 64: 0.7819, 128: 0.7665},
+                4096: {4: 0.7691, 8: 0.7713, 16: 0.7701, 32: 0.7673, 64: 0.7703, 128: 0.7757}}
+PAPER_DATA = {"gsm8k": {"train_path": "data/gsm8k/train.jsonl", "eval_path": "data/gsm8k/test.jsonl"},
+              "math": {"train_path": "data/math/train.jsonl", "eval_path": "data/math/test.jsonl"}}
+"""local data files of the paper-scale sweeps (as in examples/*.yaml), relative to the working directory"""
+"""Table 2 of the paper (Qwen2.5-Math-7B on MATH, single run, test accuracy at the final step; NOTES.md 8.3)"""
+
+
+@dataclass(frozen=True)
+class ReproduceConfig:
+    """Resolved settings of ``ugrpo reproduce``."""
+
+    scale: str
+    out: str
+    skip: tuple[str, ...] = ()
+    model_override: str | None = None
+    """one model folder for every strength and sweep (tests); None = the scale's models"""
+    task: str | None = None
+    """task of every part (with ``task_options``); None = the scale's task"""
+    task_options: dict = field(default_factory=dict)
+    workers: int = 1
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.scale not in SCALES:
+            raise ValueError(f"--scale {self.scale!r}: choose one of {', '.join(SCALES)}")
+        bad = [p for p in self.skip if p not in PARTS]
+        if bad:
+            raise ValueError(f"--skip: unknown part(s) {bad}; choose from {', '.join(PARTS)} (comma-separated)")
+        if self.workers < 1:
+            raise ValueError(f"--workers must be >= 1, got {self.workers}")
+        if self.task_options and self.task is None:
+            raise ValueError("--task-option needs --task")
+
+
+@dataclass(frozen=True)
+class ScalePlan:
+    """What each part runs at one scale."""
+
+    fig4_models: tuple[tuple[str, str], ...]
+    """(strength label, model) pairs"""
+    fig4: dict
+    """LMMSEConfig fields other than model/task"""
+    train: dict
+    """the Fig. 5 training config (YAML dict); the sweep sets budget, group size and seed"""
+    train_table2: dict
+    """the Table 2 training config"""
+    fig5: dict
+    """LMSweepConfig fields for Fig. 5 (one budget, the planner's pilot)"""
+    table2: dict
+    """LMSweepConfig fields for Table 2 (several budgets)"""
+    thm8: dict
+    """GapConfig fields (Theorem 8)"""
+    task: str
+    task_options: dict
+
+
+def _train_config(model: str, task: str, options: dict, *, steps: int, every: int, n_eval: int, pass1: int,
+                  max_new: int, lr: float) -> dict:
+    return {"model": {"name": model}, "task": {"name": task, "options": dict(options)},
+            "budget": {"samples_per_step": 8, "group_size": 4},
+            "sampling": {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": max_new},
+            "algorithm": 1, "baseline": "grpo", "scale": "none", "steps": steps,
+            "optim": {"name": "adamw", "lr": lr, "scheduler": "constant"}, "loss": {"aggregation": "seq_sum"},
+            "eval": {"every": every, "n_problems": n_eval, "greedy": True, "pass1_samples": pass1},
+            "seed": 0, "checkpoint_every": every, "log_every": every}
+
+
+def scale_plan(cfg: ReproduceConfig) -> ScalePlan:
+    """The settings of every part at ``cfg.scale`` (tiny: the arithmetic task the tiny models were warmed on)."""
+    if cfg.scale == "paper":
+        return _paper_plan(cfg)
+    tiny = cfg.scale == "tiny"
+    task = cfg.task or "arithmetic"
+    opts = dict(cfg.task_options)
+    if cfg.model_override:
+        models = tuple((s, str(cfg.model_override)) for s in STRENGTHS)
+    else:
+        models = tuple((s, f"tiny:{s}") for s in STRENGTHS)
+    sweep_model = str(cfg.model_override or "tiny:instruct")
+    if tiny:
+        if task == "arithmetic" and not opts:  # the tiny models' own task (ugrpo.lm.pretrain.TINY_TASK_OPTIONS)
+            opts = {"prompt_style": "compact", "difficulty": "easy", "n_train": 200, "n_eval": 100}
+        fig4 = dict(groups=(4, 8, 16, 32, 64), batch=8, reps=30, ref_samples=256, prompts=32, sketch_dim=256,
+                    max_new_tokens=6)  # docs/lm-mse.md's command
+        train = _train_config(sweep_model, task, opts, steps=100, every=25, n_eval=100, pass1=4, max_new=6, lr=5e-5)
+        fig5 = dict(budgets=(64,), groups=(2, 4, 8, 16, 32), seeds=3, plan_pilot=(16, 8))
+        table2 = dict(budgets=(64, 128, 256), groups=(4, 8, 16, 32, 64), seeds=3)
+        thm8 = {}  # `ugrpo gap` defaults
+    else:  # smoke: seconds
+        fig4 = dict(groups=(4, 8), batch=2, reps=3, ref_samples=8, prompts=4, sketch_dim=16, max_new_tokens=4)
+        train = _train_config(sweep_model, task, opts, steps=2, every=1, n_eval=4, pass1=2, max_new=4, lr=1e-3)
+        fig5 = dict(budgets=(8,), groups=(2, 4), seeds=1, plan_pilot=(2, 4))
+        table2 = dict(budgets=(4, 8), groups=(2, 4), seeds=1)
+        thm8 = dict(groups=(4,), estimators=("grpo",), runs=16, steps=32, batch=4)
+    return ScalePlan(models, fig4, train, train, fig5, table2, thm8, task, opts)
+
+
+def _paper_plan(cfg: ReproduceConfig) -> ScalePlan:
+    check_paper_ready(cfg)
+    models = tuple(zip(STRENGTHS, PAPER_MODELS["fig4"]))
+    fig4 = dict(groups=(4, 8, 16, 32, 64), batch=8, reps=30, ref_samples=256, prompts=32, sketch_dim=256,
+                max_new_tokens=16)
+    train = _train_config(PAPER_MODELS["fig5"], "gsm8k", dict(PAPER_DATA["gsm8k"]), steps=800, every=100,
+                          n_eval=1319, pass1=0, max_new=512, lr=1e-6)  # examples/gsm8k-qwen1.5b.yaml
+    train["model"].update(dtype="bfloat16", chat=True)
+    train["optim"]["grad_clip"] = 1.0
+    t2 = _train_config(PAPER_MODELS["table2"], "math", dict(PAPER_DATA["math"]), steps=500, every=100,
+                       n_eval=5000, pass1=0, max_new=1024, lr=1e-6)  # examples/math-qwen7b.yaml
+    t2["model"].update(dtype="bfloat16", chat=False)
+    t2["optim"]["grad_clip"] = 1.0
+    fig5 = dict(budgets=(1024,), groups=(4, 8, 16, 32, 64, 128), seeds=5, plan_pilot=(64, 16))
+    table2 = dict(budgets=(1024, 2048, 4096), groups=(4, 8, 16, 32, 64, 128), seeds=1)
+    return ScalePlan(models, fig4, train, t2, fig5, table2, {}, "arithmetic", {})
+
+
+def _cached(model: str) -> bool:
+    if Path(model).expanduser().is_dir():
+        return True
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(model, "config.json"), str)
+    except Exception:  # noqa: BLE001 - no hub library or a malformed id: not available
+        return False
+
+
+def check_paper_ready(cfg: ReproduceConfig) -> None:
+    """Fail fast (before any work) when the paper's weights are not local or there is no GPU; never downloads."""
+    import torch
+
+    needed = sorted({m for m in (*PAPER_MODELS["fig4"], PAPER_MODELS["fig5"], PAPER_MODELS["table2"])})
+    missing = [m for m in needed if not _cached(m)]
+    problems = []
+    if missing:
+        problems.append(f"the weights of {', '.join(missing)} are not in the local Hugging Face cache (nothing is "
+                        "downloaded at run time): on a machine with network run `hf download <id>` for each and copy "
+                        "the cache (HF_HOME) here")
+    data = [p for d in PAPER_DATA.values() for p in d.values() if not Path(p).is_file()]
+    if data:
+        problems.append(f"the data files {', '.join(data)} are missing: write GSM8K / MATH as JSONL there")
+    if not torch.cuda.is_available():
+        problems.append("there is no GPU (torch.cuda.is_available() is False): the paper's 0.5B-7B models need one")
+    if problems:
+        raise ValueError("--scale paper cannot run: " + "; and ".join(problems) + ". Use --scale tiny on this machine.")
+
+
+# ----------------------------------------------------------------------------------------------- running
+
+
+def _write_yaml(path: Path, obj: dict) -> str:
+    import yaml
+
+    from ugrpo.runs import atomic_write_text
+
+    atomic_write_text(path, yaml.safe_dump(obj, sort_keys=False))
+    return str(path)
+
+
+def _fig4(cfg: ReproduceConfig, plan: ScalePlan, out: Path, progress: bool, log: Callable[[str], None]) -> dict:
+    from ugrpo.experiments.lm_mse import LMMSEConfig, run_lm_mse, write_lm_mse_outputs
+
+    done = {}
+    for label, model in plan.fig4_models:
+        rd = RunDir(out / "fig4" / label)
+        if rd.read_results() is not None:
+            log(f"fig4/{label}: finished earlier, skipped")
+            done[label] = "skipped"
+            continue
+        mc = LMMSEConfig(model=model, task=plan.task, task_options=dict(plan.task_options), seed=cfg.seed,
+                         **plan.fig4)
+        rd.write_config({**asdict(mc), "command": "mse", "part": "reproduce fig4"})
+        if rd.file("metrics.jsonl").exists():
+            rd.file("metrics.jsonl").unlink()  # an unfinished measurement restarts
+        write_lm_mse_outputs(rd, run_lm_mse(mc, rd, progress=progress))
+        done[label] = "ran"
+    return done
+
+
+def _sweep(part: str, cfg: ReproduceConfig, plan: ScalePlan, out: Path, progress: bool) -> str:
+    from ugrpo.experiments.lm_sweep import LMSweepConfig, sweep_lm
+
+    folder = out / part
+    folder.mkdir(parents=True, exist_ok=True)
+    yml = _write_yaml(folder / "train.yaml", plan.train if part == "fig5" else plan.train_table2)
+    sc = LMSweepConfig(config=yml, seed=cfg.seed, workers=cfg.workers, **getattr(plan, part))
+    sweep_lm(sc, str(folder), argv=None, progress=progress)
+    return "ran (finished runs reused)"
+
+
+def _thm8(cfg: ReproduceConfig, plan: ScalePlan, out: Path, progress: bool) -> str:
+    from ugrpo.experiments.gap import GapConfig, run_gap, write_gap_outputs
+
+    rd = RunDir(out / "thm8")
+    if rd.read_results() is not None:
+        return "skipped"
+    gc = GapConfig(seed=cfg.seed, **plan.thm8)
+    if rd.file("metrics.jsonl").exists():
+        rd.file("metrics.jsonl").unlink()
+    rd.write_config({**asdict(gc), "checkpoints": gc.checkpoints, "command": "gap", "part": "reproduce thm8"})
+    t0 = time.perf_counter()
+    write_gap_outputs(rd, run_gap(gc, rd, progress=progress), gc, None, time.perf_counter() - t0)
+    return "ran"
+
+
+def _read(folder: Path) -> dict | None:
+    """A part's results.json, or None when it has not finished (no folder is created)."""
+    import json
+
+    p = folder / "results.json"
+    return json.loads(p.read_text()) if p.is_file() else None
+
+
+def run_reproduce(cfg: ReproduceConfig, *, progress: bool = True, log: Callable[[str], None] = print) -> dict:
+    """Run every part not skipped (resumably), then write ``results.json`` and ``report.html``; returns results."""
+    plan = scale_plan(cfg)  # --scale paper fails here, before any work
+    out = Path(cfg.out)
+    root = RunDir(out)
+    root.write_config({**to_jsonable(asdict(cfg)), "plan": to_jsonable(asdict(plan)), "command": "reproduce"})
+    actions, seconds = {}, {}
+    for part in PARTS:
+        if part in cfg.skip:
+            actions[part] = "skipped (--skip)"
+            continue
+        t0 = time.perf_counter()
+        log(f"== {part}")
+        if part == "fig4":
+            actions[part] = _fig4(cfg, plan, out, progress, log)
+        elif part in ("fig5", "table2"):
+            actions[part] = _sweep(part, cfg, plan, out, progress)
+        else:
+            actions[part] = _thm8(cfg, plan, out, progress)
+            if actions[part] == "skipped":
+                log("thm8: finished earlier, skipped")
+        seconds[part] = time.perf_counter() - t0
+        log(f"   {part}: {actions[part]} ({seconds[part]:.1f} s)")
+    parts = {}
+    for part in PARTS:
+        if part == "fig4":
+            res = {lab: _read(out / "fig4" / lab) for lab, _ in plan.fig4_models}
+            parts[part] = res if all(v is not None for v in res.values()) else None
+        else:
+            parts[part] = _read(out / part)
+    results = {"scale": cfg.scale, "actions": actions, "seconds": seconds, "claims": claims(parts),
+               "paper": {"table2": PAPER_TABLE2, "fig4": "no numbers in the text (NOTES.md 8.1)",
+                         "fig5": "no numbers in the text (NOTES.md 8.2)"},
+               "summary": _summary(parts), "models": {"fig4": dict(plan.fig4_models), "fig5": plan.train["model"],
+                                                        "table2": plan.train_table2["model"]}}
+    root.write_results(results)
+    write_report(root, results, parts)
+    return results
+
+
+# ----------------------------------------------------------------------------------------------- claims
+
+
+def _summary(parts: dict) -> dict:
+    """The numbers the report's tables show, extracted from each part's results.json."""
+    out: dict[str, Any] = {}
+    if parts.get("fig4"):
+        out["fig4"] = {lab: {"accuracy": r["policy"]["accuracy"],
+                             "rows": [{k: x[k] for k in ("estimator", "G", "mse", "ci_low", "ci_high")} for x in r["rows"]]}
+                       for lab, r in parts["fig4"].items()}
+    for part in ("fig5", "table2"):
+        r = parts.get(part)
+        if r:
+            last = max(r["checkpoints"])
+            out[part] = {"last_step": last, "planner": r.get("planner") and {k: r["planner"][k] for k in (
+                         "g_star", "g_star_ci", "g_star_swept")},
+                         "best_G": [b for b in r["best_G"] if b["metric"] == "eval_accuracy"],
+                         "final": {f"{x['budget']}/{x['G']}": x["mean"] for x in r["rows"]
+                                   if x["metric"] == "eval_accuracy" and x["checkpoint"] == last}}
+    if parts.get("thm8"):
+        out["thm8"] = [{"estimator": c["estimator"], "G": c["G"], "mean": c["fit"]["corrected"]["mean"],
+                        "se": c["fit"]["corrected"]["se"], "E_beta2": c["fit"]["corrected"]["predicted_mean"],
+                        "ks_p_beta2": c["fit"]["corrected"]["ks_p"], "E_printed": c["fit"]["printed"]["predicted_mean"],
+                        "ks_p_printed": c["fit"]["printed"]["ks_p"]} for c in parts["thm8"]["cells"]]
+    return out
+
+
+def _claim(name: str, verdict: str, evidence: str) -> dict:
+    return {"claim": name, "verdict": verdict, "evidence": evidence}
+
+
+def _f(v: Any) -> str:
+    from ugrpo.report.markdown import fmt
+
+    return fmt(v)
+
+
+def claims(parts: dict) -> list[dict]:
+    """For each paper claim: 'supports', 'contradicts' or 'cannot tell', with the numbers and 95% intervals."""
+    out = []
+    f4 = parts.get("fig4")
+    names = ("vanilla MSE > GRPO MSE (Cor. 5(ii), Fig. 4)", "GRPO ~ oracle at G = 32 (Cor. 4, Fig. 4)",
+             "MSE falls with model strength (Fig. 4)")
+    if not f4:
+        out += [_claim(n, "cannot tell", "Fig. 4 was not run") for n in names]
+    else:
+        diffs = [(lab, c["G"], c["vanilla_minus_grpo"]) for lab, r in f4.items() for c in r["comparisons"]]
+        ev = "; ".join(f"{lab} G={G}: {_f(d['mean'])} [{_f(d['ci_low'])}, "
+                       f"{_f(d['ci_high'])}]" for lab, G, d in diffs)
+        v = ("supports" if all(d["ci_low"] > 0 for *_, d in diffs) else
+             "contradicts" if any(d["ci_high"] < 0 for *_, d in diffs) else "cannot tell")
+        out.append(_claim(names[0], v, "MSE_vanilla - MSE_grpo (95% CI): " + ev))
+        rats = []
+        for lab, r in f4.items():
+            comp = min(r["comparisons"], key=lambda c: abs(c["G"] - 32))
+            rats.append((lab, comp["G"], comp["grpo_over_oracle"]))
+        ok = [q for *_, q in rats if q["ratio"] is not None]
+        v = ("cannot tell" if len(ok) < len(rats) else "supports" if all(q["ci_high"] <= 1.10 for q in ok) else
+             "contradicts" if any(q["ci_low"] > 1.10 for q in ok) else "cannot tell")
+        out.append(_claim(names[1], v, "MSE_grpo / MSE_oracle at the G nearest 32 (within 10% = supports): " + "; ".join(
+            f"{lab} G={G}: {_f(q['ratio'])} [{_f(q['ci_low'])}, {_f(q['ci_high'])}]" for lab, G, q in rats)))
+        rows = {}
+        for lab in STRENGTHS:
+            if lab in f4:
+                Gm = max(x["G"] for x in f4[lab]["rows"])
+                rows[lab] = next(x for x in f4[lab]["rows"] if x["estimator"] == "grpo" and x["G"] == Gm)
+        labs = [s for s in STRENGTHS if s in rows]
+        pairs = list(zip(labs, labs[1:]))
+        v = ("supports" if pairs and all(rows[a]["ci_low"] > rows[b]["ci_high"] for a, b in pairs) else
+             "contradicts" if any(rows[a]["ci_high"] < rows[b]["ci_low"] for a, b in pairs) else "cannot tell")
+        acc = "; ".join(f"{lab} (accuracy {_f(f4[lab]['policy']['accuracy'])}): {_f(rows[lab]['mse'])} "
+                        f"[{_f(rows[lab]['ci_low'])}, {_f(rows[lab]['ci_high'])}]" for lab in labs)
+        out.append(_claim(names[2], v, f"GRPO MSE at the largest G, weakest to strongest: {acc}"))
+    out.append(_best_g_claim(parts.get("table2")))
+    out.append(_thm8_claim(parts.get("thm8")))
+    return out
+
+
+def _best_g_claim(r: dict | None) -> dict:
+    name = "interior best G at a fixed budget that does not move with N (Thm 7, Table 2)"
+    if not r:
+        return _claim(name, "cannot tell", "Table 2 was not run")
+    last, groups = max(r["checkpoints"]), sorted(r["config"]["groups"])
+    rows = [x for x in r["rows"] if x["metric"] == "eval_accuracy" and x["checkpoint"] == last]
+    best = [b for b in r["best_G"] if b["metric"] == "eval_accuracy" and b["checkpoint"] == last]
+    ev = "; ".join(f"N={b['budget']}: best G={b['G']} (accuracy {_f(b['mean'])})" for b in best)
+    if any(x["ci_low"] is None for x in rows):
+        return _claim(name, "cannot tell", f"{ev}; one seed per (N, G): no intervals, so no ordering is evidence")
+    interior = all(groups[0] < b["G"] < groups[-1] for b in best)
+    same = len({b["G"] for b in best}) == 1
+
+    def separated(b):  # the best's interval lies above both end points'
+        cell = {x["G"]: x for x in rows if x["budget"] == b["budget"]}
+        top = cell[b["G"]]
+        return all(cell[g]["ci_high"] < top["ci_low"] for g in (groups[0], groups[-1]) if g in cell and g != b["G"])
+
+    def clear_edge(b):  # a best at an end point whose interval lies above every other G's
+        cell = [x for x in rows if x["budget"] == b["budget"]]
+        top = next(x for x in cell if x["G"] == b["G"])
+        return b["G"] in (groups[0], groups[-1]) and all(x["ci_high"] < top["ci_low"] for x in cell if x is not top)
+
+    sep = all(separated(b) for b in best)
+    v = ("supports" if interior and same and sep else "contradicts" if any(clear_edge(b) for b in best)
+         else "cannot tell")
+    return _claim(name, v, f"{ev}; best interior and above both end-point G with non-overlapping 95% intervals at "
+                           f"every N: {interior and sep}; same best G at every N: {same}")
+
+
+def _thm8_claim(r: dict | None) -> dict:
+    name = "Theorem 8: n*gap -> weighted chi-square whose weights carry beta^2"
+    if not r:
+        return _claim(name, "cannot tell", "Theorem 8 was not run")
+    cells = r["cells"]
+
+    def ok(fit):
+        return fit["ks_p"] > 0.01 and fit["cvm_p"] > 0.01 and abs(fit["z"]) < 3
+
+    ev = "; ".join(f"{c['estimator']} G={c['G']}: mean n*gap {_f(c['fit']['corrected']['mean'])} +- "
+                   f"{_f(1.96 * c['fit']['corrected']['se'])} vs E = {_f(c['fit']['corrected']['predicted_mean'])} "
+                   f"(beta^2, KS p {_f(c['fit']['corrected']['ks_p'])}) and {_f(c['fit']['printed']['predicted_mean'])} "
+                   f"(printed, KS p {_f(c['fit']['printed']['ks_p'])})" for c in cells)
+    corr = all(ok(c["fit"]["corrected"]) for c in cells)
+    printed_rejected = any(not ok(c["fit"]["printed"]) for c in cells)
+    v = ("supports" if corr and printed_rejected else "contradicts" if not any(ok(c["fit"]["corrected"]) for c in cells)
+         else "cannot tell")
+    return _claim(name, v, ev + " (consistent = KS and CvM p > 0.01 and |z| < 3)")
+
+
+# ----------------------------------------------------------------------------------------------- report.html
+
+
+def _img(path: Path, alt: str) -> str:
+    import base64
+    import html
+
+    if not path.is_file():
+        return f"<p><em>{html.escape(alt)}: {html.escape(str(path.name))} missing</em></p>"
+    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    return f'<figure><img alt="{html.escape(alt)}" src="data:image/png;base64,{data}" style="max-width:100%">' \
+           f"<figcaption>{html.escape(alt)}</figcaption></figure>"
+
+
+def _table(headers, rows) -> str:
+    import html
+
+    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c if isinstance(c, str) else _f(c))}</td>" for c in r) + "</tr>"
+                   for r in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def write_report(root: RunDir, results: dict, parts: dict) -> Path:
+    """``report.html``: Claims, then each part's figures (inline PNG) and tables beside the paper's numbers."""
+    import html
+
+    from ugrpo.runs import atomic_write_text
+
+    out, summ = root.path, results["summary"]
+    h = ["<!doctype html><html><head><meta charset='utf-8'><title>ugrpo reproduce</title><style>"
+         "body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse}"
+         "td,th{border:1px solid #bbb;padding:2px 6px}</style></head><body>",
+         f"<h1>ugrpo reproduce --scale {html.escape(results['scale'])}</h1>",
+         "<p>Parts: " + html.escape("; ".join(f"{k}: {v}" for k, v in results["actions"].items())) + "</p>",
+         "<h2>Claims</h2>",
+         _table(["paper claim", "this run", "numbers (95% intervals)"],
+                [[c["claim"], c["verdict"], c["evidence"]] for c in results["claims"]])]
+    h.append("<h2>Fig. 4: LM gradient MSE vs G</h2><p>The paper gives no numbers for Fig. 4 in its text (NOTES.md "
+             "8.1): only the ordering vanilla &gt; grpo &gt; oracle, grpo ~ oracle at G = 32/64, MSE falling with G "
+             "and with model strength.</p>")
+    if "fig4" in summ:
+        for lab, s in summ["fig4"].items():
+            h.append(f"<h3>{html.escape(lab)} (mean reward {_f(s['accuracy'])})</h3>")
+            h.append(_img(out / "fig4" / lab / "mse.png", f"Fig. 4 analogue, {lab}"))
+            h.append(_table(["estimator", "G", "MSE", "95% CI"],
+                            [[r["estimator"], r["G"], r["mse"], f"[{_f(r['ci_low'])}, {_f(r['ci_high'])}]"]
+                             for r in s["rows"]]))
+    else:
+        h.append("<p>not run</p>")
+    h.append("<h2>Fig. 5: held-out accuracy vs G at a fixed budget, over checkpoints</h2><p>The paper gives no "
+             "numbers for Fig. 5 in its text (NOTES.md 8.2); it reports G* = 32 at every checkpoint after n = 200 "
+             "for Qwen2.5-1.5B-Instruct on GSM8K at N = 1024.</p>")
+    if "fig5" in summ:
+        pl = summ["fig5"]["planner"]
+        if pl:
+            h.append(f"<p>Planner (Theorem 7, eq. (12)): G* = {pl['g_star']} (95% interval {pl['g_star_ci']}); "
+                     f"among the swept G: {pl['g_star_swept']}.</p>")
+        h.append(_img(out / "fig5" / "sweep.png", "Fig. 5 analogue"))
+        h.append(_table(["N", "best G at the last step", "accuracy"],
+                        [[b["budget"], b["G"], b["mean"]] for b in summ["fig5"]["best_G"]
+                         if b["checkpoint"] == summ["fig5"]["last_step"]]))
+    else:
+        h.append("<p>not run</p>")
+    h.append("<h2>Table 2: accuracy at the last step, budget x G</h2>")
+    if "table2" in summ:
+        from ugrpo.experiments.lm_sweep import table2
+
+        hd, rows = table2(parts["table2"], "eval_accuracy")
+        h.append("<p>This run (best per row in **):</p>" + _table(hd, rows))
+        h.append(_img(out / "table2" / "sweep.png", "Table 2 analogue: accuracy vs G per budget"))
+    else:
+        h.append("<p>not run</p>")
+    pg = sorted({g for r in PAPER_TABLE2.values() for g in r})
+    h.append("<p>The paper (Qwen2.5-Math-7B on MATH, one run each; NOTES.md 8.3):</p>" + _table(
+        ["budget N"] + [f"G={g}" for g in pg], [[N] + [f"{r[g]:.4f}" + ("*" if r[g] == max(r.values()) else "")
+                                                  for g in pg] for N, r in PAPER_TABLE2.items()]))
+    h.append("<h2>Theorem 8: n*gap against the weighted chi-square</h2>")
+    if "thm8" in summ:
+        h.append(_table(["estimator", "G", "mean n*gap", "SE", "E (beta^2)", "KS p", "E (printed)", "KS p printed"],
+                        [[c["estimator"], c["G"], c["mean"], c["se"], c["E_beta2"], c["ks_p_beta2"], c["E_printed"],
+                          c["ks_p_printed"]] for c in summ["thm8"]]))
+        h.append(_img(out / "thm8" / "qq.png", "QQ plots against Theorem 8 (beta^2 corrected)"))
+    else:
+        h.append("<p>not run</p>")
+    h.append(f"<p>Seconds per part this call: {html.escape(str({k: round(v, 1) for k, v in results['seconds'].items()}))}"
+             "</p></body></html>")
+    atomic_write_text(root.file("report.html"), "\n".join(h) + "\n")
+    return root.file("report.html")

@@ -1,0 +1,48 @@
+"""``ugrpo reproduce``: the paper's experiments at the scale the machine allows, into one report.html.
+
+Example: ``ugrpo reproduce --scale tiny --out runs/reproduce [--skip fig4,thm8] [--workers 2]``.
+Parsing only; the logic is :mod:`ugrpo.experiments.reproduce`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from ugrpo.experiments.common import guarded
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--scale", required=True, choices=("smoke", "tiny", "paper"),
+                   help="smoke: seconds (tests); tiny: the built-in tiny models on 2 CPU cores; paper: the paper's "
+                        "Qwen models and budgets (needs local weights and a GPU)")
+    p.add_argument("--out", required=True, help="run folder; rerunning into it skips finished parts")
+    p.add_argument("--skip", default="", help="comma-separated parts to leave out: fig4,fig5,table2,thm8")
+    p.add_argument("--workers", type=int, default=1, help="parallel training runs of the sweeps")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-progress", action="store_true")
+    # hidden: tests run every part on one small local model and a custom task
+    p.add_argument("--model-override", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--task", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--task-option", action="append", default=[], help=argparse.SUPPRESS)
+
+
+def _main(args: argparse.Namespace) -> int:
+    from ugrpo.experiments.lm_plan import parse_task_options
+    from ugrpo.experiments.reproduce import ReproduceConfig, run_reproduce
+
+    skip = tuple(s.strip() for s in str(args.skip).split(",") if s.strip())
+    cfg = ReproduceConfig(scale=args.scale, out=args.out, skip=skip, model_override=args.model_override,
+                          task=args.task, task_options=parse_task_options(args.task_option), workers=args.workers,
+                          seed=args.seed)
+    t0 = time.perf_counter()
+    res = run_reproduce(cfg, progress=not args.no_progress)
+    for c in res["claims"]:
+        print(f"[{c['verdict']}] {c['claim']}")
+    total = time.perf_counter() - t0
+    print(f"wrote {args.out}/report.html and results.json; total time {total:.1f} s ({total / 60:.1f} min)")
+    return 0
+
+
+def main(args: argparse.Namespace) -> int:
+    return guarded(_main, args)
