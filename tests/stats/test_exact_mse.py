@@ -125,3 +125,15 @@ def test_errors():
         policy_moments([m, m], torch.zeros(2, 2), weights=[1.0])
     with pytest.raises(ValueError, match="tr_sigma_oracle = -1"):
         prompt_mse(PromptMoments(0.5, 0.25, 1.0, 0.1, -1.0, 0.3), "oracle", 4)
+
+
+def test_hoeffding_split_adds_up_to_the_exact_grpo_mse_and_oracle_part_is_the_oracle_mse():
+    from ugrpo.stats.exact_mse import PolicyMoments, hoeffding_split, minibatch_mse
+
+    pm = PolicyMoments(c1=0.3, c2=1.7, c3=2.9, c2_vanilla=3.1, mean_g_norm2=0.8, g_norm2=0.5)
+    for B, G in [(1, 2), (4, 3), (16, 32)]:
+        sp = hoeffding_split(pm.c1, pm.c2, pm.c3, B, G)
+        assert abs(sp["total"] - minibatch_mse(pm, "grpo", B, G)) < 1e-12
+        assert abs(sp["oracle_part"] - minibatch_mse(pm, "oracle", B, G)) < 1e-12
+    with pytest.raises(ValueError, match="G >= 2"):
+        hoeffding_split(1.0, 1.0, 1.0, 4, 1)

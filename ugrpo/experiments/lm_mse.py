@@ -40,6 +40,7 @@ from ugrpo.experiments.lm_plan import load_lm_task, sample_sketched
 from ugrpo.experiments.mse import ESTIMATORS
 from ugrpo.runs import RunDir, to_jsonable
 from ugrpo.stats.advantages import compute_advantages
+from ugrpo.stats.exact_mse import hoeffding_split
 
 __all__ = ["LMMSEConfig", "ReferenceMoments", "reference_moments", "block_squared_errors", "corrected_row",
            "run_lm_mse", "write_lm_mse_outputs"]
@@ -400,7 +401,7 @@ def run_lm_mse(cfg: LMMSEConfig, run: RunDir, *, progress: bool = True, n_boot: 
         split.append({"G": G, "oracle_part": orc["mse"], "residual": res["mse"], "residual_ci": [res["ci_low"], res["ci_high"]],
                       "total": grp["mse"], "residual_share": res["mse"] / grp["mse"] if grp["mse"] > 0 else None,
                       "predicted_oracle_part": _predicted(comp, "oracle", B, G),
-                      "predicted_residual": comp["c3"]["estimate"] / (B * G * (G - 1))})
+                      "predicted_residual": hoeffding_split(0.0, 0.0, comp["c3"]["estimate"], B, G)["residual"]})
         comps.append({"G": G, "vanilla_minus_grpo": _diff_ci(err["vanilla"], err["grpo"]),
                       "grpo_over_oracle": _ratio_ci(err["grpo"], err["oracle"], ref.ref_err, ref.ref_err + extra,
                                                     common_sd=sd_ref),

@@ -26,6 +26,7 @@ from tqdm.auto import tqdm
 
 from ugrpo.runs import RunDir
 from ugrpo.stats.advantages import compute_advantages
+from ugrpo.stats.exact_mse import hoeffding_split  # re-exported; the split lives in stats
 
 __all__ = ["ESTIMATORS", "MSEConfig", "squared_errors", "run_mse", "hoeffding_split"]
 
@@ -95,22 +96,6 @@ def _stats(x: torch.Tensor) -> dict[str, float]:
     m = float(x.mean())
     se = float(x.std(correction=1)) / math.sqrt(x.numel())
     return {"mse": m, "se": se, "ci_low": m - 1.96 * se, "ci_high": m + 1.96 * se}
-
-
-def hoeffding_split(c1: float, c2: float, c3: float, B: int, G: int) -> dict[str, float]:
-    """GRPO's exact MSE split, paper eq. (9) with the exact residual of docs/math.md.
-
-    oracle part = c1/B + c2/(BG); residual = c3/(BG(G-1)).
-    """
-    oracle_part = c1 / B + c2 / (B * G)
-    residual = c3 / (B * G * (G - 1))
-    return {
-        "G": G,
-        "oracle_part": oracle_part,
-        "residual": residual,
-        "total": oracle_part + residual,
-        "residual_share": residual / (oracle_part + residual) if oracle_part + residual > 0 else None,
-    }
 
 
 def run_mse(env, theta: torch.Tensor, cfg: MSEConfig, run: RunDir, *, progress: bool = True) -> dict[str, Any]:

@@ -24,7 +24,16 @@ from .components import (
     gaussian_sketch,
 )
 from .estimator import policy_gradient, prompt_gradients
-from .exact_mse import ESTIMATORS, EstimatorName, PolicyMoments, PromptMoments, minibatch_mse, policy_moments, prompt_mse
+from .exact_mse import (
+    ESTIMATORS,
+    EstimatorName,
+    PolicyMoments,
+    PromptMoments,
+    hoeffding_split,
+    minibatch_mse,
+    policy_moments,
+    prompt_mse,
+)
 from .planner import GroupSizePlan, bound, candidate_groups, plan_group_size
 from .asymptotics import (
     GapLimit,
@@ -45,7 +54,7 @@ __all__ = [
     "oracle_advantages", "vanilla_advantages", "zero_std_groups",
     "policy_gradient", "prompt_gradients",
     "HoeffdingParts", "grpo_kernel", "hoeffding_decomposition", "pairwise_ustatistic",
-    "ESTIMATORS", "EstimatorName", "PolicyMoments", "PromptMoments", "minibatch_mse", "policy_moments", "prompt_mse",
+    "ESTIMATORS", "EstimatorName", "PolicyMoments", "PromptMoments", "hoeffding_split", "minibatch_mse", "policy_moments", "prompt_mse",
     "MIN_PILOT_GROUP", "Estimate", "VarianceComponents", "estimate_components", "point_estimates", "gaussian_sketch",
     "GroupSizePlan", "bound", "candidate_groups", "plan_group_size",
     "GapLimit", "estimator_covariance", "gap_limit", "gap_weights", "identifiable_subspace", "lyapunov_covariance",

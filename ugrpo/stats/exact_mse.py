@@ -31,6 +31,7 @@ __all__ = [
     "prompt_mse",
     "policy_moments",
     "minibatch_mse",
+    "hoeffding_split",
 ]
 
 EstimatorName = Literal["vanilla", "grpo", "grpo_mean", "oracle"]
@@ -253,3 +254,23 @@ def _minibatch_mse(pm: PolicyMoments, estimator: str, B: int, G: int) -> float:
         return pm.c1 / B + mean_prompt / B
     mean_prompt = _prompt_mse(pm.c2_vanilla, pm.c2, pm.c3, pm.mean_g_norm2, "grpo_mean", G)
     return (mean_prompt + pm.c1 * (1 - 2 / G)) / B + (1 - 1 / B) * pm.g_norm2 / G**2
+
+
+def hoeffding_split(c1: float, c2: float, c3: float, B: int, G: int) -> dict[str, float | int | None]:
+    """GRPO's minibatch MSE split by the Hoeffding decomposition (paper eq. (2), (9); docs/math.md M11, M13).
+
+    oracle part = c1/B + c2/(BG) (the first-order term, equal to the oracle's MSE);
+    residual = c3/(BG(G-1)) (the degenerate second-order term, orthogonal to the first).
+
+    Examples
+    --------
+    >>> hoeffding_split(1.0, 2.0, 4.0, B=2, G=2)["residual"]
+    1.0
+    """
+    if B < 1 or G < 2:
+        raise ValueError(f"the split needs B >= 1 and G >= 2, got B = {B}, G = {G}")
+    oracle_part = c1 / B + c2 / (B * G)
+    residual = c3 / (B * G * (G - 1))
+    total = oracle_part + residual
+    return {"G": G, "oracle_part": oracle_part, "residual": residual, "total": total,
+            "residual_share": residual / total if total > 0 else None}
