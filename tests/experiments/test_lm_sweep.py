@@ -125,23 +125,47 @@ def test_lm_sweep_resumes_interrupted_run(tmp_path, capsys, lm_config):
         json.loads((ref / "results.json").read_text())["final_eval_pass1"])
 
 
-def test_lm_sweep_pool_equals_in_process(tmp_path, capsys, lm_config):
-    """Two spawn workers give the same runs as one in-process worker (seeded trainer), one seed: no interval."""
+def test_lm_sweep_pool_and_ray_equal_in_process(tmp_path, capsys, lm_config):
+    """Two spawn workers, and a local Ray with 2 workers (one task per run), give the same runs as one
+    in-process worker (seeded trainer); one seed: no interval. The config's reward function lives in a
+    test module on sys.path, so the Ray tasks also show that the driver's import paths reach them."""
     outs = {}
-    for w in (1, 2):
-        outs[w] = tmp_path / f"w{w}"
+    for label, extra in (("inproc", ["--workers", "1"]), ("pool", ["--workers", "2"]),
+                         ("ray", ["--ray", "--workers", "2"])):
+        outs[label] = tmp_path / label
         rc, stdout, err = run_cli(["sweep", "--config", lm_config, "--budget", "8", "--groups", "2,4", "--steps", "2",
-                                   "--seeds", "1", "--workers", w, "--no-progress", "--out", outs[w]], capsys)
+                                   "--seeds", "1", *extra, "--no-progress", "--out", outs[label]], capsys)
         assert rc == 0, err
         assert "no intervals" in stdout
-    for n in ("N8-G2-s0", "N8-G4-s0"):
-        assert _evals(outs[1] / "runs" / n).keys() == _evals(outs[2] / "runs" / n).keys()
-        for step, row in _evals(outs[1] / "runs" / n).items():
-            assert _evals(outs[2] / "runs" / n)[step]["eval_pass1"] == row["eval_pass1"]
-        assert (outs[2] / "runs" / n / "train.log").stat().st_size > 0
-    r1, r2 = results(outs[1]), results(outs[2])
-    assert [r["mean"] for r in r1["rows"]] == [r["mean"] for r in r2["rows"]]
-    assert all(r["ci_low"] is None for r in r1["rows"])
+    ref = outs["inproc"]
+    for label in ("pool", "ray"):
+        for n in ("N8-G2-s0", "N8-G4-s0"):
+            got, want = _evals(outs[label] / "runs" / n), _evals(ref / "runs" / n)
+            assert got.keys() == want.keys() == {0, 2}
+            for step, row in want.items():
+                assert (got[step]["eval_accuracy"], got[step]["eval_pass1"]) == (row["eval_accuracy"], row["eval_pass1"])
+            assert (outs[label] / "runs" / n / "train.log").stat().st_size > 0
+            a = json.loads((outs[label] / "runs" / n / "results.json").read_text())
+            b = json.loads((ref / "runs" / n / "results.json").read_text())
+            assert a["final_eval_pass1"] == b["final_eval_pass1"]
+        assert [r["mean"] for r in results(outs[label])["rows"]] == [r["mean"] for r in results(ref)["rows"]]
+    assert all(r["ci_low"] is None for r in results(ref)["rows"])
+    assert json.loads((outs["ray"] / "config.json").read_text())["ray"] == {
+        "address": None, "cpus_per_run": 1.0, "gpus_per_run": 0.0}
+
+
+def test_ray_flags_and_missing_ray(tmp_path, capsys, lm_config, monkeypatch):
+    base = ["sweep", "--config", lm_config, "--budget", "8", "--groups", "4", "--no-progress", "--out", tmp_path / "o"]
+    rc, _, err = run_cli(base + ["--ray-gpus", "1"], capsys)
+    assert rc == 2 and "--ray-gpus only apply with --ray" in err, err
+    rc, _, err = run_cli(base + ["--ray", "--ray-cpus", "0"], capsys)
+    assert rc == 2 and "--ray-cpus must be > 0" in err, err
+    rc, _, err = run_cli(["sweep", "--ray", "--budget", "8", "--groups", "4", "--out", tmp_path / "e"], capsys)
+    assert rc == 2 and "--ray need --config" in err, err
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
+    rc, _, err = run_cli(base + ["--ray"], capsys)
+    assert rc == 2 and "pip install 'ugrpo[ray]'" in err, err
+    assert not (tmp_path / "o" / "runs").exists()  # nothing trained
 
 
 @pytest.mark.parametrize(
@@ -212,3 +236,27 @@ def test_table2_and_t_interval_closed_forms():
     half = 4.302652729696142 * 7 ** 0.5 / 3 ** 0.5
     assert st["mean"] == 3.0 and st["ci_low"] == pytest.approx(3 - half) and st["ci_high"] == pytest.approx(3 + half)
     assert t_interval([0.4])["ci_low"] is None
+
+
+def test_best_g_overlap_and_table():
+    """The best G per (N, checkpoint) lists exactly the G whose 95% interval overlaps its own; the per-checkpoint
+    table drops step 0 and carries the planner's G* among the swept G."""
+    from ugrpo.experiments.lm_sweep import best_g_table, best_lm_groups
+
+    def row(G, c, mean, lo, hi):
+        return {"budget": 8, "G": G, "checkpoint": c, "metric": "eval_accuracy", "mean": mean, "ci_low": lo,
+                "ci_high": hi, "seeds": 3}
+
+    rows = [row(2, 0, 0.4, 0.4, 0.4), row(4, 0, 0.4, 0.4, 0.4), row(8, 0, 0.4, 0.4, 0.4),
+            row(2, 5, 0.50, 0.45, 0.55), row(4, 5, 0.60, 0.56, 0.64), row(8, 5, 0.40, 0.30, 0.559)]
+    best = {b["checkpoint"]: b for b in best_lm_groups(rows)}
+    assert (best[5]["G"], best[5]["overlapping"], best[5]["tied"]) == (4, [], [])  # 0.55 < 0.56 and 0.559 < 0.56
+    assert (best[0]["G"], best[0]["tied"], best[0]["overlapping"]) == (2, [4, 8], [4, 8])
+    rows[-1] = row(8, 5, 0.40, 0.30, 0.56)  # touching intervals count as overlapping
+    assert best_lm_groups(rows)[-1]["overlapping"] == [8]
+    res = {"best_G": best_lm_groups(rows), "planner": {"g_star_swept": 4, "g_star": 4}}
+    head, body = best_g_table(res, "eval_accuracy")
+    assert head[-1] == "planner G*" and body == [[8, 5, 4, 0.6, "[0.56, 0.64]", "8", 4]]
+    one = [dict(r, ci_low=None, ci_high=None, seeds=1) for r in rows]
+    assert best_g_table({"best_G": best_lm_groups(one), "planner": None}, "eval_accuracy")[1] == [
+        [8, 5, 4, 0.6, "-", "-", "-"]]

@@ -32,9 +32,15 @@ def test_reproduce_smoke_end_to_end_and_resume(tmp_path, capsys, tiny_model_dir,
         assert (out / sub / "results.json").is_file(), sub
     report = (out / "report.html").read_text()
     images = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', report)
-    assert len(images) == 3 + 1 + 1 + 1  # three Fig. 4 strengths, Fig. 5, Table 2, Theorem 8
+    assert len(images) == 3 + 2 + 1 + 1  # three Fig. 4 strengths, Fig. 5 (accuracy, pass@1), Table 2, Theorem 8
     assert all(base64.b64decode(i)[:8] == b"\x89PNG\r\n\x1a\n" for i in images)
-    assert "<h2>Claims</h2>" in report and "0.7817*" in report  # the paper's Table 2 beside ours
+    assert "<h2>Claims</h2>" in report and "<b>0.7817</b>" in report  # the paper's Table 2 beside ours
+    # the empirical best G per checkpoint (both sweeps, both metrics) and the planner's G* beside it
+    assert report.count("Empirical best G per checkpoint") == 4 and report.count("Among the swept G") == 2
+    t2 = results(out / "table2")
+    assert t2["planner"]["g_star_swept"] in (2, 4)
+    for b in (b for b in t2["best_G"] if b["checkpoint"] > 0 and b["metric"] == "eval_accuracy"):
+        assert f"<tr><td>{b['budget']}</td><td>{b['checkpoint']}</td><td>{b['G']}</td>" in report
     res = results(out)
     assert [c["verdict"] in ("supports", "contradicts", "cannot tell") for c in res["claims"]] == [True] * 5
     # one seed per (N, G): the best-G claim must not be decided

@@ -96,6 +96,16 @@ def parse_theta(text: str | None, env) -> torch.Tensor:
     return torch.tensor(vals, dtype=torch.float64)
 
 
+def available_cores() -> int:
+    """CPU cores this process may run on (its affinity mask where the OS has one): the default ``--workers``."""
+    import os
+
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # macOS, Windows
+        return max(1, os.cpu_count() or 1)
+
+
 def check_divides(budget: int, G: int) -> None:
     """The budget contract (DESIGN.md): G must divide N; never a silent rounding."""
     if budget % G != 0:

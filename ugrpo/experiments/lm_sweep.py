@@ -10,9 +10,10 @@ mean over seeds with a 95% Student-t interval (none with one seed), the empirica
 initial model (:func:`ugrpo.experiments.lm_plan.run_lm_plan`).
 
 Runs go to a local ``ProcessPoolExecutor`` (spawn context, ``torch.set_num_threads(1)`` per
-worker; each run's console output goes to its ``train.log``). Resumable: a run with
-``results.json`` is skipped, a run with a checkpoint resumes from it, a run without one restarts;
-a changed training config in the same ``--out`` is an error naming the first differing field.
+worker; each run's console output goes to its ``train.log``), or with ``--ray`` one Ray task per run
+(:mod:`ugrpo.experiments.executors`). Resumable: a run with ``results.json`` is skipped, a run with
+a checkpoint resumes from it, a run without one restarts; a changed training config in the same
+``--out`` is an error naming the first differing field.
 
 Deviations from the paper: the paper sweeps Qwen/Llama models on GSM8K/MATH with several seeds
 on GPUs; here any config ``ugrpo train`` accepts, at the scale the machine allows.
@@ -20,9 +21,7 @@ on GPUs; here any config ``ugrpo train`` accepts, at the scale the machine allow
 
 from __future__ import annotations
 
-import contextlib
 import math
-import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -30,10 +29,11 @@ from typing import Any, Sequence
 from tqdm.auto import tqdm
 
 from ugrpo.experiments.common import check_divides
+from ugrpo.experiments.executors import RayOptions
 from ugrpo.runs import RunDir, read_jsonl, to_jsonable
 
 __all__ = ["LMSweepConfig", "RunSpec", "build_runs", "check_lm_resume", "run_lm_sweep", "collect_evals",
-           "aggregate_lm", "best_lm_groups", "lm_planner", "write_lm_sweep_outputs", "METRICS", "SWEEP_KEYS"]
+           "aggregate_lm", "best_lm_groups", "best_g_table", "lm_planner", "write_lm_sweep_outputs", "METRICS", "SWEEP_KEYS"]
 
 METRICS = ("eval_accuracy", "eval_pass1")
 """held-out metrics aggregated (greedy accuracy, sampled pass@1), as logged by the trainer"""
@@ -61,6 +61,8 @@ class LMSweepConfig:
     workers: int = 1
     plan_pilot: tuple[int, int] | None = None
     """(B0, G0) of the planner's pilot at the initial model; None = no planner"""
+    ray: RayOptions | None = None
+    """run on Ray (a local Ray of ``workers`` CPUs, or the cluster at ``ray.address``); None = local processes"""
 
     def __post_init__(self) -> None:
         if self.seeds < 1:
@@ -159,95 +161,30 @@ def check_lm_resume(old: dict | None, base: dict, out: str) -> None:
 # ---------------------------------------------------------------------------------------------- running
 
 
-def _init_worker() -> None:
-    import os
-
-    import torch
-
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    torch.set_num_threads(1)
-
-
-def _train_one(spec: RunSpec, folder: str, resume: bool) -> str:
-    """Train one run (in a worker), console output to ``folder/train.log``; returns the run name."""
-    from ugrpo.train.loop import train
-
-    Path(folder).mkdir(parents=True, exist_ok=True)
-    with open(Path(folder) / "train.log", "a") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-        train(spec.cfg, folder, resume=resume)
-    return spec.name
-
-
-def _state(folder: Path) -> str:
-    """'done' (results.json), 'resume' (a checkpoint) or 'start' (nothing usable; partial files removed)."""
-    from ugrpo.train.checkpoint import latest_checkpoint
-
-    if (folder / "results.json").exists():
-        return "done"
-    if latest_checkpoint(folder / "checkpoints") is not None:
-        return "resume"
-    if folder.exists():  # died before its first checkpoint: start over
-        shutil.rmtree(folder)
-    return "start"
-
-
 def run_lm_sweep(cfg: LMSweepConfig, specs: Sequence[RunSpec], root: RunDir, *,
                  progress: bool = True) -> dict[str, str]:
-    """Run every unfinished spec on a process pool; returns {run name: 'skipped' | 'resumed' | 'started'}."""
-    import torch
+    """Run every unfinished spec (:mod:`ugrpo.experiments.executors`); returns {run name: 'skipped' |
+    'resumed' | 'started'}."""
+    from ugrpo.experiments.executors import Job, run_jobs, run_state
 
     actions: dict[str, str] = {}
-    todo = []
+    jobs = []
     for sp in specs:
-        st = _state(root.file("runs") / sp.name)
+        st = run_state(root.file("runs") / sp.name)
         actions[sp.name] = {"done": "skipped", "resume": "resumed", "start": "started"}[st]
         if st != "done":
-            todo.append((sp, str(root.file("runs") / sp.name), st == "resume"))
-    n_skip = len(specs) - len(todo)
+            jobs.append(Job(sp, str(root.file("runs") / sp.name)))
+    n_skip = len(specs) - len(jobs)
     if n_skip:
-        print(f"resuming: {n_skip} runs already finished in {root.file('runs')}; {len(todo)} to go "
-              f"({sum(1 for t in todo if t[2])} from a checkpoint)", flush=True)
-    bar = tqdm(total=len(todo), desc="sweep runs", unit="run", disable=not progress, dynamic_ncols=True)
+        print(f"resuming: {n_skip} runs already finished in {root.file('runs')}; {len(jobs)} to go "
+              f"({sum(1 for v in actions.values() if v == 'resumed')} from a checkpoint)", flush=True)
+    bar = tqdm(total=len(jobs), desc="sweep runs" + (" (Ray)" if cfg.ray else ""), unit="run",
+               disable=not progress, dynamic_ncols=True)
     try:
-        if cfg.workers == 1:  # in-process (no spawn cost), one thread like a worker
-            before = torch.get_num_threads()
-            torch.set_num_threads(1)
-            try:
-                for sp, folder, resume in todo:
-                    bar.set_postfix_str(sp.name)
-                    _train_one(sp, folder, resume)
-                    bar.update(1)
-            finally:
-                torch.set_num_threads(before)
-        else:
-            _pool(cfg.workers, todo, bar)
+        run_jobs(jobs, workers=cfg.workers, ray=cfg.ray, bar=bar)
     finally:
         bar.close()
     return actions
-
-
-def _pool(workers: int, todo: list, bar) -> None:
-    import multiprocessing as mp
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-
-    ex = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"), initializer=_init_worker)
-    try:
-        pending = {ex.submit(_train_one, sp, folder, resume): sp.name for sp, folder, resume in todo}
-        while pending:
-            done, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for f in done:
-                name = pending.pop(f)
-                try:
-                    f.result()
-                except Exception as e:
-                    raise RuntimeError(f"run {name} failed: {e} (see its train.log); rerun the same command to "
-                                       "resume the other runs") from e
-                bar.set_postfix_str(name)
-                bar.update(1)
-    except BaseException:
-        ex.shutdown(wait=False, cancel_futures=True)
-        raise
-    ex.shutdown(wait=True)
 
 
 # ---------------------------------------------------------------------------------------------- aggregation
@@ -299,16 +236,44 @@ def aggregate_lm(runs: Sequence[dict[str, Any]]) -> tuple[list[int], list[dict[s
 
 
 def best_lm_groups(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The empirical best G (largest mean) per (budget, checkpoint, metric); ties go to the smaller G."""
+    """The empirical best G (largest mean) per (budget, checkpoint, metric); ties go to the smaller G.
+
+    Each entry carries the best cell's 95% interval and ``overlapping``: the other G whose interval
+    overlaps it (not distinguishable from the best at this many seeds; None with one seed: no intervals).
+    """
     best: dict[tuple[int, int, str], dict] = {}
     for r in sorted(rows, key=lambda r: r["G"]):
         k = (r["budget"], r["checkpoint"], r["metric"])
         if k not in best or r["mean"] > best[k]["mean"]:
             best[k] = r
-    return [{"budget": N, "checkpoint": c, "metric": m, "G": r["G"], "mean": r["mean"],
-             "tied": [q["G"] for q in rows if (q["budget"], q["checkpoint"], q["metric"]) == (N, c, m)
-                      and q["G"] != r["G"] and q["mean"] == r["mean"]]}
-            for (N, c, m), r in sorted(best.items())]
+    out = []
+    for (N, c, m), r in sorted(best.items()):
+        cell = [q for q in rows if (q["budget"], q["checkpoint"], q["metric"]) == (N, c, m) and q["G"] != r["G"]]
+        overlap = (None if r["ci_low"] is None else
+                   [q["G"] for q in cell if q["ci_high"] >= r["ci_low"] and q["ci_low"] <= r["ci_high"]])
+        out.append({"budget": N, "checkpoint": c, "metric": m, "G": r["G"], "mean": r["mean"],
+                    "ci_low": r["ci_low"], "ci_high": r["ci_high"], "seeds": r["seeds"],
+                    "tied": [q["G"] for q in cell if q["mean"] == r["mean"]], "overlapping": overlap})
+    return out
+
+
+def best_g_table(results: dict[str, Any], metric: str) -> tuple[list[str], list[list[Any]]]:
+    """Per (budget, checkpoint): the empirical best G with its mean and 95% interval, the G that cannot be told
+    apart from it, and the planner's G* among the swept G (the same at every N: eq. (11) scales with 1/N)."""
+    from ugrpo.report.markdown import fmt_ci
+
+    pl = results.get("planner") or {}
+    star = pl.get("g_star_swept")
+    rows = []
+    for b in results["best_G"]:
+        if b["metric"] != metric or b["checkpoint"] == 0:  # step 0: every run is the initial model
+            continue
+        same = ("-" if b["overlapping"] is None else ", ".join(map(str, b["overlapping"])) or "none")
+        rows.append([b["budget"], b["checkpoint"], b["G"], b["mean"],
+                     "-" if b["ci_low"] is None else fmt_ci(b["ci_low"], b["ci_high"]), same,
+                     "-" if not pl else (star if star is not None else f"{pl['g_star']} (c1 ~ 0)")])
+    return ["budget N", "step", "best G", f"mean {metric}", "95% CI", "G not distinguishable (overlapping CI)",
+            "planner G*"], rows
 
 
 def lm_planner(cfg: LMSweepConfig, base, folder: RunDir, *, progress: bool = True) -> dict[str, Any]:
@@ -341,21 +306,18 @@ def lm_planner(cfg: LMSweepConfig, base, folder: RunDir, *, progress: bool = Tru
 def reading(results: dict[str, Any]) -> list[str]:
     """Plain-language sentences: best G at the last checkpoint per budget and metric, and the planner."""
     out = []
-    rows, last = results["rows"], max(results["checkpoints"])
+    last = max(results["checkpoints"])
     for b in results["best_G"]:
         if b["checkpoint"] != last:
             continue
-        cell = [r for r in rows if (r["budget"], r["checkpoint"], r["metric"]) == (b["budget"], last, b["metric"])]
-        best = next(r for r in cell if r["G"] == b["G"])
-        s = f"N={b['budget']}, step {last}, {b['metric']}: the largest mean is at G={b['G']} ({best['mean']:.3f})"
+        s = f"N={b['budget']}, step {last}, {b['metric']}: the largest mean is at G={b['G']} ({b['mean']:.3f})"
         if b["tied"]:
             s += f", tied with G in {b['tied']}"
-        if best["ci_low"] is None:
+        if b["overlapping"] is None:
             s += "; with a single seed there is no interval, so this ordering is not evidence of anything."
         else:
-            ov = [r["G"] for r in cell if r["G"] != b["G"] and r["ci_high"] >= best["ci_low"]]
-            s += (f"; G in {ov} have overlapping 95% intervals, not distinguishable with {best['seeds']} seeds."
-                  if ov else "; its 95% interval does not overlap any other G's.")
+            s += (f"; G in {b['overlapping']} have overlapping 95% intervals, not distinguishable with {b['seeds']} "
+                  "seeds." if b["overlapping"] else "; its 95% interval does not overlap any other G's.")
         out.append(s)
     pl = results.get("planner")
     if pl:
@@ -382,8 +344,9 @@ def _plot(run: RunDir, results: dict[str, Any], metric: str, path: str) -> None:
                suptitle="LM sweep: mean, 95% t-interval over seeds", xticks=results["config"]["groups"])
 
 
-def table2(results: dict[str, Any], metric: str) -> tuple[list[str], list[list[Any]]]:
-    """Table 2 of the paper: budget x G at the last checkpoint, the best per row marked with **."""
+def table2(results: dict[str, Any], metric: str, *, intervals: bool = False) -> tuple[list[str], list[list[Any]]]:
+    """Table 2 of the paper: budget x G at the last checkpoint, the best per row marked with ** (with
+    ``intervals``: each cell also shows its 95% t-interval over seeds)."""
     last, groups = max(results["checkpoints"]), results["config"]["groups"]
     rows = []
     for N in results["config"]["budgets"]:
@@ -391,8 +354,11 @@ def table2(results: dict[str, Any], metric: str) -> tuple[list[str], list[list[A
         if not cell:
             continue
         top = max(r["mean"] for r in cell.values())
-        rows.append([N] + [(f"**{cell[G]['mean']:.3f}**" if cell[G]["mean"] == top else f"{cell[G]['mean']:.3f}")
-                           if G in cell else "-" for G in groups])
+
+        def show(r):
+            v = f"**{r['mean']:.3f}**" if r["mean"] == top else f"{r['mean']:.3f}"
+            return v + (f" [{r['ci_low']:.3f}, {r['ci_high']:.3f}]" if intervals and r["ci_low"] is not None else "")
+        rows.append([N] + [show(cell[G]) if G in cell else "-" for G in groups])
     return ["budget N"] + [f"G={G}" for G in groups], rows
 
 
@@ -416,11 +382,10 @@ def write_lm_sweep_outputs(run: RunDir, results: dict[str, Any], argv: Sequence[
         h, rows = table2(results, m)
         md += [f"## Table 2 ({m} at step {max(results['checkpoints'])}, best per budget in bold)", "",
                md_table(h, rows), "", image(plots[m], f"{m} vs G"), ""]
-    md += ["## Empirical best G", "",
-           md_table(["budget N", "checkpoint", "metric", "best G", "mean", "tied with"],
-                    [[b["budget"], b["checkpoint"], b["metric"], b["G"], b["mean"], ", ".join(map(str, b["tied"])) or "-"]
-                     for b in results["best_G"]]),
-           "", "## All cells", "",
+    md += ["## Empirical best G per checkpoint", ""]
+    for m in metrics:
+        md += [f"{m}:", "", md_table(*best_g_table(results, m)), ""]
+    md += ["## All cells", "",
            md_table(["N", "G", "B", "checkpoint", "metric", "mean", "95% CI", "seeds"],
                     [[r["budget"], r["G"], r["B"], r["checkpoint"], r["metric"], r["mean"],
                       "-" if r["ci_low"] is None else fmt_ci(r["ci_low"], r["ci_high"]), r["seeds"]]
@@ -459,3 +424,4 @@ def sweep_lm(cfg: LMSweepConfig, out: str, *, argv: Sequence[str] | None = None,
                    {k: r[k] for k in ("budget", "G", "seed", "name")} | {"action": actions[r["name"]]} for r in runs]}
     write_lm_sweep_outputs(root, results, argv)
     return results
+

@@ -52,6 +52,8 @@ class ReproduceConfig:
     task_options: dict = field(default_factory=dict)
     workers: int = 1
     seed: int = 0
+    ray: Any = None
+    """:class:`ugrpo.experiments.executors.RayOptions` to train the sweeps' runs on Ray; None = local processes"""
 
     def __post_init__(self) -> None:
         if self.scale not in SCALES:
@@ -117,13 +119,13 @@ def scale_plan(cfg: ReproduceConfig) -> ScalePlan:
                     max_new_tokens=6)  # docs/lm-mse.md's command
         train = _train_config(sweep_model, task, opts, steps=100, every=25, n_eval=100, pass1=4, max_new=6, lr=5e-5)
         fig5 = dict(budgets=(64,), groups=(2, 4, 8, 16, 32), seeds=3, plan_pilot=(16, 8))
-        table2 = dict(budgets=(64, 128, 256), groups=(4, 8, 16, 32, 64), seeds=3)
+        table2 = dict(budgets=(64, 128, 256), groups=(4, 8, 16, 32, 64), seeds=3, plan_pilot=(16, 8))
         thm8 = {}  # `ugrpo gap` defaults
     else:  # smoke: seconds
         fig4 = dict(groups=(4, 8), batch=2, reps=3, ref_samples=8, prompts=4, sketch_dim=16, max_new_tokens=4)
         train = _train_config(sweep_model, task, opts, steps=2, every=1, n_eval=4, pass1=2, max_new=4, lr=1e-3)
         fig5 = dict(budgets=(8,), groups=(2, 4), seeds=1, plan_pilot=(2, 4))
-        table2 = dict(budgets=(4, 8), groups=(2, 4), seeds=1)
+        table2 = dict(budgets=(4, 8), groups=(2, 4), seeds=1, plan_pilot=(2, 4))
         thm8 = dict(groups=(4,), estimators=("grpo",), runs=16, steps=32, batch=4)
     return ScalePlan(models, fig4, train, train, fig5, table2, thm8, task, opts)
 
@@ -142,7 +144,7 @@ def _paper_plan(cfg: ReproduceConfig) -> ScalePlan:
     t2["model"].update(dtype="bfloat16", chat=False)
     t2["optim"]["grad_clip"] = 1.0
     fig5 = dict(budgets=(1024,), groups=(4, 8, 16, 32, 64, 128), seeds=5, plan_pilot=(64, 16))
-    table2 = dict(budgets=(1024, 2048, 4096), groups=(4, 8, 16, 32, 64, 128), seeds=1)
+    table2 = dict(budgets=(1024, 2048, 4096), groups=(4, 8, 16, 32, 64, 128), seeds=1, plan_pilot=(64, 16))
     return ScalePlan(models, fig4, train, t2, fig5, table2, {}, "arithmetic", {})
 
 
@@ -215,7 +217,7 @@ def _sweep(part: str, cfg: ReproduceConfig, plan: ScalePlan, out: Path, progress
     folder = out / part
     folder.mkdir(parents=True, exist_ok=True)
     yml = _write_yaml(folder / "train.yaml", plan.train if part == "fig5" else plan.train_table2)
-    sc = LMSweepConfig(config=yml, seed=cfg.seed, workers=cfg.workers, **getattr(plan, part))
+    sc = LMSweepConfig(config=yml, seed=cfg.seed, workers=cfg.workers, ray=cfg.ray, **getattr(plan, part))
     sweep_lm(sc, str(folder), argv=None, progress=progress)
     return "ran (finished runs reused)"
 
@@ -279,7 +281,9 @@ def run_reproduce(cfg: ReproduceConfig, *, progress: bool = True, log: Callable[
                "summary": _summary(parts), "models": {"fig4": dict(plan.fig4_models), "fig5": plan.train["model"],
                                                         "table2": plan.train_table2["model"]}}
     root.write_results(results)
-    write_report(root, results, parts)
+    from ugrpo.report.reproduce_html import write_report
+
+    write_report(root, results, parts, PAPER_TABLE2)
     return results
 
 
@@ -371,6 +375,9 @@ def _best_g_claim(r: dict | None) -> dict:
     ev = "; ".join(f"N={b['budget']}: best G={b['G']} (accuracy {_f(b['mean'])})" for b in best)
     if any(x["ci_low"] is None for x in rows):
         return _claim(name, "cannot tell", f"{ev}; one seed per (N, G): no intervals, so no ordering is evidence")
+    pl = r.get("planner")
+    if pl:
+        ev += f"; planner G* (Thm 7) among the swept G: {pl['g_star_swept']} (interval {pl['g_star_ci']})"
     interior = all(groups[0] < b["G"] < groups[-1] for b in best)
     same = len({b["G"] for b in best}) == 1
 
@@ -409,94 +416,3 @@ def _thm8_claim(r: dict | None) -> dict:
     v = ("supports" if corr and printed_rejected else "contradicts" if not any(ok(c["fit"]["corrected"]) for c in cells)
          else "cannot tell")
     return _claim(name, v, ev + " (consistent = KS and CvM p > 0.01 and |z| < 3)")
-
-
-# ----------------------------------------------------------------------------------------------- report.html
-
-
-def _img(path: Path, alt: str) -> str:
-    import base64
-    import html
-
-    if not path.is_file():
-        return f"<p><em>{html.escape(alt)}: {html.escape(str(path.name))} missing</em></p>"
-    data = base64.b64encode(path.read_bytes()).decode("ascii")
-    return f'<figure><img alt="{html.escape(alt)}" src="data:image/png;base64,{data}" style="max-width:100%">' \
-           f"<figcaption>{html.escape(alt)}</figcaption></figure>"
-
-
-def _table(headers, rows) -> str:
-    import html
-
-    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(c if isinstance(c, str) else _f(c))}</td>" for c in r) + "</tr>"
-                   for r in rows)
-    return f"<table><tr>{head}</tr>{body}</table>"
-
-
-def write_report(root: RunDir, results: dict, parts: dict) -> Path:
-    """``report.html``: Claims, then each part's figures (inline PNG) and tables beside the paper's numbers."""
-    import html
-
-    from ugrpo.runs import atomic_write_text
-
-    out, summ = root.path, results["summary"]
-    h = ["<!doctype html><html><head><meta charset='utf-8'><title>ugrpo reproduce</title><style>"
-         "body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse}"
-         "td,th{border:1px solid #bbb;padding:2px 6px}</style></head><body>",
-         f"<h1>ugrpo reproduce --scale {html.escape(results['scale'])}</h1>",
-         "<p>Parts: " + html.escape("; ".join(f"{k}: {v}" for k, v in results["actions"].items())) + "</p>",
-         "<h2>Claims</h2>",
-         _table(["paper claim", "this run", "numbers (95% intervals)"],
-                [[c["claim"], c["verdict"], c["evidence"]] for c in results["claims"]])]
-    h.append("<h2>Fig. 4: LM gradient MSE vs G</h2><p>The paper gives no numbers for Fig. 4 in its text (NOTES.md "
-             "8.1): only the ordering vanilla &gt; grpo &gt; oracle, grpo ~ oracle at G = 32/64, MSE falling with G "
-             "and with model strength.</p>")
-    if "fig4" in summ:
-        for lab, s in summ["fig4"].items():
-            h.append(f"<h3>{html.escape(lab)} (mean reward {_f(s['accuracy'])})</h3>")
-            h.append(_img(out / "fig4" / lab / "mse.png", f"Fig. 4 analogue, {lab}"))
-            h.append(_table(["estimator", "G", "MSE", "95% CI"],
-                            [[r["estimator"], r["G"], r["mse"], f"[{_f(r['ci_low'])}, {_f(r['ci_high'])}]"]
-                             for r in s["rows"]]))
-    else:
-        h.append("<p>not run</p>")
-    h.append("<h2>Fig. 5: held-out accuracy vs G at a fixed budget, over checkpoints</h2><p>The paper gives no "
-             "numbers for Fig. 5 in its text (NOTES.md 8.2); it reports G* = 32 at every checkpoint after n = 200 "
-             "for Qwen2.5-1.5B-Instruct on GSM8K at N = 1024.</p>")
-    if "fig5" in summ:
-        pl = summ["fig5"]["planner"]
-        if pl:
-            h.append(f"<p>Planner (Theorem 7, eq. (12)): G* = {pl['g_star']} (95% interval {pl['g_star_ci']}); "
-                     f"among the swept G: {pl['g_star_swept']}.</p>")
-        h.append(_img(out / "fig5" / "sweep.png", "Fig. 5 analogue"))
-        h.append(_table(["N", "best G at the last step", "accuracy"],
-                        [[b["budget"], b["G"], b["mean"]] for b in summ["fig5"]["best_G"]
-                         if b["checkpoint"] == summ["fig5"]["last_step"]]))
-    else:
-        h.append("<p>not run</p>")
-    h.append("<h2>Table 2: accuracy at the last step, budget x G</h2>")
-    if "table2" in summ:
-        from ugrpo.experiments.lm_sweep import table2
-
-        hd, rows = table2(parts["table2"], "eval_accuracy")
-        h.append("<p>This run (best per row in **):</p>" + _table(hd, rows))
-        h.append(_img(out / "table2" / "sweep.png", "Table 2 analogue: accuracy vs G per budget"))
-    else:
-        h.append("<p>not run</p>")
-    pg = sorted({g for r in PAPER_TABLE2.values() for g in r})
-    h.append("<p>The paper (Qwen2.5-Math-7B on MATH, one run each; NOTES.md 8.3):</p>" + _table(
-        ["budget N"] + [f"G={g}" for g in pg], [[N] + [f"{r[g]:.4f}" + ("*" if r[g] == max(r.values()) else "")
-                                                  for g in pg] for N, r in PAPER_TABLE2.items()]))
-    h.append("<h2>Theorem 8: n*gap against the weighted chi-square</h2>")
-    if "thm8" in summ:
-        h.append(_table(["estimator", "G", "mean n*gap", "SE", "E (beta^2)", "KS p", "E (printed)", "KS p printed"],
-                        [[c["estimator"], c["G"], c["mean"], c["se"], c["E_beta2"], c["ks_p_beta2"], c["E_printed"],
-                          c["ks_p_printed"]] for c in summ["thm8"]]))
-        h.append(_img(out / "thm8" / "qq.png", "QQ plots against Theorem 8 (beta^2 corrected)"))
-    else:
-        h.append("<p>not run</p>")
-    h.append(f"<p>Seconds per part this call: {html.escape(str({k: round(v, 1) for k, v in results['seconds'].items()}))}"
-             "</p></body></html>")
-    atomic_write_text(root.file("report.html"), "\n".join(h) + "\n")
-    return root.file("report.html")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from ugrpo.experiments.common import guarded
+from ugrpo.experiments.common import available_cores, guarded
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -18,7 +18,13 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "Qwen models and budgets (needs local weights and a GPU)")
     p.add_argument("--out", required=True, help="run folder; rerunning into it skips finished parts")
     p.add_argument("--skip", default="", help="comma-separated parts to leave out: fig4,fig5,table2,thm8")
-    p.add_argument("--workers", type=int, default=1, help="parallel training runs of the sweeps")
+    p.add_argument("--workers", type=int, default=None,
+                   help="parallel training runs of the sweeps (default: the CPU cores available, one thread each)")
+    p.add_argument("--ray", action="store_true", help="train the sweeps' runs as Ray tasks (see `ugrpo sweep --help`)")
+    p.add_argument("--ray-address", default=None, help="with --ray: the cluster to join")
+    p.add_argument("--ray-cpus", type=float, default=None, help="with --ray: CPUs per run (default 1)")
+    p.add_argument("--ray-gpus", type=float, default=None, help="with --ray: GPUs per run (default 0; use 1 at "
+                   "--scale paper)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-progress", action="store_true")
     # hidden: tests run every part on one small local model and a custom task
@@ -30,11 +36,13 @@ def configure(p: argparse.ArgumentParser) -> None:
 def _main(args: argparse.Namespace) -> int:
     from ugrpo.experiments.lm_plan import parse_task_options
     from ugrpo.experiments.reproduce import ReproduceConfig, run_reproduce
+    from ugrpo.experiments.sweep_cmd import ray_options
 
     skip = tuple(s.strip() for s in str(args.skip).split(",") if s.strip())
+    workers = available_cores() if args.workers is None else args.workers
     cfg = ReproduceConfig(scale=args.scale, out=args.out, skip=skip, model_override=args.model_override,
-                          task=args.task, task_options=parse_task_options(args.task_option), workers=args.workers,
-                          seed=args.seed)
+                          task=args.task, task_options=parse_task_options(args.task_option), workers=workers,
+                          ray=ray_options(args), seed=args.seed)
     t0 = time.perf_counter()
     res = run_reproduce(cfg, progress=not args.no_progress)
     for c in res["claims"]:

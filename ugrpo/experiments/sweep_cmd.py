@@ -16,7 +16,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ugrpo.experiments.common import command_line, guarded, parse_float_list, parse_int_list, resolve_env
+from ugrpo.experiments.common import (available_cores, command_line, guarded, parse_float_list, parse_int_list,
+                                      resolve_env)
 from ugrpo.runs import RunDir
 
 
@@ -24,7 +25,15 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--env", default=None, help="env JSON (from `ugrpo make-env`) or builtin:demo (the default "
                    "without --config)")
     p.add_argument("--config", default=None, help="a training YAML (as for `ugrpo train`): sweep a language model")
-    p.add_argument("--workers", type=int, default=1, help="with --config: parallel training runs (process pool)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="with --config: parallel training runs (process pool; default: the CPU cores available)")
+    p.add_argument("--ray", action="store_true",
+                   help="with --config: one Ray task per run (pip install 'ugrpo[ray]'); a local Ray of --workers CPUs "
+                   "unless --ray-address or $RAY_ADDRESS names a cluster")
+    p.add_argument("--ray-address", default=None, help="with --ray: the cluster to join (auto, ray://HOST:10001, ...)")
+    p.add_argument("--ray-cpus", type=float, default=None, help="with --ray: CPUs per run (default 1; also its "
+                   "torch threads)")
+    p.add_argument("--ray-gpus", type=float, default=None, help="with --ray: GPUs per run (default 0)")
     p.add_argument("--set", action="append", default=None, metavar="KEY=VALUE",
                    help="with --config: override a config field, repeatable (e.g. --set optim.lr=1e-4)")
     p.add_argument("--plan-pilot", default=None, metavar="B0,G0",
@@ -57,8 +66,11 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict:
 
     if args.config is not None:
         return run_lm(args, argv)
-    lm_only = [f"--{n.replace('_', '-')}" for n in ("set", "plan_pilot") if getattr(args, n, None) is not None]
-    if getattr(args, "workers", 1) != 1:
+    lm_only = [f"--{n.replace('_', '-')}" for n in ("set", "plan_pilot", "ray_address", "ray_cpus", "ray_gpus")
+               if getattr(args, n, None) is not None]
+    if getattr(args, "ray", False):
+        lm_only.append("--ray")
+    if getattr(args, "workers", None) is not None:
         lm_only.append("--workers")
     if lm_only:
         raise ValueError(f"{', '.join(lm_only)} need --config (a language-model sweep); drop them for --env")
@@ -97,6 +109,21 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict:
     return results
 
 
+def ray_options(args: argparse.Namespace):
+    """``--ray`` and its ``--ray-*`` flags -> RayOptions (None without --ray; the flags alone are an error)."""
+    from ugrpo.experiments.executors import RayOptions, import_ray
+
+    given = [f"--{n.replace('_', '-')}" for n in ("ray_address", "ray_cpus", "ray_gpus")
+             if getattr(args, n, None) is not None]
+    if not getattr(args, "ray", False):
+        if given:
+            raise ValueError(f"{', '.join(given)} only apply with --ray; add --ray or drop them")
+        return None
+    import_ray()  # not installed: say so before any work
+    return RayOptions(address=args.ray_address, cpus_per_run=1.0 if args.ray_cpus is None else args.ray_cpus,
+                      gpus_per_run=0.0 if args.ray_gpus is None else args.ray_gpus)
+
+
 def run_lm(args: argparse.Namespace, argv: list[str] | None = None) -> dict:
     """``ugrpo sweep --config``: parse the flags into an ``LMSweepConfig`` and run it."""
     from ugrpo.experiments.lm_sweep import LMSweepConfig, parse_sets, sweep_lm
@@ -112,9 +139,11 @@ def run_lm(args: argparse.Namespace, argv: list[str] | None = None) -> dict:
         if len(parts) != 2 or not all(t.isdigit() for t in parts):
             raise ValueError(f"--plan-pilot {args.plan_pilot!r}: give two numbers B0,G0 (pilot prompts, samples each)")
         pilot = (int(parts[0]), int(parts[1]))
-    cfg = LMSweepConfig(config=args.config, budgets=tuple(parse_int_list(args.budget, name="--budget")),
+    cfg = LMSweepConfig(config=args.config, ray=ray_options(args),
+                        budgets=tuple(parse_int_list(args.budget, name="--budget")),
                         groups=tuple(parse_int_list(args.groups, name="--groups")), seeds=args.seeds, seed=args.seed,
-                        steps=args.steps, overrides=parse_sets(args.set), workers=args.workers, plan_pilot=pilot)
+                        steps=args.steps, overrides=parse_sets(args.set),
+                        workers=available_cores() if args.workers is None else args.workers, plan_pilot=pilot)
     return sweep_lm(cfg, args.out, argv=argv, progress=not args.no_progress)
 
 

@@ -1,0 +1,161 @@
+"""``report.html`` of ``ugrpo reproduce``: one self-contained page (figures inline as PNG).
+
+Order: the Claims table (supports / contradicts / cannot tell, with the numbers), then Fig. 4, Fig. 5
+(with the empirical best G per checkpoint and the planner's G*), Table 2 (this run with 95%
+intervals beside the paper's published accuracies) and Theorem 8 (fit of n * gap and Corollary 9).
+Reads only the parts' ``results.json`` contents handed in by :func:`ugrpo.experiments.reproduce.run_reproduce`.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from pathlib import Path
+from typing import Any, Mapping
+
+from ugrpo.report.markdown import fmt
+from ugrpo.runs import RunDir, atomic_write_text
+
+__all__ = ["write_report", "html_table", "inline_png"]
+
+STYLE = ("body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse;margin:6px 0}"
+         "td,th{border:1px solid #bbb;padding:2px 6px}td.supports{background:#dfd}td.contradicts{background:#fdd}"
+         "td.cannot{background:#eee}")
+
+
+def inline_png(path: Path, alt: str) -> str:
+    """A <figure> with the PNG embedded as base64 (a note when the file is missing)."""
+    if not path.is_file():
+        return f"<p><em>{html.escape(alt)}: {html.escape(str(path.name))} missing</em></p>"
+    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    return (f'<figure><img alt="{html.escape(alt)}" src="data:image/png;base64,{data}" style="max-width:100%">'
+            f"<figcaption>{html.escape(alt)}</figcaption></figure>")
+
+
+def html_table(headers, rows, *, bold: bool = True) -> str:
+    """Escaped HTML table; numbers through :func:`fmt`; ``**x**`` cells (markdown bold) become <b>x</b>."""
+    def cell(c: Any) -> str:
+        t = html.escape(c if isinstance(c, str) else fmt(c))
+        return t.replace("**", "<b>", 1).replace("**", "</b>", 1) if bold and t.count("**") >= 2 else t
+
+    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{cell(c)}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _claims(claims) -> str:
+    rows = "".join(f"<tr><td>{html.escape(c['claim'])}</td><td class='{c['verdict'].split()[0]}'><b>"
+                   f"{html.escape(c['verdict'])}</b></td><td>{html.escape(c['evidence'])}</td></tr>" for c in claims)
+    return ("<h2>Claims</h2><table><tr><th>paper claim</th><th>this run</th><th>numbers (95% intervals)</th></tr>"
+            f"{rows}</table>")
+
+
+def _fig4(out: Path, summ: dict) -> list[str]:
+    h = ["<h2>Fig. 4: LM gradient MSE vs G</h2><p>The paper gives no numbers for Fig. 4 in its text (NOTES.md 8.1): "
+         "only the ordering vanilla &gt; grpo &gt; oracle, grpo ~ oracle at G = 32/64, MSE falling with G and with "
+         "model strength.</p>"]
+    if "fig4" not in summ:
+        return h + ["<p>not run</p>"]
+    for lab, s in summ["fig4"].items():
+        h.append(f"<h3>{html.escape(lab)} (mean reward {fmt(s['accuracy'])})</h3>")
+        h.append(inline_png(out / "fig4" / lab / "mse.png", f"Fig. 4 analogue, {lab}"))
+        h.append(html_table(["estimator", "G", "MSE", "95% CI"],
+                            [[r["estimator"], r["G"], r["mse"], f"[{fmt(r['ci_low'])}, {fmt(r['ci_high'])}]"]
+                             for r in s["rows"]]))
+    return h
+
+
+def _planner(pl: dict | None) -> str:
+    if not pl:
+        return "<p>Planner: not run for this part.</p>"
+    return (f"<p>Planner (Theorem 7, eq. (12), from a B0 x G0 = {pl['pilot'][0]} x {pl['pilot'][1]} pilot at the "
+            f"initial model): {html.escape(pl['message'])}. Among the swept G: <b>G* = {pl['g_star_swept']}</b> "
+            "(the same at every budget: the bound (11) scales with 1/N).</p>")
+
+
+def _best_per_checkpoint(r: dict) -> list[str]:
+    from ugrpo.experiments.lm_sweep import METRICS, best_g_table
+
+    h = []
+    for m in METRICS:
+        hd, rows = best_g_table(r, m)
+        if rows:
+            h.append(f"<p>Empirical best G per checkpoint ({html.escape(m)}; mean over {r['config']['seeds']} seeds, "
+                     "95% t-interval):</p>" + html_table(hd, rows))
+    return h
+
+
+def _fig5(out: Path, parts: dict) -> list[str]:
+    h = ["<h2>Fig. 5: held-out accuracy vs G at a fixed budget, over checkpoints</h2><p>The paper gives no numbers "
+         "for Fig. 5 in its text (NOTES.md 8.2); it reports G* = 32 at every checkpoint after n = 200 for "
+         "Qwen2.5-1.5B-Instruct on GSM8K at N = 1024.</p>"]
+    r = parts.get("fig5")
+    if not r:
+        return h + ["<p>not run</p>"]
+    h.append(_planner(r.get("planner")))
+    h.append(inline_png(out / "fig5" / "sweep.png", "Fig. 5 analogue: greedy held-out accuracy vs G, one line per "
+                                                     "checkpoint; planner G* as a vertical line"))
+    h.append(inline_png(out / "fig5" / "sweep_pass1.png", "the same for sampled pass@1"))
+    return h + _best_per_checkpoint(r)
+
+
+def _table2(out: Path, parts: dict, paper: Mapping[int, Mapping[int, float]]) -> list[str]:
+    from ugrpo.experiments.lm_sweep import table2
+
+    h = ["<h2>Table 2: accuracy at the last step, budget x G</h2>"]
+    r = parts.get("table2")
+    if r:
+        h.append(_planner(r.get("planner")))
+        hd, rows = table2(r, "eval_accuracy", intervals=True)
+        h.append(f"<p>This run (greedy held-out accuracy at step {max(r['checkpoints'])}, mean over "
+                 f"{r['config']['seeds']} seeds [95% t-interval]; best per row in bold):</p>" + html_table(hd, rows))
+        h.append(inline_png(out / "table2" / "sweep.png", "Table 2 analogue: accuracy vs G per budget"))
+        h += _best_per_checkpoint(r)
+    else:
+        h.append("<p>not run</p>")
+    pg = sorted({g for row in paper.values() for g in row})
+    h.append("<p>The paper (Qwen2.5-Math-7B on MATH, one run each; NOTES.md 8.3; best per row in bold):</p>" + html_table(
+        ["budget N"] + [f"G={g}" for g in pg],
+        [[N] + [(f"**{row[g]:.4f}**" if row[g] == max(row.values()) else f"{row[g]:.4f}") for g in pg]
+         for N, row in paper.items()]))
+    return h
+
+
+def _thm8(out: Path, summ: dict, parts: dict) -> list[str]:
+    h = ["<h2>Theorem 8: n*gap against the weighted chi-square</h2><p>Algorithm 1 with eta_i = beta/(i + offset) on "
+         "a synthetic policy whose optimum is a set (singular Hessian); n * gap at the last step over many runs "
+         "against the predicted mixture sum_k w_k chi2_1, with the weights from the Lyapunov equation with the "
+         "beta^2 factor (docs/math.md) and as printed in the paper.</p>"]
+    if "thm8" not in summ:
+        return h + ["<p>not run</p>"]
+    cells = {(c["estimator"], c["G"]): c for c in (parts.get("thm8") or {}).get("cells", [])}
+    h.append(html_table(
+        ["estimator", "G", "mean n*gap", "SE", "E (beta^2)", "KS stat", "KS p", "CvM p", "E (printed)", "KS p printed"],
+        [[c["estimator"], c["G"], c["mean"], c["se"], c["E_beta2"],
+          cells.get((c["estimator"], c["G"]), {}).get("fit", {}).get("corrected", {}).get("ks_stat"), c["ks_p_beta2"],
+          cells.get((c["estimator"], c["G"]), {}).get("fit", {}).get("corrected", {}).get("cvm_p"), c["E_printed"],
+          c["ks_p_printed"]] for c in summ["thm8"]]))
+    h.append(inline_png(out / "thm8" / "qq.png", "QQ plots against Theorem 8 (beta^2 corrected)"))
+    c9 = (parts.get("thm8") or {}).get("corollary9") or []
+    if c9:
+        h.append("<p>Corollary 9: the two largest weights of grpo minus oracle, and their ratio between G and 2G "
+                 "(4 = shrinking like G^-2):</p>" + html_table(
+                     ["G", "w_grpo - w_oracle", "G^2 (w_grpo - w_oracle)", "ratio to 2G"],
+                     [[r["G"], ", ".join(fmt(x) for x in r["diff"]), ", ".join(fmt(x) for x in r["G2_diff"]),
+                       ", ".join(fmt(x) for x in r["ratio_to_2G"]) if r.get("ratio_to_2G") else "-"] for r in c9]))
+    return h
+
+
+def write_report(root: RunDir, results: dict, parts: dict, paper_table2: Mapping[int, Mapping[int, float]]) -> Path:
+    """Write ``report.html`` into ``root``; returns its path."""
+    out, summ = root.path, results["summary"]
+    h = ["<!doctype html><html><head><meta charset='utf-8'><title>ugrpo reproduce</title>"
+         f"<style>{STYLE}</style></head><body>",
+         f"<h1>ugrpo reproduce --scale {html.escape(results['scale'])}</h1>",
+         "<p>Parts: " + html.escape("; ".join(f"{k}: {v}" for k, v in results["actions"].items())) + "</p>",
+         _claims(results["claims"])]
+    h += _fig4(out, summ) + _fig5(out, parts) + _table2(out, parts, paper_table2) + _thm8(out, summ, parts)
+    secs = {k: round(v, 1) for k, v in results["seconds"].items()}
+    h.append(f"<p>Seconds per part this call: {html.escape(str(secs))}</p></body></html>")
+    atomic_write_text(root.file("report.html"), "\n".join(h) + "\n")
+    return root.file("report.html")
