@@ -223,7 +223,8 @@ def test_lm_sweep_planner(tmp_path, capsys, lm_config):
 
 def test_table2_and_t_interval_closed_forms():
     """Table 2 marks the best G per budget at the last checkpoint; the t-interval matches scipy's formula."""
-    from ugrpo.experiments.lm_sweep import t_interval, table2
+    from ugrpo.experiments.lm_sweep import t_interval
+    from ugrpo.report.lm_sweep_report import table2
 
     rows = [{"budget": N, "G": G, "checkpoint": c, "metric": "eval_accuracy", "mean": v}
             for N, G, c, v in [(8, 2, 0, 0.9), (8, 4, 0, 0.1), (8, 2, 5, 0.25), (8, 4, 5, 0.5),
@@ -241,7 +242,8 @@ def test_table2_and_t_interval_closed_forms():
 def test_best_g_overlap_and_table():
     """The best G per (N, checkpoint) lists exactly the G whose 95% interval overlaps its own; the per-checkpoint
     table drops step 0 and carries the planner's G* among the swept G."""
-    from ugrpo.experiments.lm_sweep import best_g_table, best_lm_groups
+    from ugrpo.experiments.lm_sweep import best_lm_groups
+    from ugrpo.report.lm_sweep_report import best_g_table
 
     def row(G, c, mean, lo, hi):
         return {"budget": 8, "G": G, "checkpoint": c, "metric": "eval_accuracy", "mean": mean, "ci_low": lo,

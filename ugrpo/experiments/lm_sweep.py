@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any, Sequence
 
 from tqdm.auto import tqdm
@@ -33,7 +32,7 @@ from ugrpo.experiments.executors import RayOptions
 from ugrpo.runs import RunDir, read_jsonl, to_jsonable
 
 __all__ = ["LMSweepConfig", "RunSpec", "build_runs", "check_lm_resume", "run_lm_sweep", "collect_evals",
-           "aggregate_lm", "best_lm_groups", "best_g_table", "lm_planner", "write_lm_sweep_outputs", "METRICS", "SWEEP_KEYS"]
+           "aggregate_lm", "best_lm_groups", "lm_planner", "sweep_lm", "METRICS", "SWEEP_KEYS"]
 
 METRICS = ("eval_accuracy", "eval_pass1")
 """held-out metrics aggregated (greedy accuracy, sampled pass@1), as logged by the trainer"""
@@ -257,25 +256,6 @@ def best_lm_groups(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def best_g_table(results: dict[str, Any], metric: str) -> tuple[list[str], list[list[Any]]]:
-    """Per (budget, checkpoint): the empirical best G with its mean and 95% interval, the G that cannot be told
-    apart from it, and the planner's G* among the swept G (the same at every N: eq. (11) scales with 1/N)."""
-    from ugrpo.report.markdown import fmt_ci
-
-    pl = results.get("planner") or {}
-    star = pl.get("g_star_swept")
-    rows = []
-    for b in results["best_G"]:
-        if b["metric"] != metric or b["checkpoint"] == 0:  # step 0: every run is the initial model
-            continue
-        same = ("-" if b["overlapping"] is None else ", ".join(map(str, b["overlapping"])) or "none")
-        rows.append([b["budget"], b["checkpoint"], b["G"], b["mean"],
-                     "-" if b["ci_low"] is None else fmt_ci(b["ci_low"], b["ci_high"]), same,
-                     "-" if not pl else (star if star is not None else f"{pl['g_star']} (c1 ~ 0)")])
-    return ["budget N", "step", "best G", f"mean {metric}", "95% CI", "G not distinguishable (overlapping CI)",
-            "planner G*"], rows
-
-
 def lm_planner(cfg: LMSweepConfig, base, folder: RunDir, *, progress: bool = True) -> dict[str, Any]:
     """Planner G* (Theorem 7) from a sketched pilot at the initial model; cached in ``folder/results.json``."""
     from ugrpo.experiments.lm_plan import LMPlanConfig, run_lm_plan, write_lm_plan_outputs
@@ -300,97 +280,7 @@ def lm_planner(cfg: LMSweepConfig, base, folder: RunDir, *, progress: bool = Tru
             "folder": str(folder.path)}
 
 
-# ---------------------------------------------------------------------------------------------- outputs
-
-
-def reading(results: dict[str, Any]) -> list[str]:
-    """Plain-language sentences: best G at the last checkpoint per budget and metric, and the planner."""
-    out = []
-    last = max(results["checkpoints"])
-    for b in results["best_G"]:
-        if b["checkpoint"] != last:
-            continue
-        s = f"N={b['budget']}, step {last}, {b['metric']}: the largest mean is at G={b['G']} ({b['mean']:.3f})"
-        if b["tied"]:
-            s += f", tied with G in {b['tied']}"
-        if b["overlapping"] is None:
-            s += "; with a single seed there is no interval, so this ordering is not evidence of anything."
-        else:
-            s += (f"; G in {b['overlapping']} have overlapping 95% intervals, not distinguishable with {b['seeds']} "
-                  "seeds." if b["overlapping"] else "; its 95% interval does not overlap any other G's.")
-        out.append(s)
-    pl = results.get("planner")
-    if pl:
-        out.append(f"Planner (Theorem 7, sketched pilot B0={pl['pilot'][0]} x G0={pl['pilot'][1]} at the initial "
-                   f"model): {pl['message']}; among the swept G: G* = {pl['g_star_swept']}.")
-    return out
-
-
-def _plot(run: RunDir, results: dict[str, Any], metric: str, path: str) -> None:
-    from ugrpo.report.plots import Marker, Panel, Series, panel_plot
-
-    rows = [r for r in results["rows"] if r["metric"] == metric]
-    pl = results.get("planner") or {}
-    star = pl.get("g_star_swept") or pl.get("g_star")
-    panels = []
-    for N in sorted({r["budget"] for r in rows}):
-        series = []
-        for i, c in enumerate(results["checkpoints"]):
-            rs = sorted((r for r in rows if r["budget"] == N and r["checkpoint"] == c), key=lambda r: r["G"])
-            series.append(Series(f"step {c}", [r["G"] for r in rs], [r["mean"] for r in rs],
-                                 [r["ci_low"] for r in rs], [r["ci_high"] for r in rs], color=f"C{i % 10}"))
-        panels.append(Panel(f"N = {N}", series, [Marker(star, f"planner G*={star}")] if star else []))
-    panel_plot(run.file(path), panels, xlabel="group size G", ylabel=f"held-out {metric}", logx=True,
-               suptitle="LM sweep: mean, 95% t-interval over seeds", xticks=results["config"]["groups"])
-
-
-def table2(results: dict[str, Any], metric: str, *, intervals: bool = False) -> tuple[list[str], list[list[Any]]]:
-    """Table 2 of the paper: budget x G at the last checkpoint, the best per row marked with ** (with
-    ``intervals``: each cell also shows its 95% t-interval over seeds)."""
-    last, groups = max(results["checkpoints"]), results["config"]["groups"]
-    rows = []
-    for N in results["config"]["budgets"]:
-        cell = {r["G"]: r for r in results["rows"] if (r["budget"], r["checkpoint"], r["metric"]) == (N, last, metric)}
-        if not cell:
-            continue
-        top = max(r["mean"] for r in cell.values())
-
-        def show(r):
-            v = f"**{r['mean']:.3f}**" if r["mean"] == top else f"{r['mean']:.3f}"
-            return v + (f" [{r['ci_low']:.3f}, {r['ci_high']:.3f}]" if intervals and r["ci_low"] is not None else "")
-        rows.append([N] + [show(cell[G]) if G in cell else "-" for G in groups])
-    return ["budget N"] + [f"G={G}" for G in groups], rows
-
-
-def write_lm_sweep_outputs(run: RunDir, results: dict[str, Any], argv: Sequence[str] | None = None) -> None:
-    """results.json, ``sweep.png`` / ``sweep_pass1.png`` (Fig. 5) and report.md with Table 2."""
-    from ugrpo.report.markdown import fmt_ci, header, image, md_table
-
-    run.write_results(results)
-    metrics = [m for m in METRICS if any(r["metric"] == m for r in results["rows"])]
-    plots = {m: ("sweep.png" if m == "eval_accuracy" else "sweep_pass1.png") for m in metrics}
-    for m, p in plots.items():
-        _plot(run, results, m, p)
-    cfg = results["config"]
-    md = [header("ugrpo sweep --config: held-out accuracy vs group size at a fixed budget (paper Fig. 5, Table 2)",
-                 argv),
-          f"Config `{cfg['config']}`, {results['steps']} steps per run, {cfg['seeds']} seeds per (N, G), groups "
-          f"{list(cfg['groups'])}; checkpoints {results['checkpoints']}; mean over seeds with a 95% Student-t interval"
-          + (" (one seed: no interval)." if cfg["seeds"] == 1 else "."), "", "## Reading", "",
-          *[f"- {s}" for s in reading(results)], ""]
-    for m in metrics:
-        h, rows = table2(results, m)
-        md += [f"## Table 2 ({m} at step {max(results['checkpoints'])}, best per budget in bold)", "",
-               md_table(h, rows), "", image(plots[m], f"{m} vs G"), ""]
-    md += ["## Empirical best G per checkpoint", ""]
-    for m in metrics:
-        md += [f"{m}:", "", md_table(*best_g_table(results, m)), ""]
-    md += ["## All cells", "",
-           md_table(["N", "G", "B", "checkpoint", "metric", "mean", "95% CI", "seeds"],
-                    [[r["budget"], r["G"], r["B"], r["checkpoint"], r["metric"], r["mean"],
-                      "-" if r["ci_low"] is None else fmt_ci(r["ci_low"], r["ci_high"]), r["seeds"]]
-                     for r in results["rows"]]), ""]
-    run.write_report("\n".join(md))
+# ---------------------------------------------------------------------------------------------- running all
 
 
 def sweep_config_record(cfg: LMSweepConfig, base) -> dict[str, Any]:
@@ -422,6 +312,8 @@ def sweep_lm(cfg: LMSweepConfig, out: str, *, argv: Sequence[str] | None = None,
     results = {"rows": rows, "best_G": best_lm_groups(rows), "checkpoints": cps, "planner": planner,
                "config": to_jsonable(asdict(cfg)), "steps": base.steps, "runs": [
                    {k: r[k] for k in ("budget", "G", "seed", "name")} | {"action": actions[r["name"]]} for r in runs]}
+    from ugrpo.report.lm_sweep_report import write_lm_sweep_outputs
+
     write_lm_sweep_outputs(root, results, argv)
     return results
 

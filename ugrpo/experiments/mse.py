@@ -206,18 +206,12 @@ def table_rows(results: dict[str, Any], groups: Sequence[int] | None = None) -> 
 def write_mse_outputs(run: RunDir, results: dict[str, Any], argv: Sequence[str] | None = None) -> None:
     """results.json, ``mse.png`` (Fig. 4 style: log-log MSE vs G, CI bands, exact dashed), report.md."""
     from ugrpo.report.markdown import header, image, md_table
-    from ugrpo.report.plots import Series, line_plot
+    from ugrpo.report.plots import estimator_series, line_plot
 
     run.write_results(results)
     rows = results["rows"]
     groups = sorted({r["G"] for r in rows})
-    series = []
-    for i, est in enumerate(ESTIMATORS):
-        rs = sorted((r for r in rows if r["estimator"] == est), key=lambda r: r["G"])
-        x = [r["G"] for r in rs]
-        series.append(Series(f"{est} (MC)", x, [r["mse"] for r in rs], [r["ci_low"] for r in rs],
-                             [r["ci_high"] for r in rs], color=f"C{i}"))
-        series.append(Series(f"{est} (exact)", x, [r["exact"] for r in rs], dashed=True, color=f"C{i}"))
+    series = estimator_series(rows, ESTIMATORS, label="{est} (MC)", reference="exact", reference_label="{est} (exact)")
     B = rows[0]["B"]
     line_plot(run.file("mse.png"), series, xlabel="group size G", ylabel="MSE  E||ghat - g||^2",
               title=f"Gradient MSE vs G (B={B}, R={rows[0]['reps']})", logx=True, logy=True, xticks=groups)

@@ -68,7 +68,8 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict:
 
 
 def _run_model(args: argparse.Namespace, argv: list[str] | None) -> dict:
-    from ugrpo.experiments.lm_mse import LMMSEConfig, run_lm_mse, write_lm_mse_outputs
+    from ugrpo.experiments.lm_mse import LMMSEConfig, run_lm_mse
+    from ugrpo.report.lm_mse_report import write_lm_mse_outputs
     from ugrpo.experiments.lm_plan import parse_task_options
 
     if args.env is not None or args.theta is not None:

@@ -192,7 +192,8 @@ def _write_yaml(path: Path, obj: dict) -> str:
 
 
 def _fig4(cfg: ReproduceConfig, plan: ScalePlan, out: Path, progress: bool, log: Callable[[str], None]) -> dict:
-    from ugrpo.experiments.lm_mse import LMMSEConfig, run_lm_mse, write_lm_mse_outputs
+    from ugrpo.experiments.lm_mse import LMMSEConfig, run_lm_mse
+    from ugrpo.report.lm_mse_report import write_lm_mse_outputs
 
     done = {}
     for label, model in plan.fig4_models:

@@ -20,7 +20,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import matplotlib
 
@@ -187,3 +187,24 @@ def panel_plot(
 
 
 __all__.append("Panel")
+
+
+def estimator_series(rows: Sequence[dict], estimators: Sequence[str], *, label: str = "{est}",
+                     cell: Callable[[dict], dict] = lambda r: r, reference: str | None = None,
+                     reference_label: str = "{est}") -> list[Series]:
+    """One line per estimator over G from result rows (``estimator``, ``G`` and, in ``cell(row)``, ``mse``,
+    ``ci_low``, ``ci_high``), each followed by a dashed line of ``row[reference]`` (exact or predicted values)
+    in the same colour when ``reference`` is given; the paper's Fig. 4 layout."""
+    out = []
+    for i, est in enumerate(estimators):
+        rs = sorted((r for r in rows if r["estimator"] == est), key=lambda r: r["G"])
+        x, cs = [r["G"] for r in rs], [cell(r) for r in rs]
+        out.append(Series(label.format(est=est), x, [c["mse"] for c in cs], [c["ci_low"] for c in cs],
+                          [c["ci_high"] for c in cs], color=f"C{i}"))
+        if reference is not None:
+            out.append(Series(reference_label.format(est=est), x, [r[reference] for r in rs], dashed=True,
+                              color=f"C{i}"))
+    return out
+
+
+__all__.append("estimator_series")

@@ -74,7 +74,8 @@ def _planner(pl: dict | None) -> str:
 
 
 def _best_per_checkpoint(r: dict) -> list[str]:
-    from ugrpo.experiments.lm_sweep import METRICS, best_g_table
+    from ugrpo.experiments.lm_sweep import METRICS
+    from ugrpo.report.lm_sweep_report import best_g_table
 
     h = []
     for m in METRICS:
@@ -100,7 +101,7 @@ def _fig5(out: Path, parts: dict) -> list[str]:
 
 
 def _table2(out: Path, parts: dict, paper: Mapping[int, Mapping[int, float]]) -> list[str]:
-    from ugrpo.experiments.lm_sweep import table2
+    from ugrpo.report.lm_sweep_report import table2
 
     h = ["<h2>Table 2: accuracy at the last step, budget x G</h2>"]
     r = parts.get("table2")
