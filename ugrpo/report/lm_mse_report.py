@@ -54,7 +54,6 @@ def reading(results: dict[str, Any]) -> list[str]:
 
 def write_lm_mse_outputs(run: RunDir, results: dict[str, Any], argv: Sequence[str] | None = None) -> None:
     """results.json, ``mse.png`` (Fig. 4 style, predicted-from-c's dashed), report.md."""
-
     run.write_results(results)
     rows = results["rows"]
     groups = sorted({r["G"] for r in rows})

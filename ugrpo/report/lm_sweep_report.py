@@ -67,7 +67,10 @@ def _plot(run: RunDir, results: dict[str, Any], metric: str, path: str) -> None:
             rs = sorted((r for r in rows if r["budget"] == N and r["checkpoint"] == c), key=lambda r: r["G"])
             series.append(Series(f"step {c}", [r["G"] for r in rs], [r["mean"] for r in rs],
                                  [r["ci_low"] for r in rs], [r["ci_high"] for r in rs], color=f"C{i % 10}"))
-        panels.append(Panel(f"N = {N}", series, [Marker(star, f"planner G*={star}")] if star else []))
+        ci = pl.get("g_star_ci") or [None, None]
+        mark = Marker(star, f"planner G*={star}" + (f", 95% CI [{ci[0]}, {ci[1]}]" if ci[0] is not None else ""),
+                      low=ci[0], high=ci[1])
+        panels.append(Panel(f"N = {N}", series, [mark] if star else []))
     panel_plot(run.file(path), panels, xlabel="group size G", ylabel=f"held-out {metric}", logx=True,
                suptitle="LM sweep: mean, 95% t-interval over seeds", xticks=results["config"]["groups"])
 
