@@ -199,7 +199,11 @@ def _ray(jobs: Sequence[Job], workers: int, opts: RayOptions, bar) -> None:
     started = not ray.is_initialized()
     if started:
         if address:  # join a running cluster; its resources set the parallelism
-            ray.init(address=address, log_to_driver=False)
+            try:
+                ray.init(address=address, log_to_driver=False)
+            except ConnectionError as e:
+                raise ValueError(f"--ray-address {address}: no Ray cluster there ({e}). Start one (`ray start --head`) "
+                                 "or drop --ray-address (and unset RAY_ADDRESS) for a local Ray") from e
         else:  # a local Ray sized like the process pool would be
             ray.init(num_cpus=max(1, int(workers * opts.cpus_per_run)), include_dashboard=False,
                      log_to_driver=False, object_store_memory=128 * 1024 ** 2)
