@@ -264,3 +264,36 @@ def test_best_g_overlap_and_table():
     one = [dict(r, ci_low=None, ci_high=None, seeds=1) for r in rows]
     assert best_g_table({"best_G": best_lm_groups(one), "planner": None}, "eval_accuracy")[1] == [
         [8, 5, 4, 0.6, "-", "-", "-"]]
+
+
+def test_ray_sweep_ctrl_c_then_resume(tmp_path, lm_config):
+    """Ctrl-C (SIGINT) during a Ray sweep run from the shell: exit 130 within seconds, the Ray tasks are cancelled,
+    the run keeps its checkpoints, and the same command resumes it from the last one to the end."""
+    import signal
+    import subprocess
+    import time
+
+    out = tmp_path / "sw"
+    cmd = [sys.executable, "-m", "ugrpo.cli", "sweep", "--config", str(lm_config), "--budget", "8", "--groups", "4",
+           "--seeds", "1", "--steps", "60", "--ray", "--workers", "1", "--no-progress", "--out", str(out)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([TESTS_TRAIN, os.environ.get("PYTHONPATH", "")])}
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    ckpt = out / "runs" / "N8-G4-s0" / "checkpoints"
+    deadline = time.time() + 240
+    while not (ckpt.is_dir() and any(ckpt.glob("step-*/state.json"))) and p.poll() is None and time.time() < deadline:
+        time.sleep(0.1)
+    assert p.poll() is None, "the run finished before it could be interrupted: raise --steps"
+    p.send_signal(signal.SIGINT)
+    log, _ = p.communicate(timeout=60)
+    assert p.returncode == 130, log
+    assert "interrupted: finished runs are in" in log and "rerun the same command to resume" in log
+    run = out / "runs" / "N8-G4-s0"
+    assert not (run / "results.json").exists()
+    done = max(int(d.name[5:]) for d in ckpt.glob("step-*") if (d / "state.json").is_file())
+    assert 2 <= done < 60
+    time.sleep(1.0)  # a cancelled task may write one more checkpoint while it dies
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=240)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "1 resumed" in p.stdout and (run / "results.json").is_file()
+    steps = [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    assert steps == sorted(set(steps)) and steps[-1] == 60  # resumed rows replace, never duplicate
