@@ -106,6 +106,13 @@ def available_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def default_workers() -> int:
+    """Default ``--workers`` of the LM sweeps: the available CPU cores (one torch thread per run), but 1 when
+    a GPU is visible (pool workers would all train on the same device; spread runs over GPUs with
+    ``--ray --ray-gpus 1``)."""
+    return 1 if torch.cuda.is_available() else available_cores()
+
+
 def check_divides(budget: int, G: int) -> None:
     """The budget contract (DESIGN.md): G must divide N; never a silent rounding."""
     if budget % G != 0:

@@ -10,10 +10,11 @@ continues from its last checkpoint.
 
 Ray (``--ray``, the optional ``ugrpo[ray]`` extra): ``ray.init(address=...)`` joins an existing
 cluster (``--ray-address``, or ``$RAY_ADDRESS``); without one a local Ray starts with
-``workers * cpus_per_run`` CPUs. Each run is one Ray task with the resource request
-``num_cpus=cpus_per_run, num_gpus=gpus_per_run``. On a cluster the ``--out`` folder must be on
-storage every node mounts at the same path (runs write their checkpoints and metrics there); the
-driver checks that each finished run's ``results.json`` is visible and says so if it is not.
+``workers * cpus_per_run`` CPUs (all of the machine's CPUs and GPUs when runs ask for GPUs). Each
+run is one Ray task with the resource request ``num_cpus=cpus_per_run, num_gpus=gpus_per_run``.
+On a cluster the ``--out`` folder must be on storage every node mounts at the same path (runs write
+their checkpoints and metrics there); the driver checks that each finished run's ``results.json``
+is visible and says so if it is not.
 """
 
 from __future__ import annotations
@@ -204,9 +205,10 @@ def _ray(jobs: Sequence[Job], workers: int, opts: RayOptions, bar) -> None:
             except ConnectionError as e:
                 raise ValueError(f"--ray-address {address}: no Ray cluster there ({e}). Start one (`ray start --head`) "
                                  "or drop --ray-address (and unset RAY_ADDRESS) for a local Ray") from e
-        else:  # a local Ray sized like the process pool would be
-            ray.init(num_cpus=max(1, int(workers * opts.cpus_per_run)), include_dashboard=False,
-                     log_to_driver=False, object_store_memory=128 * 1024 ** 2)
+        else:  # a local Ray sized like the process pool would be; with GPUs per run, the GPUs set the pace
+            cpus = max(1, int(workers * opts.cpus_per_run)) if opts.gpus_per_run == 0 else None
+            ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False,
+                     object_store_memory=128 * 1024 ** 2)
     try:
         gpus = float(ray.cluster_resources().get("GPU", 0))
         if gpus > 0 and opts.gpus_per_run == 0:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from ugrpo.experiments.common import available_cores, guarded
+from ugrpo.experiments.common import default_workers, guarded
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -19,7 +19,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="run folder; rerunning into it skips finished parts")
     p.add_argument("--skip", default="", help="comma-separated parts to leave out: fig4,fig5,table2,thm8")
     p.add_argument("--workers", type=int, default=None,
-                   help="parallel training runs of the sweeps (default: the CPU cores available, one thread each)")
+                   help="parallel training runs of the sweeps (default: the CPU cores available, one thread each; 1 when a GPU is visible)")
     p.add_argument("--ray", action="store_true", help="train the sweeps' runs as Ray tasks (see `ugrpo sweep --help`)")
     p.add_argument("--ray-address", default=None, help="with --ray: the cluster to join")
     p.add_argument("--ray-cpus", type=float, default=None, help="with --ray: CPUs per run (default 1)")
@@ -39,7 +39,7 @@ def _main(args: argparse.Namespace) -> int:
     from ugrpo.experiments.sweep_cmd import ray_options
 
     skip = tuple(s.strip() for s in str(args.skip).split(",") if s.strip())
-    workers = available_cores() if args.workers is None else args.workers
+    workers = default_workers() if args.workers is None else args.workers
     cfg = ReproduceConfig(scale=args.scale, out=args.out, skip=skip, model_override=args.model_override,
                           task=args.task, task_options=parse_task_options(args.task_option), workers=workers,
                           ray=ray_options(args), seed=args.seed)

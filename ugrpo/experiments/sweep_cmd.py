@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ugrpo.experiments.common import (available_cores, command_line, guarded, parse_float_list, parse_int_list,
+from ugrpo.experiments.common import (command_line, default_workers, guarded, parse_float_list, parse_int_list,
                                       resolve_env)
 from ugrpo.runs import RunDir
 
@@ -26,7 +26,7 @@ def configure(p: argparse.ArgumentParser) -> None:
                    "without --config)")
     p.add_argument("--config", default=None, help="a training YAML (as for `ugrpo train`): sweep a language model")
     p.add_argument("--workers", type=int, default=None,
-                   help="with --config: parallel training runs (process pool; default: the CPU cores available)")
+                   help="with --config: parallel training runs (process pool; default: the CPU cores available; 1 when a GPU is visible)")
     p.add_argument("--ray", action="store_true",
                    help="with --config: one Ray task per run (pip install 'ugrpo[ray]'); a local Ray of --workers CPUs "
                    "unless --ray-address or $RAY_ADDRESS names a cluster")
@@ -143,7 +143,7 @@ def run_lm(args: argparse.Namespace, argv: list[str] | None = None) -> dict:
                         budgets=tuple(parse_int_list(args.budget, name="--budget")),
                         groups=tuple(parse_int_list(args.groups, name="--groups")), seeds=args.seeds, seed=args.seed,
                         steps=args.steps, overrides=parse_sets(args.set),
-                        workers=available_cores() if args.workers is None else args.workers, plan_pilot=pilot)
+                        workers=default_workers() if args.workers is None else args.workers, plan_pilot=pilot)
     return sweep_lm(cfg, args.out, argv=argv, progress=not args.no_progress)
 
 
