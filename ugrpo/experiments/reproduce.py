@@ -6,7 +6,8 @@ planner's G*, Theorem 7 / eq. (12); Table 2 over several budgets N) and
 :func:`ugrpo.experiments.gap.run_gap` (Theorem 8). Each part writes its own run folder under
 ``OUT/<part>/``; this module then reads their ``results.json`` files only and writes
 ``OUT/results.json`` and ``OUT/report.html`` (figures inline as base64 PNG, the paper's numbers
-beside ours where the paper prints any, and a Claims section).
+beside ours where the paper prints any, and a Claims section: :mod:`ugrpo.experiments.reproduce_claims`
+judges each claim, :mod:`ugrpo.report.reproduce_html` writes the page).
 
 Resumable: a Fig. 4 strength or Theorem 8 folder with ``results.json`` is skipped; the sweeps use
 the sweep's own resume (finished training runs are skipped, the planner's pilot is cached).
@@ -19,14 +20,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from ugrpo.experiments.reproduce_claims import STRENGTHS
 from ugrpo.runs import RunDir, to_jsonable
 
 __all__ = ["PARTS", "SCALES", "PAPER_TABLE2", "ReproduceConfig", "ScalePlan", "scale_plan", "check_paper_ready",
-           "run_reproduce", "claims"]
+           "run_reproduce"]
 
 PARTS = ("fig4", "fig5", "table2", "thm8")
 SCALES = ("smoke", "tiny", "paper")
-STRENGTHS = ("base", "instruct", "fewshot")
 PAPER_MODELS = {"fig4": ("Qwen/Qwen2.5-0.5B", "Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct"),
                 "fig5": "Qwen/Qwen2.5-1.5B-Instruct", "table2": "Qwen/Qwen2.5-Math-7B"}
 PAPER_TABLE2 = {1024: {4: 0.7677, 8: 0.7491, 16: 0.7753, 32: 0.7627, 64: 0.7817, 128: 0.7743},
@@ -276,144 +277,15 @@ def run_reproduce(cfg: ReproduceConfig, *, progress: bool = True, log: Callable[
             parts[part] = res if all(v is not None for v in res.values()) else None
         else:
             parts[part] = _read(out / part)
+    from ugrpo.experiments.reproduce_claims import claims, summary
+
     results = {"scale": cfg.scale, "actions": actions, "seconds": seconds, "claims": claims(parts),
                "paper": {"table2": PAPER_TABLE2, "fig4": "no numbers in the text (NOTES.md 8.1)",
                          "fig5": "no numbers in the text (NOTES.md 8.2)"},
-               "summary": _summary(parts), "models": {"fig4": dict(plan.fig4_models), "fig5": plan.train["model"],
+               "summary": summary(parts), "models": {"fig4": dict(plan.fig4_models), "fig5": plan.train["model"],
                                                         "table2": plan.train_table2["model"]}}
     root.write_results(results)
     from ugrpo.report.reproduce_html import write_report
 
     write_report(root, results, parts, PAPER_TABLE2)
     return results
-
-
-# ----------------------------------------------------------------------------------------------- claims
-
-
-def _summary(parts: dict) -> dict:
-    """The numbers the report's tables show, extracted from each part's results.json."""
-    out: dict[str, Any] = {}
-    if parts.get("fig4"):
-        out["fig4"] = {lab: {"accuracy": r["policy"]["accuracy"],
-                             "rows": [{k: x[k] for k in ("estimator", "G", "mse", "ci_low", "ci_high")} for x in r["rows"]]}
-                       for lab, r in parts["fig4"].items()}
-    for part in ("fig5", "table2"):
-        r = parts.get(part)
-        if r:
-            last = max(r["checkpoints"])
-            out[part] = {"last_step": last, "planner": r.get("planner") and {k: r["planner"][k] for k in (
-                         "g_star", "g_star_ci", "g_star_swept")},
-                         "best_G": [b for b in r["best_G"] if b["metric"] == "eval_accuracy"],
-                         "final": {f"{x['budget']}/{x['G']}": x["mean"] for x in r["rows"]
-                                   if x["metric"] == "eval_accuracy" and x["checkpoint"] == last}}
-    if parts.get("thm8"):
-        out["thm8"] = [{"estimator": c["estimator"], "G": c["G"], "mean": c["fit"]["corrected"]["mean"],
-                        "se": c["fit"]["corrected"]["se"], "E_beta2": c["fit"]["corrected"]["predicted_mean"],
-                        "ks_p_beta2": c["fit"]["corrected"]["ks_p"], "E_printed": c["fit"]["printed"]["predicted_mean"],
-                        "ks_p_printed": c["fit"]["printed"]["ks_p"]} for c in parts["thm8"]["cells"]]
-    return out
-
-
-def _claim(name: str, verdict: str, evidence: str) -> dict:
-    return {"claim": name, "verdict": verdict, "evidence": evidence}
-
-
-def _f(v: Any) -> str:
-    from ugrpo.report.markdown import fmt
-
-    return fmt(v)
-
-
-def claims(parts: dict) -> list[dict]:
-    """For each paper claim: 'supports', 'contradicts' or 'cannot tell', with the numbers and 95% intervals."""
-    out = []
-    f4 = parts.get("fig4")
-    names = ("vanilla MSE > GRPO MSE (Cor. 5(ii), Fig. 4)", "GRPO ~ oracle at G = 32 (Cor. 4, Fig. 4)",
-             "MSE falls with model strength (Fig. 4)")
-    if not f4:
-        out += [_claim(n, "cannot tell", "Fig. 4 was not run") for n in names]
-    else:
-        diffs = [(lab, c["G"], c["vanilla_minus_grpo"]) for lab, r in f4.items() for c in r["comparisons"]]
-        ev = "; ".join(f"{lab} G={G}: {_f(d['mean'])} [{_f(d['ci_low'])}, "
-                       f"{_f(d['ci_high'])}]" for lab, G, d in diffs)
-        v = ("supports" if all(d["ci_low"] > 0 for *_, d in diffs) else
-             "contradicts" if any(d["ci_high"] < 0 for *_, d in diffs) else "cannot tell")
-        out.append(_claim(names[0], v, "MSE_vanilla - MSE_grpo (95% CI): " + ev))
-        rats = []
-        for lab, r in f4.items():
-            comp = min(r["comparisons"], key=lambda c: abs(c["G"] - 32))
-            rats.append((lab, comp["G"], comp["grpo_over_oracle"]))
-        ok = [q for *_, q in rats if q["ratio"] is not None]
-        v = ("cannot tell" if len(ok) < len(rats) else "supports" if all(q["ci_high"] <= 1.10 for q in ok) else
-             "contradicts" if any(q["ci_low"] > 1.10 for q in ok) else "cannot tell")
-        out.append(_claim(names[1], v, "MSE_grpo / MSE_oracle at the G nearest 32 (within 10% = supports): " + "; ".join(
-            f"{lab} G={G}: {_f(q['ratio'])} [{_f(q['ci_low'])}, {_f(q['ci_high'])}]" for lab, G, q in rats)))
-        rows = {}
-        for lab in STRENGTHS:
-            if lab in f4:
-                Gm = max(x["G"] for x in f4[lab]["rows"])
-                rows[lab] = next(x for x in f4[lab]["rows"] if x["estimator"] == "grpo" and x["G"] == Gm)
-        labs = [s for s in STRENGTHS if s in rows]
-        pairs = list(zip(labs, labs[1:]))
-        v = ("supports" if pairs and all(rows[a]["ci_low"] > rows[b]["ci_high"] for a, b in pairs) else
-             "contradicts" if any(rows[a]["ci_high"] < rows[b]["ci_low"] for a, b in pairs) else "cannot tell")
-        acc = "; ".join(f"{lab} (accuracy {_f(f4[lab]['policy']['accuracy'])}): {_f(rows[lab]['mse'])} "
-                        f"[{_f(rows[lab]['ci_low'])}, {_f(rows[lab]['ci_high'])}]" for lab in labs)
-        out.append(_claim(names[2], v, f"GRPO MSE at the largest G, weakest to strongest: {acc}"))
-    out.append(_best_g_claim(parts.get("table2")))
-    out.append(_thm8_claim(parts.get("thm8")))
-    return out
-
-
-def _best_g_claim(r: dict | None) -> dict:
-    name = "interior best G at a fixed budget that does not move with N (Thm 7, Table 2)"
-    if not r:
-        return _claim(name, "cannot tell", "Table 2 was not run")
-    last, groups = max(r["checkpoints"]), sorted(r["config"]["groups"])
-    rows = [x for x in r["rows"] if x["metric"] == "eval_accuracy" and x["checkpoint"] == last]
-    best = [b for b in r["best_G"] if b["metric"] == "eval_accuracy" and b["checkpoint"] == last]
-    ev = "; ".join(f"N={b['budget']}: best G={b['G']} (accuracy {_f(b['mean'])})" for b in best)
-    if any(x["ci_low"] is None for x in rows):
-        return _claim(name, "cannot tell", f"{ev}; one seed per (N, G): no intervals, so no ordering is evidence")
-    pl = r.get("planner")
-    if pl:
-        ev += f"; planner G* (Thm 7) among the swept G: {pl['g_star_swept']} (interval {pl['g_star_ci']})"
-    interior = all(groups[0] < b["G"] < groups[-1] for b in best)
-    same = len({b["G"] for b in best}) == 1
-
-    def separated(b):  # the best's interval lies above both end points'
-        cell = {x["G"]: x for x in rows if x["budget"] == b["budget"]}
-        top = cell[b["G"]]
-        return all(cell[g]["ci_high"] < top["ci_low"] for g in (groups[0], groups[-1]) if g in cell and g != b["G"])
-
-    def clear_edge(b):  # a best at an end point whose interval lies above every other G's
-        cell = [x for x in rows if x["budget"] == b["budget"]]
-        top = next(x for x in cell if x["G"] == b["G"])
-        return b["G"] in (groups[0], groups[-1]) and all(x["ci_high"] < top["ci_low"] for x in cell if x is not top)
-
-    sep = all(separated(b) for b in best)
-    v = ("supports" if interior and same and sep else "contradicts" if any(clear_edge(b) for b in best)
-         else "cannot tell")
-    return _claim(name, v, f"{ev}; best interior and above both end-point G with non-overlapping 95% intervals at "
-                           f"every N: {interior and sep}; same best G at every N: {same}")
-
-
-def _thm8_claim(r: dict | None) -> dict:
-    name = "Theorem 8: n*gap -> weighted chi-square whose weights carry beta^2"
-    if not r:
-        return _claim(name, "cannot tell", "Theorem 8 was not run")
-    cells = r["cells"]
-
-    def ok(fit):
-        return fit["ks_p"] > 0.01 and fit["cvm_p"] > 0.01 and abs(fit["z"]) < 3
-
-    ev = "; ".join(f"{c['estimator']} G={c['G']}: mean n*gap {_f(c['fit']['corrected']['mean'])} +- "
-                   f"{_f(1.96 * c['fit']['corrected']['se'])} vs E = {_f(c['fit']['corrected']['predicted_mean'])} "
-                   f"(beta^2, KS p {_f(c['fit']['corrected']['ks_p'])}) and {_f(c['fit']['printed']['predicted_mean'])} "
-                   f"(printed, KS p {_f(c['fit']['printed']['ks_p'])})" for c in cells)
-    corr = all(ok(c["fit"]["corrected"]) for c in cells)
-    printed_rejected = any(not ok(c["fit"]["printed"]) for c in cells)
-    v = ("supports" if corr and printed_rejected else "contradicts" if not any(ok(c["fit"]["corrected"]) for c in cells)
-         else "cannot tell")
-    return _claim(name, v, ev + " (consistent = KS and CvM p > 0.01 and |z| < 3)")
