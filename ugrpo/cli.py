@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # name -> (module, one-line help)
@@ -46,11 +47,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     parser = _build_parser(only=command)
     args = parser.parse_args(argv)
+    if getattr(args, "no_progress", False):  # also Hugging Face's own bars ("Loading weights"), here and in workers
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     module = importlib.import_module(COMMANDS[command][0])
     try:
         return int(module.main(args) or 0)
-    except KeyboardInterrupt:
-        print("\ninterrupted: rows finished so far are on disk in the run folder", file=sys.stderr)
+    except KeyboardInterrupt as e:  # a command that knows what it saved says so in the exception
+        print("\n" + (str(e) if e.args else "interrupted: rows finished so far are on disk in the run folder"),
+              file=sys.stderr)
         return 130
 
 

@@ -287,6 +287,7 @@ def test_ray_sweep_ctrl_c_then_resume(tmp_path, lm_config):
     log, _ = p.communicate(timeout=60)
     assert p.returncode == 130, log
     assert "interrupted: finished runs are in" in log and "rerun the same command to resume" in log
+    assert log.count("interrupted") == 1, log  # the sweep's own message, not also the CLI's generic one
     run = out / "runs" / "N8-G4-s0"
     assert not (run / "results.json").exists()
     done = max(int(d.name[5:]) for d in ckpt.glob("step-*") if (d / "state.json").is_file())

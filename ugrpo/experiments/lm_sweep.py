@@ -291,8 +291,6 @@ def sweep_config_record(cfg: LMSweepConfig, base) -> dict[str, Any]:
 def sweep_lm(cfg: LMSweepConfig, out: str, *, argv: Sequence[str] | None = None,
              progress: bool = True) -> dict[str, Any]:
     """The whole ``ugrpo sweep --config``: validate, run (resumably), plan, aggregate, write; returns results."""
-    import sys
-
     base = base_config(cfg)
     specs = build_runs(cfg)  # every config validated before any work
     root = RunDir(out)
@@ -301,9 +299,8 @@ def sweep_lm(cfg: LMSweepConfig, out: str, *, argv: Sequence[str] | None = None,
     try:
         actions = run_lm_sweep(cfg, specs, root, progress=progress)
     except KeyboardInterrupt:
-        print(f"\ninterrupted: finished runs are in {root.file('runs')}; rerun the same command to resume",
-              file=sys.stderr)
-        raise
+        raise KeyboardInterrupt(f"interrupted: finished runs are in {root.file('runs')}; rerun the same command "
+                                "to resume (unfinished runs continue from their last checkpoint)") from None
     planner = lm_planner(cfg, base, RunDir(root.file("plan")), progress=progress) if cfg.plan_pilot else None
     runs = collect_evals(root, specs)
     cps, rows = aggregate_lm(runs)

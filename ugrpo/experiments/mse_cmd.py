@@ -9,7 +9,6 @@ Parsing only; the logic is :mod:`ugrpo.experiments.mse` and :mod:`ugrpo.experime
 from __future__ import annotations
 
 import argparse
-import sys
 from dataclasses import asdict
 
 from ugrpo.experiments.common import command_line, guarded, parse_int_list, parse_theta, resolve_env
@@ -61,8 +60,7 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict:
     try:
         results = run_mse(env, theta, cfg, rd, progress=not args.no_progress)
     except KeyboardInterrupt:
-        print(f"\ninterrupted: the rows finished so far are in {rd.file('metrics.jsonl')}", file=sys.stderr)
-        raise
+        raise KeyboardInterrupt(f"interrupted: the rows finished so far are in {rd.file('metrics.jsonl')}") from None
     write_mse_outputs(rd, results, argv)
     return results
 

@@ -14,7 +14,6 @@ are mutually exclusive. Parsing only; the logic is :mod:`ugrpo.experiments.sweep
 from __future__ import annotations
 
 import argparse
-import sys
 
 from ugrpo.experiments.common import (command_line, default_workers, guarded, parse_float_list, parse_int_list,
                                       resolve_env)
@@ -98,9 +97,8 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict:
     try:
         runs = run_sweep(env, cfg, rd, progress=not args.no_progress)
     except KeyboardInterrupt:
-        print(f"\ninterrupted: finished runs are in {rd.file('metrics.jsonl')}; rerun the same command to resume",
-              file=sys.stderr)
-        raise
+        raise KeyboardInterrupt(f"interrupted: finished runs are in {rd.file('metrics.jsonl')}; rerun the same "
+                                "command to resume") from None
     rows = aggregate(runs, cps)
     results = {"rows": rows, "best_G": best_groups(rows),
                "planner": exact_planner(env.exact(env.theta0, sigma=False).policy_moments, cfg.budgets, cfg.groups),
