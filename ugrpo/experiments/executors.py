@@ -159,8 +159,12 @@ def driver_context() -> dict[str, Any]:
     """What a Ray task needs from the driver: working directory (relative paths in configs), the
     driver's own import paths (custom reward modules) and the HF / ugrpo environment variables."""
     prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
-    paths = [p for p in sys.path if p and os.path.isdir(p)
-             and not any(os.path.realpath(p).startswith(q) for q in prefixes)]
+
+    def installed(p: str) -> bool:  # the interpreter's own stdlib / site-packages: every node has its own
+        r = os.path.realpath(p)
+        return any(r == q or r.startswith(q.rstrip(os.sep) + os.sep) for q in prefixes)
+
+    paths = [p for p in sys.path if p and os.path.isdir(p) and not installed(p)]
     env = {k: v for k, v in os.environ.items() if k.startswith(FORWARDED_ENV)}
     env.setdefault("HF_HUB_OFFLINE", "1")
     return {"cwd": os.getcwd(), "sys_path": paths, "env": env}

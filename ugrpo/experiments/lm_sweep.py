@@ -32,7 +32,7 @@ from ugrpo.experiments.executors import RayOptions
 from ugrpo.runs import RunDir, read_jsonl, to_jsonable
 
 __all__ = ["LMSweepConfig", "RunSpec", "build_runs", "check_lm_resume", "run_lm_sweep", "collect_evals",
-           "aggregate_lm", "best_lm_groups", "lm_planner", "sweep_lm", "METRICS", "SWEEP_KEYS"]
+           "aggregate_lm", "best_lm_groups", "lm_planner", "swept_g_star", "sweep_lm", "METRICS", "SWEEP_KEYS"]
 
 METRICS = ("eval_accuracy", "eval_pass1")
 """held-out metrics aggregated (greedy accuracy, sampled pass@1), as logged by the trainer"""
@@ -278,6 +278,13 @@ def lm_planner(cfg: LMSweepConfig, base, folder: RunDir, *, progress: bool = Tru
             "c1_distinguishable_from_zero": res["c1_distinguishable_from_zero"], "message": res["message"],
             "constants": {k: res[k] for k in ("c1", "c2", "c3")}, "pilot": list(cfg.plan_pilot),
             "folder": str(folder.path)}
+
+
+def swept_g_star(planner: dict[str, Any]) -> str:
+    """The planner's G* among the swept G as text: 'G* = 4', or why there is none (c1 ~ 0 in the pilot)."""
+    if planner.get("g_star_swept") is None:
+        return "no G* (c1 is not distinguishable from 0 in the pilot: the bound only says larger G is not worse)"
+    return f"G* = {planner['g_star_swept']}"
 
 
 # ---------------------------------------------------------------------------------------------- running all

@@ -102,7 +102,9 @@ def _best_g_claim(r: dict | None) -> dict:
         return _claim(name, "cannot tell", f"{ev}; one seed per (N, G): no intervals, so no ordering is evidence")
     pl = r.get("planner")
     if pl:
-        ev += f"; planner G* (Thm 7) among the swept G: {pl['g_star_swept']} (interval {pl['g_star_ci']})"
+        from ugrpo.experiments.lm_sweep import swept_g_star
+
+        ev += f"; planner (Thm 7) among the swept G: {swept_g_star(pl)} (interval {pl['g_star_ci']})"
     interior = all(groups[0] < b["G"] < groups[-1] for b in best)
     same = len({b["G"] for b in best}) == 1
 

@@ -19,7 +19,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="run folder; rerunning into it skips finished parts")
     p.add_argument("--skip", default="", help="comma-separated parts to leave out: fig4,fig5,table2,thm8")
     p.add_argument("--workers", type=int, default=None,
-                   help="parallel training runs of the sweeps (default: the CPU cores available, one thread each; 1 when a GPU is visible)")
+                   help="parallel training runs of the sweeps (default: the CPU cores available, one thread each; "
+                   "1 when a GPU is visible)")
     p.add_argument("--ray", action="store_true", help="train the sweeps' runs as Ray tasks (see `ugrpo sweep --help`)")
     p.add_argument("--ray-address", default=None, help="with --ray: the cluster to join")
     p.add_argument("--ray-cpus", type=float, default=None, help="with --ray: CPUs per run (default 1)")

@@ -25,7 +25,8 @@ def configure(p: argparse.ArgumentParser) -> None:
                    "without --config)")
     p.add_argument("--config", default=None, help="a training YAML (as for `ugrpo train`): sweep a language model")
     p.add_argument("--workers", type=int, default=None,
-                   help="with --config: parallel training runs (process pool; default: the CPU cores available; 1 when a GPU is visible)")
+                   help="with --config: parallel training runs (process pool; default: the CPU cores available; "
+                   "1 when a GPU is visible)")
     p.add_argument("--ray", action="store_true",
                    help="with --config: one Ray task per run (pip install 'ugrpo[ray]'); a local Ray of --workers CPUs "
                    "unless --ray-address or $RAY_ADDRESS names a cluster")
@@ -162,7 +163,9 @@ def _main_lm(args: argparse.Namespace) -> int:
             print(f"N={b['budget']} step {b['checkpoint']}: empirical best G = {b['G']} ({b['mean']:.3f}{tie})")
     pl = results.get("planner")
     if pl:
-        print(f"planner G* = {pl['g_star']} (95% CI {pl['g_star_ci']}), among the swept G: {pl['g_star_swept']}")
+        from ugrpo.experiments.lm_sweep import swept_g_star
+
+        print(f"planner G* = {pl['g_star']} (95% CI {pl['g_star_ci']}), among the swept G: {swept_g_star(pl)}")
     if results["config"]["seeds"] == 1:
         print("one seed per (N, G): no intervals; the ordering of G is not evidence of anything")
     acts = [r["action"] for r in results["runs"]]

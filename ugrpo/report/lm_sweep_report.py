@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ugrpo.experiments.lm_sweep import METRICS
+from ugrpo.experiments.lm_sweep import METRICS, swept_g_star
 from ugrpo.report.markdown import fmt_ci, header, image, md_table
 from ugrpo.report.plots import Marker, Panel, Series, panel_plot
 from ugrpo.runs import RunDir
@@ -52,7 +52,7 @@ def reading(results: dict[str, Any]) -> list[str]:
     pl = results.get("planner")
     if pl:
         out.append(f"Planner (Theorem 7, sketched pilot B0={pl['pilot'][0]} x G0={pl['pilot'][1]} at the initial "
-                   f"model): {pl['message']}; among the swept G: G* = {pl['g_star_swept']}.")
+                   f"model): {pl['message']}; among the swept G: {swept_g_star(pl)}.")
     return out
 
 

@@ -68,9 +68,11 @@ def _fig4(out: Path, summ: dict) -> list[str]:
 def _planner(pl: dict | None) -> str:
     if not pl:
         return "<p>Planner: not run for this part.</p>"
+    from ugrpo.experiments.lm_sweep import swept_g_star
+
+    same = " (the same at every budget: the bound (11) scales with 1/N)" if pl["g_star_swept"] is not None else ""
     return (f"<p>Planner (Theorem 7, eq. (12), from a B0 x G0 = {pl['pilot'][0]} x {pl['pilot'][1]} pilot at the "
-            f"initial model): {html.escape(pl['message'])}. Among the swept G: <b>G* = {pl['g_star_swept']}</b> "
-            "(the same at every budget: the bound (11) scales with 1/N).</p>")
+            f"initial model): {html.escape(pl['message'])}. Among the swept G: <b>{swept_g_star(pl)}</b>{same}.</p>")
 
 
 def _best_per_checkpoint(r: dict) -> list[str]:
@@ -115,10 +117,10 @@ def _table2(out: Path, parts: dict, paper: Mapping[int, Mapping[int, float]]) ->
     else:
         h.append("<p>not run</p>")
     pg = sorted({g for row in paper.values() for g in row})
-    h.append("<p>The paper (Qwen2.5-Math-7B on MATH, one run each; NOTES.md 8.3; best per row in bold):</p>" + html_table(
-        ["budget N"] + [f"G={g}" for g in pg],
-        [[N] + [(f"**{row[g]:.4f}**" if row[g] == max(row.values()) else f"{row[g]:.4f}") for g in pg]
-         for N, row in paper.items()]))
+    h.append("<p>The paper (Qwen2.5-Math-7B on MATH, one run each; NOTES.md 8.3; best per row in bold):</p>"
+             + html_table(["budget N"] + [f"G={g}" for g in pg],
+                          [[N] + [(f"**{row[g]:.4f}**" if row[g] == max(row.values()) else f"{row[g]:.4f}")
+                                  for g in pg] for N, row in paper.items()]))
     return h
 
 
