@@ -214,6 +214,6 @@ def test_lm_mse_bad_inputs_exit_2(tmp_path, capsys, tiny_model_dir):
     ]
     for extra, msg in cases:
         rc, _, err = run_cli([*base, *extra], capsys)
-        assert rc == 2 and err.startswith("error:") and msg in err and len(err.strip().splitlines()) == 1, (extra, err)
+        assert rc == 2 and err.startswith("ugrpo mse: error:") and msg in err and len(err.strip().splitlines()) == 1, (extra, err)
     rc, _, err = run_cli(["mse", "--model", tmp_path / "missing", *TASK, "--prompts", 4, "--out", tmp_path / "o"], capsys)
     assert rc == 2 and "missing" in err and len(err.strip().splitlines()) == 1

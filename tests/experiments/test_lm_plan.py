@@ -69,7 +69,7 @@ def test_lm_plan_bad_inputs_exit_2(tmp_path, capsys, tiny_model_dir):
     ]
     for extra, msg in cases:
         rc, _, err = run_cli([*base, *extra], capsys)
-        assert rc == 2 and err.startswith("error:") and msg in err and len(err.strip().splitlines()) == 1, (extra, err)
+        assert rc == 2 and err.startswith("ugrpo plan: error:") and msg in err and len(err.strip().splitlines()) == 1, (extra, err)
     rc, _, err = run_cli(["plan", "--env", "builtin:demo", "--pilot-batch", 8, "--pilot-group", 4, "--budget", 32,
                           "--task", "arithmetic", "--out", tmp_path / "o"], capsys)
     assert rc == 2 and "need --model" in err

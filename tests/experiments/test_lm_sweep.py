@@ -93,7 +93,7 @@ def test_lm_sweep_files_aggregate_and_resume(tmp_path, capsys, lm_config):
 
 def test_lm_sweep_resumes_interrupted_run(tmp_path, capsys, lm_config):
     """A run killed after its step-2 checkpoint resumes from it and ends as if never interrupted."""
-    from ugrpo.train.config_load import load_config
+    from ugrpo.train.config import load_config
     from ugrpo.train.loop import train
 
     pairs = [("steps", 4), ("budget.samples_per_step", 8), ("budget.group_size", 4), ("seed", 0)]
@@ -186,7 +186,7 @@ def test_ray_flags_and_missing_ray(tmp_path, capsys, lm_config, monkeypatch):
 )
 def test_lm_sweep_bad_inputs_before_any_work(tmp_path, capsys, lm_config, extra, expect):
     rc, _, err = run_cli(["sweep", "--config", lm_config, *extra, "--no-progress", "--out", tmp_path / "o"], capsys)
-    assert rc == 2 and err.startswith("error:") and expect in err, err
+    assert rc == 2 and err.startswith("ugrpo sweep: error:") and expect in err, err
     assert not (tmp_path / "o" / "runs").exists()  # nothing trained
 
 

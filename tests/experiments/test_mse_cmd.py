@@ -64,7 +64,7 @@ def test_squared_errors_use_common_samples():
 
 def test_mse_bad_inputs_exit_2(tmp_path, capsys, bandit_env_path):
     rc, _, err = run_cli(["mse", "--env", tmp_path / "nope.json", "--out", tmp_path / "o"], capsys)
-    assert rc == 2 and err.startswith("error:") and "nope.json" in err and len(err.strip().splitlines()) == 1
+    assert rc == 2 and err.startswith("ugrpo mse: error:") and "nope.json" in err and len(err.strip().splitlines()) == 1
     rc, _, err = run_cli(["mse", "--env", bandit_env_path, "--groups", "1,4", "--out", tmp_path / "o"], capsys)
     assert rc == 2 and "--groups: 1 is below the minimum 2" in err
     rc, _, err = run_cli(["mse", "--env", bandit_env_path, "--groups", "2,x", "--out", tmp_path / "o"], capsys)

@@ -72,7 +72,7 @@ def test_overrides_parse_yaml_scalars_and_reach_every_field(tmp_path):
 
 def test_every_field_is_overridable_from_the_command_line():
     """Each dotted field name parses through the real CLI parser and load_config without error."""
-    from ugrpo.train.train_cmd import configure, overrides_from_args
+    from ugrpo.cli.commands.train import configure
 
     parser = argparse.ArgumentParser()
     configure(parser)
@@ -88,7 +88,7 @@ def test_every_field_is_overridable_from_the_command_line():
         else:
             raw = "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
         args = parser.parse_args(["--out", "x", f"--{name}", raw])
-        assert load_config(None, overrides_from_args(args)) == defaults, name
+        assert load_config(None, args.overrides) == defaults, name
 
 
 def test_config_is_frozen_and_b_is_derived():
@@ -114,11 +114,11 @@ def test_lr_schedules():
 
 
 def test_config_load_imports_first_without_a_cycle():
-    """``import ugrpo.train.config_load`` in a fresh interpreter (before ugrpo.train.config) must work."""
+    """``import ugrpo.train.config.load`` in a fresh interpreter (before ugrpo.train.config) must work."""
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-c", "import ugrpo.train.config_load as c; print(c.load_config.__name__)"],
+    out = subprocess.run([sys.executable, "-c", "import ugrpo.train.config.load as c; print(c.load_config.__name__)"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "load_config"

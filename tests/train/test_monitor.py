@@ -20,7 +20,8 @@ from ugrpo.lm.sampling import sample_groups
 from ugrpo.lm.sketch import sketch_scores
 from ugrpo.stats.components import estimate_components
 from ugrpo.stats.planner import plan_group_size
-from ugrpo.tasks.base import get_task, score
+from ugrpo.tasks.base import score
+from ugrpo.tasks.registry import get_task
 from ugrpo.train.config import config_from_dict, load_config
 from ugrpo.train.loop import choose_prompts, prompt_seed, train
 from ugrpo.train.monitor import (

@@ -1,8 +1,17 @@
-"""Command line: ``ugrpo <command> ...``. Argument parsing only; every command lives in a module.
+"""Command line: ``ugrpo <command> ...``: the command table and the one error policy.
 
-Each command module exposes ``configure(parser)`` (adds its arguments) and
-``main(args) -> int`` (runs it). Modules are imported only when their command runs, so
-``ugrpo --help`` is fast.
+Each command is a module under :mod:`ugrpo.cli.commands` exposing ``configure(parser)`` (adds its
+flags) and ``main(args) -> int`` (parses them into a config object and calls one library function).
+Modules are imported only when their command runs, so ``ugrpo --help`` is fast.
+
+Error policy (every command, every depth):
+
+- a user error (``ValueError``, a missing or unreadable file) raised anywhere -- while parsing, or deep
+  inside ``train()`` -- prints ``ugrpo <command>: error: <message>`` on one line to stderr and exits 2;
+- Ctrl-C exits 130; the run folder keeps what was written (a command that knows what it saved says so
+  in the ``KeyboardInterrupt`` it raises);
+- anything else is a bug: Python's traceback, exit 1. ``UGRPO_DEBUG=1`` shows the traceback of user
+  errors too.
 """
 
 from __future__ import annotations
@@ -12,18 +21,41 @@ import importlib
 import os
 import sys
 
+__all__ = ["COMMANDS", "USER_ERRORS", "main", "report_user_error"]
+
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "mse": ("ugrpo.experiments.mse_cmd", "Monte-Carlo gradient MSE of vanilla/grpo/grpo_mean/oracle per group size (Fig. 4)"),
-    "plan": ("ugrpo.experiments.plan_cmd", "estimate c1, c2, c3 from a pilot and recommend G for a budget N (Thm 7)"),
-    "sweep": ("ugrpo.experiments.sweep_cmd", "fixed-budget group-size sweep: Algorithm 1 on a synthetic env, or LM training runs per (G, seed) (Fig. 5, Table 2)"),
-    "demo": ("ugrpo.experiments.demo_cmd", "mse + plan + sweep on a built-in synthetic policy, in minutes"),
-    "gap": ("ugrpo.experiments.gap_cmd", "asymptotic distribution of the suboptimality gap n*gap vs Theorem 8's weighted chi-square"),
-    "make-env": ("ugrpo.experiments.make_env_cmd", "write a random synthetic policy (JSON) with difficulty controls"),
-    "train": ("ugrpo.train.train_cmd", "train a language model with Algorithm 1 or 2 on a verifiable task"),
-    "pretrain-tiny": ("ugrpo.lm.pretrain_cmd", "warm up the built-in tiny model on arithmetic (supervised)"),
-    "reproduce": ("ugrpo.experiments.reproduce_cmd", "run the paper's experiments at the scale the machine allows; one report.html"),
+    "mse": ("ugrpo.cli.commands.mse",
+            "Monte-Carlo gradient MSE of vanilla/grpo/grpo_mean/oracle per group size (Fig. 4)"),
+    "plan": ("ugrpo.cli.commands.plan", "estimate c1, c2, c3 from a pilot and recommend G for a budget N (Thm 7)"),
+    "sweep": ("ugrpo.cli.commands.sweep", "fixed-budget group-size sweep: Algorithm 1 on a synthetic env, or LM "
+              "training runs per (G, seed) (Fig. 5, Table 2)"),
+    "demo": ("ugrpo.cli.commands.demo", "mse + plan + sweep on a built-in synthetic policy, in minutes"),
+    "gap": ("ugrpo.cli.commands.gap",
+            "asymptotic distribution of the suboptimality gap n*gap vs Theorem 8's weighted chi-square"),
+    "make-env": ("ugrpo.cli.commands.make_env", "write a random synthetic policy (JSON) with difficulty controls"),
+    "train": ("ugrpo.cli.commands.train", "train a language model with Algorithm 1 or 2 on a verifiable task"),
+    "pretrain-tiny": ("ugrpo.cli.commands.pretrain_tiny",
+                      "warm up the built-in tiny model on arithmetic (supervised)"),
+    "reproduce": ("ugrpo.cli.commands.reproduce",
+                  "run the paper's experiments at the scale the machine allows; one report.html"),
 }
+
+USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, NotADirectoryError,
+                                                IsADirectoryError, PermissionError)
+"""Exceptions that mean bad input (a flag, a config field, a file): one line on stderr, exit 2."""
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Shows each flag's default, unless its help text already states it or there is none to show."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (not action.option_strings or default in (None, False, [], argparse.SUPPRESS)
+                or "default" in text or text == argparse.SUPPRESS):
+            return text
+        return f"{text} (default: %(default)s)"
 
 
 def _build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -33,13 +65,24 @@ def _build_parser(only: str | None = None) -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text)
+        p = sub.add_parser(name, help=help_text, description=help_text,
+                           formatter_class=HelpFormatter)
         if name == only:
             importlib.import_module(module).configure(p)
     return parser
 
 
+def report_user_error(command: str, error: BaseException) -> int:
+    """Print ``ugrpo <command>: error: <message>`` (one line) to stderr; return the exit code 2."""
+    msg = " ".join(str(error).split()) or type(error).__name__
+    if isinstance(error, OSError) and error.filename is not None and str(error.filename) not in msg:
+        msg = f"{msg}: {error.filename}"
+    print(f"ugrpo {command}: error: {msg}", file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Parse ``argv`` (default ``sys.argv[1:]``), run the command, return its exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in argv if not a.startswith("-")), None)
     if command not in COMMANDS:
@@ -56,6 +99,10 @@ def main(argv: list[str] | None = None) -> int:
         print("\n" + (str(e) if e.args else "interrupted: rows finished so far are on disk in the run folder"),
               file=sys.stderr)
         return 130
+    except USER_ERRORS as e:
+        if os.environ.get("UGRPO_DEBUG"):
+            raise
+        return report_user_error(command, e)
 
 
 if __name__ == "__main__":

@@ -6,9 +6,8 @@ Kept free of math: the commands' logic lives in ``mse.py``, ``plan.py``, ``sweep
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import torch
 
@@ -19,7 +18,7 @@ __all__ = [
     "env_theta0",
     "parse_theta",
     "mean_ci",
-    "guarded",
+    "resolve_theta",
     "check_divides",
     "command_line",
 ]
@@ -96,6 +95,16 @@ def parse_theta(text: str | None, env) -> torch.Tensor:
     return torch.tensor(vals, dtype=torch.float64)
 
 
+def resolve_theta(env, theta: Sequence[float] | None) -> torch.Tensor:
+    """Parameters given as numbers (length D) or None -> the env's theta0; a clear error on a wrong length."""
+    theta0 = env_theta0(env)
+    if theta is None:
+        return theta0
+    if len(theta) != theta0.numel():
+        raise ValueError(f"--theta has {len(theta)} values but the env has D = {theta0.numel()} parameters")
+    return torch.tensor([float(v) for v in theta], dtype=torch.float64)
+
+
 def available_cores() -> int:
     """CPU cores this process may run on (its affinity mask where the OS has one): the default ``--workers``."""
     import os
@@ -133,16 +142,6 @@ def mean_ci(values: Sequence[float]) -> dict[str, Any]:
         return {"mean": m, "se": None, "ci_low": None, "ci_high": None, "n": n}
     se = float(t.std(correction=1)) / math.sqrt(n)
     return {"mean": m, "se": se, "ci_low": m - 1.96 * se, "ci_high": m + 1.96 * se, "n": n}
-
-
-def guarded(fn: Callable[[Any], int], args: Any) -> int:
-    """Run a command; a ValueError / missing file becomes ``error: ...`` on stderr and exit code 2."""
-    try:
-        return int(fn(args) or 0)
-    except (ValueError, FileNotFoundError) as e:
-        msg = " ".join(str(e).split())
-        print(f"error: {msg}", file=sys.stderr)
-        return 2
 
 
 def command_line(name: str, args: Any) -> list[str]:

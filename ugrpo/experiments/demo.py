@@ -6,53 +6,59 @@ Writes ``DIR/mse``, ``DIR/plan``, ``DIR/sweep`` (each a full run folder) and a t
 
 from __future__ import annotations
 
-import argparse
 import math
 import time
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from ugrpo.runs import RunDir
 
-__all__ = ["DEMO_SETTINGS", "QUICK_SETTINGS", "run_demo", "summary_rows"]
+__all__ = ["DEMO_SETTINGS", "QUICK_SETTINGS", "demo_configs", "run_demo", "summary_rows", "write_demo_report"]
 
-DEMO_SETTINGS: dict[str, list[str]] = {
-    "mse": ["--groups", "2,4,8,16,32,64", "--batch", "8", "--reps", "2000"],
-    "plan": ["--pilot-batch", "512", "--pilot-group", "8", "--budget", "512", "--n-boot", "1000"],
+DEMO_SETTINGS: dict[str, dict[str, Any]] = {
+    "mse": dict(groups=(2, 4, 8, 16, 32, 64), batch=8, reps=2000),
+    "plan": dict(pilot_batch=512, pilot_group=8, budget=512, n_boot=1000),
     # lr = 8 N / 256 as the demo env's description suggests (2 at N=64, 8 at N=256), 300 steps
-    "sweep": ["--budget", "64,256", "--groups", "2,4,8,16,32,64", "--steps", "300", "--lr", "2,8",
-              "--seeds", "24", "--checkpoints", "100,200,300"],
+    "sweep": dict(budgets=(64, 256), groups=(2, 4, 8, 16, 32, 64), steps=300, lr=(2.0, 8.0), seeds=24,
+                  checkpoints=(100, 200, 300)),
 }
-"""Arguments of each sub-run (besides --env, --seed, --out); chosen to finish in < 3 min."""
+"""Fields of each sub-run's config (besides env and seed); chosen to finish in < 3 min."""
 
-QUICK_SETTINGS: dict[str, list[str]] = {
-    "mse": ["--groups", "4,8,32", "--batch", "4", "--reps", "200"],
-    "plan": ["--pilot-batch", "16", "--pilot-group", "4", "--budget", "64", "--n-boot", "100"],
-    "sweep": ["--budget", "32", "--groups", "4,8,32", "--steps", "10", "--lr", "0.5", "--seeds", "2",
-              "--checkpoints", "5,10"],
+QUICK_SETTINGS: dict[str, dict[str, Any]] = {
+    "mse": dict(groups=(4, 8, 32), batch=4, reps=200),
+    "plan": dict(pilot_batch=16, pilot_group=4, budget=64, n_boot=100),
+    "sweep": dict(budgets=(32,), groups=(4, 8, 32), steps=10, lr=(0.5,), seeds=2, checkpoints=(5, 10)),
 }
 """``ugrpo demo --quick``: seconds, for smoke tests (the numbers are noisy)."""
 
 
-def _args(configure: Callable, argv: Sequence[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser()
-    configure(p)
-    return p.parse_args(list(argv))
+def demo_configs(env: str, seed: int, settings: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The three sub-runs' config objects: ``MSEConfig``, ``PlanConfig``, ``SweepConfig``."""
+    from ugrpo.experiments.mse import MSEConfig
+    from ugrpo.experiments.plan_experiment import PlanConfig
+    from ugrpo.experiments.sweep import SweepConfig
+
+    return {"mse": MSEConfig(env=env, seed=seed, **settings["mse"]),
+            "plan": PlanConfig(env=env, seed=seed, **settings["plan"]),
+            "sweep": SweepConfig(env=env, seed=seed, **settings["sweep"])}
 
 
 def run_demo(out: str, *, env: str = "builtin:demo", seed: int = 0, progress: bool = True,
-             settings: dict[str, list[str]] | None = None) -> dict[str, Any]:
-    """Run the three sub-commands; return {name: results} plus wall times."""
-    from ugrpo.experiments import mse_cmd, plan_cmd, sweep_cmd
+             settings: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Run the three sub-runs into ``out/mse``, ``out/plan``, ``out/sweep``; return {name: results} plus wall times."""
+    from ugrpo.experiments.mse import mse_experiment
+    from ugrpo.experiments.plan_experiment import plan_experiment
+    from ugrpo.experiments.sweep import sweep_experiment
 
-    settings = settings or DEMO_SETTINGS
-    mods = {"mse": mse_cmd, "plan": plan_cmd, "sweep": sweep_cmd}
+    cfgs = demo_configs(env, seed, settings or DEMO_SETTINGS)
     res: dict[str, Any] = {"wall_s": {}}
-    for name, mod in mods.items():
-        argv = ["--env", env, "--seed", str(seed), "--out", f"{out}/{name}", *settings[name]]
-        if not progress and name != "plan":
-            argv.append("--no-progress")
+    for name in ("mse", "plan", "sweep"):
         t0 = time.perf_counter()
-        res[name] = mod.run(_args(mod.configure, argv), ["ugrpo", name, *argv])
+        folder = f"{out}/{name}"
+        if name == "plan":
+            res[name] = plan_experiment(cfgs[name], folder)
+        else:
+            run = mse_experiment if name == "mse" else sweep_experiment
+            res[name] = run(cfgs[name], folder, progress=progress)
         res["wall_s"][name] = time.perf_counter() - t0
         if progress:
             print(f"[demo] {name} done in {res['wall_s'][name]:.1f} s -> {out}/{name}/report.md")

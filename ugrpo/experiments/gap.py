@@ -24,7 +24,7 @@ Deviations from the paper, both stated in the report:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -39,7 +39,7 @@ from ugrpo.stats.asymptotics import (GapLimit, Subspace, estimator_covariance, g
 from ugrpo.stats.estimator import prompt_gradients
 
 __all__ = ["GapConfig", "Optimum", "singular_env", "find_optimum", "predict", "simulate", "goodness_of_fit",
-           "corollary9_table", "run_gap", "QQ_LEVELS"]
+           "corollary9_table", "run_gap", "gap_experiment", "QQ_LEVELS"]
 
 QQ_LEVELS = tuple((k + 0.5) / 50 for k in range(50))
 ESTIMATOR_CHOICES = ("vanilla", "grpo", "oracle")
@@ -326,3 +326,19 @@ def write_gap_outputs(rd, results: dict[str, Any], cfg: GapConfig, argv: list[st
                         ", ".join(fmt(v) for v in c["vanilla_minus_oracle"])] for c in cor]),
              "", image("corollary9.png", "Corollary 9"), "", "## Config", "", config_block(rd.read_config() or {})]
     rd.write_report("\n".join(lines) + "\n")
+
+
+def gap_experiment(cfg: GapConfig, out: str, *, argv: list[str] | None = None, progress: bool = True) -> dict[str, Any]:
+    """``ugrpo gap``: simulate ``cfg`` into the run folder ``out`` (fresh: cells are not resumable), write
+    results.json, the plots and report.md; return the results."""
+    import time
+
+    from ugrpo.runs import RunDir
+
+    rd = RunDir(out)
+    rd.file("metrics.jsonl").unlink(missing_ok=True)
+    rd.write_config({**asdict(cfg), "checkpoints": cfg.checkpoints, "command": "gap", "argv": argv})
+    t0 = time.perf_counter()
+    results = run_gap(cfg, rd, progress=progress)
+    write_gap_outputs(rd, results, cfg, argv, time.perf_counter() - t0)
+    return results

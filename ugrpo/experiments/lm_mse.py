@@ -422,3 +422,16 @@ def run_lm_mse(cfg: LMMSEConfig, run: RunDir, *, progress: bool = True, n_boot: 
         "sketch": {"dim": cfg.sketch_dim, "seed": cfg.seed, "params": "trainable", "D": n_params},
         "cost": cost, "D": cfg.sketch_dim, "config": asdict(cfg),
     })
+
+
+def lm_mse_experiment(cfg: LMMSEConfig, out: str, *, argv: list[str] | None = None,
+                      progress: bool = True) -> dict[str, Any]:
+    """``ugrpo mse --model``: measure ``cfg`` into the run folder ``out`` (fresh), write its outputs, return results."""
+    from ugrpo.report.lm_mse_report import write_lm_mse_outputs
+
+    rd = RunDir(out)
+    rd.file("metrics.jsonl").unlink(missing_ok=True)
+    rd.write_config({**asdict(cfg), "command": "mse", "argv": argv})
+    results = run_lm_mse(cfg, rd, progress=progress)
+    write_lm_mse_outputs(rd, results, argv)
+    return results

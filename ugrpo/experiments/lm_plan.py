@@ -57,7 +57,7 @@ def load_lm_task(model: str, task: str, options: dict[str, Any]):
     import json
     from pathlib import Path
 
-    from ugrpo.tasks.base import get_task
+    from ugrpo.tasks.registry import get_task
 
     if model.startswith("tiny:"):
         from ugrpo.lm.tiny import tiny_model_path

@@ -115,14 +115,14 @@ def _pairs(cfg: LMSweepConfig) -> list[tuple[str, Any]]:
 
 def base_config(cfg: LMSweepConfig):
     """The training config shared by every run: the YAML plus ``--set`` plus ``steps``."""
-    from ugrpo.train.config_load import load_config
+    from ugrpo.train.config import load_config
 
     return load_config(cfg.config, _pairs(cfg))
 
 
 def build_runs(cfg: LMSweepConfig) -> list[RunSpec]:
     """Every (N, G, seed) with its validated TrainConfig (all checked before any training)."""
-    from ugrpo.train.config_load import load_config
+    from ugrpo.train.config import load_config
 
     pairs = _pairs(cfg)
     out = []

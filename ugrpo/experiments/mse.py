@@ -28,7 +28,7 @@ from ugrpo.runs import RunDir
 from ugrpo.stats.advantages import compute_advantages
 from ugrpo.stats.exact_mse import hoeffding_split  # re-exported; the split lives in stats
 
-__all__ = ["ESTIMATORS", "MSEConfig", "squared_errors", "run_mse", "hoeffding_split"]
+__all__ = ["ESTIMATORS", "MSEConfig", "squared_errors", "run_mse", "mse_experiment", "hoeffding_split"]
 
 ESTIMATORS: tuple[str, ...] = ("vanilla", "grpo", "grpo_mean", "oracle")
 
@@ -146,6 +146,25 @@ def run_mse(env, theta: torch.Tensor, cfg: MSEConfig, run: RunDir, *, progress: 
         "D": D,
         "config": asdict(cfg),
     }
+
+
+def mse_experiment(cfg: MSEConfig, out: str, *, argv: Sequence[str] | None = None,
+                   progress: bool = True) -> dict[str, Any]:
+    """``ugrpo mse --env``: measure ``cfg`` into the run folder ``out`` (a fresh measurement, not a resume),
+    write results.json, mse.png and report.md; return the results."""
+    from ugrpo.experiments.common import resolve_env, resolve_theta
+
+    env = resolve_env(cfg.env)
+    theta = resolve_theta(env, cfg.theta)
+    rd = RunDir(out)
+    rd.file("metrics.jsonl").unlink(missing_ok=True)
+    rd.write_config({**asdict(cfg), "command": "mse", "argv": None if argv is None else list(argv)})
+    try:
+        results = run_mse(env, theta, cfg, rd, progress=progress)
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(f"interrupted: the rows finished so far are in {rd.file('metrics.jsonl')}") from None
+    write_mse_outputs(rd, results, argv)
+    return results
 
 
 def reading(results: dict[str, Any]) -> list[str]:

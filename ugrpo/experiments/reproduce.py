@@ -55,6 +55,8 @@ class ReproduceConfig:
     seed: int = 0
     ray: Any = None
     """:class:`ugrpo.experiments.executors.RayOptions` to train the sweeps' runs on Ray; None = local processes"""
+    overrides: tuple[tuple[str, Any], ...] = ()
+    """training-config overrides ``(dotted key, value)`` applied to every run of the fig5 and table2 sweeps"""
 
     def __post_init__(self) -> None:
         if self.scale not in SCALES:
@@ -219,7 +221,8 @@ def _sweep(part: str, cfg: ReproduceConfig, plan: ScalePlan, out: Path, progress
     folder = out / part
     folder.mkdir(parents=True, exist_ok=True)
     yml = _write_yaml(folder / "train.yaml", plan.train if part == "fig5" else plan.train_table2)
-    sc = LMSweepConfig(config=yml, seed=cfg.seed, workers=cfg.workers, ray=cfg.ray, **getattr(plan, part))
+    sc = LMSweepConfig(config=yml, seed=cfg.seed, workers=cfg.workers, ray=cfg.ray, overrides=tuple(cfg.overrides),
+                       **getattr(plan, part))
     sweep_lm(sc, str(folder), argv=None, progress=progress)
     return "ran (finished runs reused)"
 

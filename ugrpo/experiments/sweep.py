@@ -23,7 +23,8 @@ from tqdm.auto import tqdm
 from ugrpo.experiments.common import check_divides, mean_ci
 from ugrpo.runs import RunDir
 
-__all__ = ["SweepConfig", "run_sweep", "aggregate", "best_groups", "check_resume", "write_sweep_outputs", "RESUME_KEYS"]
+__all__ = ["SweepConfig", "run_sweep", "sweep_experiment", "default_checkpoints", "aggregate", "best_groups",
+           "check_resume", "write_sweep_outputs", "RESUME_KEYS"]
 
 RESUME_KEYS = ("env", "steps", "checkpoints", "baseline", "lr_schedule")
 """Settings that must match for a rerun with the same --out to resume instead of failing."""
@@ -74,6 +75,11 @@ class SweepConfig:
             raise ValueError(f"--groups: baseline {self.baseline!r} needs G >= 2, got G = {min(self.groups)}")
 
 
+def default_checkpoints(steps: int) -> tuple[int, ...]:
+    """steps/4, steps/2, 3 steps/4 and steps (distinct, >= 1): the default ``--checkpoints``."""
+    return tuple(sorted({max(1, steps * k // 4) for k in (1, 2, 3, 4)}))
+
+
 def run_sweep(env, cfg: SweepConfig, run: RunDir, *, progress: bool = True) -> list[dict[str, Any]]:
     """Run every missing (N, G, seed); return all per-run rows (old and new), sorted.
 
@@ -106,6 +112,30 @@ def run_sweep(env, cfg: SweepConfig, run: RunDir, *, progress: bool = True) -> l
     finally:
         bar.close()
     return [done[(N, G, s)] for N in cfg.budgets for G in cfg.groups for s in seeds]
+
+
+def sweep_experiment(cfg: SweepConfig, out: str, *, argv: Sequence[str] | None = None,
+                     progress: bool = True) -> dict[str, Any]:
+    """``ugrpo sweep --env``: run (or resume) the sweep ``cfg`` in the run folder ``out``, aggregate the gaps,
+    compare with the exact planner and write results.json, sweep.png and report.md; return the results."""
+    from ugrpo.experiments.common import resolve_env
+    from ugrpo.experiments.plan import exact_planner
+
+    env = resolve_env(cfg.env)
+    rd = RunDir(out)
+    check_resume(rd.read_config(), cfg, out)
+    rd.write_config({**asdict(cfg), "command": "sweep", "argv": None if argv is None else list(argv)})
+    try:
+        runs = run_sweep(env, cfg, rd, progress=progress)
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(f"interrupted: finished runs are in {rd.file('metrics.jsonl')}; rerun the same "
+                                "command to resume") from None
+    rows = aggregate(runs, cfg.checkpoints)
+    results = {"rows": rows, "best_G": best_groups(rows),
+               "planner": exact_planner(env.exact(env.theta0, sigma=False).policy_moments, cfg.budgets, cfg.groups),
+               "config": asdict(cfg), "runs": len(runs)}
+    write_sweep_outputs(rd, results, argv)
+    return results
 
 
 def aggregate(runs: Sequence[dict[str, Any]], checkpoints: Sequence[int]) -> list[dict[str, Any]]:

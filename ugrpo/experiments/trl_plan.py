@@ -322,19 +322,3 @@ def _trl_section(trl: dict) -> str:
                          f"{d['gradient_accumulation_steps']} | {d['prompts_per_step']} | {d['predicted_mse']} |")
     return "\n".join(lines) + "\n"
 
-
-def cli_main(args, argv: list[str] | None = None) -> int:
-    """``ugrpo plan --trl-config FILE --out DIR [--budget N] [--pilot-batch B0] [--pilot-group G0]``.
-
-    ``--budget``, ``--pilot-batch`` and ``--pilot-group`` (default None) replace the file's values;
-    ``sketch_dim``, ``seed`` and ``n_boot`` come from the file's ``ugrpo:`` block (the CLI defaults of
-    ``--sketch-dim``, ``--seed``, ``--n-boot`` would otherwise always win over the file).
-    """
-    r = run_trl_plan(args.trl_config, args.out, argv=argv, budget=getattr(args, "budget", None),
-                     pilot_batch=getattr(args, "pilot_batch", None), pilot_group=getattr(args, "pilot_group", None))
-    for k in ("c1", "c2", "c3"):
-        e = r[k]
-        print(f"{k} = {e['estimate']:.4g}  95% CI [{e['ci_low']:.4g}, {e['ci_high']:.4g}]")
-    print(r["trl"]["message"])
-    print(f"wrote {args.out}/results.json (key 'trl'), plan.png, report.md")
-    return 0

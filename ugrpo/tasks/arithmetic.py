@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Sequence
 
 from ugrpo.tasks.arith_verify import ExtractMode, integer_reward
-from ugrpo.tasks.base import Problem, VerifyStats
+from ugrpo.tasks.base import OptionError, Problem, VerifyStats
 
 __all__ = [
     "ARITH_CHARS",
@@ -305,7 +305,7 @@ class ArithmeticTask:
         for f in ("n_train", "n_eval", "seed"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int):
-                raise TypeError(f"arithmetic: {f} must be an int, got {v!r}")
+                raise OptionError(f"arithmetic: {f} must be an int, got {v!r}")
         if self.n_train < 0 or self.n_eval < 0:
             raise ValueError(f"arithmetic: n_train and n_eval must be >= 0, got {self.n_train}, {self.n_eval}")
         if self.difficulty not in DIFFICULTIES:

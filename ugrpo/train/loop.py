@@ -43,7 +43,8 @@ from ugrpo.lm.loading import LoraSettings, context_length, format_prompt, load_p
 from ugrpo.lm.sampling import sample_groups
 from ugrpo.runs import RunDir, atomic_write_text, read_jsonl, to_jsonable
 from ugrpo.stats.advantages import compute_advantages
-from ugrpo.tasks.base import get_task, score
+from ugrpo.tasks.base import score
+from ugrpo.tasks.registry import get_task
 from ugrpo.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from ugrpo.train.config import TrainConfig
 from ugrpo.train.distributed import DistContext, broadcast_params, destroy, gather_objects, init_distributed, shard
@@ -243,7 +244,7 @@ def train(
         run.write_results(result)
         model.save_pretrained(out / "final_model", safe_serialization=True)
         tok.save_pretrained(out / "final_model")
-        from ugrpo.train.report import write_report
+        from ugrpo.report.train_report import write_report
 
         write_report(run)
         if writer is not None:

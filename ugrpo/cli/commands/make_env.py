@@ -9,8 +9,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ugrpo.experiments.common import guarded
-
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kind", required=True, choices=["softmax_bandit", "linear_softmax"])
@@ -27,7 +25,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="JSON file to write")
 
 
-def _main(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace) -> int:
     from ugrpo.envs.generate import random_env
     from ugrpo.envs.io import load_env, save_env
     from ugrpo.report.markdown import text_table
@@ -51,6 +49,3 @@ def _main(args: argparse.Namespace) -> int:
     print(f"wrote {out}")
     return 0
 
-
-def main(args: argparse.Namespace) -> int:
-    return guarded(_main, args)

@@ -3,16 +3,15 @@
 Example: ``ugrpo mse --env builtin:demo --groups 2,4,8,16,32,64 --batch 8 --reps 2000 --out runs/mse``.
 On a language model: ``ugrpo mse --model tiny:instruct --task arithmetic --groups 4,8,16,32,64 --batch 8
 --reps 30 --ref-samples 256 --prompts 32 --sketch-dim 256 --out runs/lm-mse`` (docs/lm-mse.md).
-Parsing only; the logic is :mod:`ugrpo.experiments.mse` and :mod:`ugrpo.experiments.lm_mse`.
+Parsing only: the flags become an ``MSEConfig`` or ``LMMSEConfig`` and one call of
+:func:`ugrpo.experiments.mse.mse_experiment` or :func:`ugrpo.experiments.lm_mse.lm_mse_experiment`.
 """
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict
 
-from ugrpo.experiments.common import command_line, guarded, parse_int_list, parse_theta, resolve_env
-from ugrpo.runs import RunDir
+from ugrpo.experiments.common import command_line, parse_float_list, parse_int_list
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -38,70 +37,48 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
-def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict:
-    """Run ``ugrpo mse`` from parsed args; returns results (also used by ``ugrpo demo``)."""
-    from ugrpo.experiments.mse import MSEConfig, run_mse, write_mse_outputs
-
+def _config(args: argparse.Namespace):
+    """The flags -> an ``MSEConfig`` (env) or an ``LMMSEConfig`` (model)."""
     if args.model is not None:
-        return _run_model(args, argv)
+        from ugrpo.experiments.lm_mse import LMMSEConfig
+        from ugrpo.experiments.lm_plan import parse_task_options
+
+        if args.env is not None or args.theta is not None:
+            raise ValueError("give either --env (a synthetic policy) or --model (a language model), not both; "
+                             "--theta is env-only")
+        if args.task is None:
+            raise ValueError("--model needs --task NAME (e.g. --task arithmetic)")
+        return LMMSEConfig(model=args.model, task=args.task, task_options=parse_task_options(args.task_option),
+                           groups=tuple(parse_int_list(args.groups or "4,8,16,32,64", name="--groups", minimum=2)),
+                           batch=args.batch, reps=30 if args.reps is None else args.reps,
+                           ref_samples=args.ref_samples, prompts=args.prompts, sketch_dim=args.sketch_dim,
+                           seed=args.seed, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
+                           chat=args.chat)
+    from ugrpo.experiments.mse import MSEConfig
+
     if args.task is not None or args.task_option:
         raise ValueError("--task and --task-option need --model (an env has no task)")
-    args.env = args.env or "builtin:demo"
-    args.groups = args.groups or "2,4,8,16,32,64"
-    args.reps = 1000 if args.reps is None else args.reps
-    env = resolve_env(args.env)
-    theta = parse_theta(args.theta, env)
-    cfg = MSEConfig(env=args.env, groups=tuple(parse_int_list(args.groups, name="--groups", minimum=2)),
-                    batch=args.batch, reps=args.reps, seed=args.seed,
-                    theta=None if args.theta is None else tuple(theta.tolist()))
-    rd = RunDir(args.out)
-    rd.file("metrics.jsonl").unlink(missing_ok=True)  # a fresh measurement, not a resume
-    rd.write_config({**asdict(cfg), "command": "mse", "argv": argv})
-    try:
-        results = run_mse(env, theta, cfg, rd, progress=not args.no_progress)
-    except KeyboardInterrupt:
-        raise KeyboardInterrupt(f"interrupted: the rows finished so far are in {rd.file('metrics.jsonl')}") from None
-    write_mse_outputs(rd, results, argv)
-    return results
-
-
-def _run_model(args: argparse.Namespace, argv: list[str] | None) -> dict:
-    from ugrpo.experiments.lm_mse import LMMSEConfig, run_lm_mse
-    from ugrpo.report.lm_mse_report import write_lm_mse_outputs
-    from ugrpo.experiments.lm_plan import parse_task_options
-
-    if args.env is not None or args.theta is not None:
-        raise ValueError("give either --env (a synthetic policy) or --model (a language model), not both; --theta is env-only")
-    if args.task is None:
-        raise ValueError("--model needs --task NAME (e.g. --task arithmetic)")
-    cfg = LMMSEConfig(model=args.model, task=args.task, task_options=parse_task_options(args.task_option),
-                      groups=tuple(parse_int_list(args.groups or "4,8,16,32,64", name="--groups", minimum=2)),
-                      batch=args.batch, reps=30 if args.reps is None else args.reps, ref_samples=args.ref_samples,
-                      prompts=args.prompts, sketch_dim=args.sketch_dim, seed=args.seed, temperature=args.temperature,
-                      max_new_tokens=args.max_new_tokens, chat=args.chat)
-    rd = RunDir(args.out)
-    rd.file("metrics.jsonl").unlink(missing_ok=True)
-    rd.write_config({**asdict(cfg), "command": "mse", "argv": argv})
-    results = run_lm_mse(cfg, rd, progress=not args.no_progress)
-    write_lm_mse_outputs(rd, results, argv)
-    return results
-
-
-def _main(args: argparse.Namespace) -> int:
-    from ugrpo.experiments.mse import table_rows
-    from ugrpo.report.markdown import fmt_ci, text_table
-
-    results = run(args, command_line("mse", args))
-    if args.model is not None:
-        print(text_table(["G", "estimator", "MSE", "95% CI", "predicted"],
-                         [[r["G"], r["estimator"], r["mse"], fmt_ci(r["ci_low"], r["ci_high"]), r["predicted"]]
-                          for r in results["rows"]]))
-        print(f"wrote {args.out}/results.json, mse.png, report.md")
-        return 0
-    print(text_table(["G", "estimator", "MC MSE", "95% CI", "exact"], table_rows(results)))
-    print(f"wrote {args.out}/results.json, mse.png, report.md")
-    return 0
+    theta = None if args.theta is None else tuple(parse_float_list(args.theta, name="--theta"))
+    return MSEConfig(env=args.env or "builtin:demo",
+                     groups=tuple(parse_int_list(args.groups or "2,4,8,16,32,64", name="--groups", minimum=2)),
+                     batch=args.batch, reps=1000 if args.reps is None else args.reps, seed=args.seed, theta=theta)
 
 
 def main(args: argparse.Namespace) -> int:
-    return guarded(_main, args)
+    from ugrpo.report.markdown import fmt_ci, text_table
+
+    cfg, argv = _config(args), command_line("mse", args)
+    if args.model is not None:
+        from ugrpo.experiments.lm_mse import lm_mse_experiment
+
+        results = lm_mse_experiment(cfg, args.out, argv=argv, progress=not args.no_progress)
+        print(text_table(["G", "estimator", "MSE", "95% CI", "predicted"],
+                         [[r["G"], r["estimator"], r["mse"], fmt_ci(r["ci_low"], r["ci_high"]), r["predicted"]]
+                          for r in results["rows"]]))
+    else:
+        from ugrpo.experiments.mse import mse_experiment, table_rows
+
+        results = mse_experiment(cfg, args.out, argv=argv, progress=not args.no_progress)
+        print(text_table(["G", "estimator", "MC MSE", "95% CI", "exact"], table_rows(results)))
+    print(f"wrote {args.out}/results.json, mse.png, report.md")
+    return 0

@@ -4,50 +4,16 @@ From an env: ``ugrpo plan --env builtin:demo --pilot-batch 64 --pilot-group 8 --
 [--save-pilot pilot.npz]``. From a saved pilot: ``ugrpo plan --pilot pilot.npz --budget 512 --out DIR``
 (format: docs/pilot-format.md). From a language model: ``ugrpo plan --model tiny:instruct --task arithmetic
 --pilot-batch 64 --pilot-group 20 --budget 256 --sketch-dim 256 --out DIR`` (writes DIR/pilot.npz).
-Parsing only; the logic is :mod:`ugrpo.experiments.plan` and :mod:`ugrpo.experiments.lm_plan`.
+Parsing only: the flags become a ``PlanConfig`` / ``LMPlanConfig`` and one call of
+:mod:`ugrpo.experiments.plan_experiment` (or :func:`ugrpo.experiments.trl_plan.run_trl_plan`).
 """
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict, dataclass, replace
 
-import torch
-
-from ugrpo.experiments.common import command_line, guarded, parse_theta, resolve_env
-from ugrpo.experiments.pilot_io import MIN_PILOT_GROUP
-from ugrpo.runs import RunDir
-
-
-@dataclass(frozen=True)
-class PlanConfig:
-    """Resolved settings of ``ugrpo plan``."""
-
-    budget: int
-    seed: int
-    n_boot: int
-    env: str | None = None
-    pilot: str | None = None
-    pilot_batch: int | None = None
-    pilot_group: int | None = None
-    save_pilot: str | None = None
-    theta: tuple[float, ...] | None = None
-
-    def __post_init__(self) -> None:
-        if (self.env is None) == (self.pilot is None):
-            raise ValueError("give exactly one of --env (sample a pilot), --pilot FILE (a saved pilot) or --model PATH "
-                             "(sample a pilot from a language model)")
-        if self.env is not None and (self.pilot_batch is None or self.pilot_group is None):
-            raise ValueError("--env needs --pilot-batch B0 and --pilot-group G0 (e.g. 64 and 8)")
-        if self.pilot is not None and self.save_pilot is not None:
-            raise ValueError("--save-pilot only applies to --env (the pilot is already a file)")
-        if self.budget < 2:
-            raise ValueError(f"--budget N = {self.budget} must be >= 2 (GRPO needs G >= 2 samples per prompt)")
-        if self.env is not None and (self.pilot_group < MIN_PILOT_GROUP or self.pilot_batch < 2):
-            raise ValueError(f"--pilot-group G0 = {self.pilot_group} and --pilot-batch B0 = {self.pilot_batch}: "
-                             f"need G0 >= {MIN_PILOT_GROUP} (the unbiased c3 estimate) and B0 >= 2 (c1)")
-        if self.n_boot < 0:
-            raise ValueError(f"--n-boot must be >= 0, got {self.n_boot}")
+from ugrpo.experiments.common import command_line, parse_float_list
+from ugrpo.experiments.plan_experiment import PlanConfig
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -77,82 +43,50 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="run folder to write")
 
 
-def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict:
-    """Run ``ugrpo plan`` from parsed args; returns results (also used by ``ugrpo demo``)."""
-    from ugrpo.experiments.pilot_io import load_pilot, save_pilot
-    from ugrpo.experiments.plan import run_plan, sample_pilot, write_plan_outputs
-
+def _config(args: argparse.Namespace):
+    """The flags -> a ``PlanConfig`` (env or pilot file) or an ``LMPlanConfig`` (model)."""
     if args.budget is None:
         raise ValueError("--budget N is required (samples per step N = B*G)")
     sources = [f"--{n}" for n in ("env", "pilot", "model") if getattr(args, n, None) is not None]
     if len(sources) > 1:
         raise ValueError(f"give exactly one of --env, --pilot or --model; got {' and '.join(sources)}")
     if args.model is not None:
-        return _run_model(args, argv)
+        from ugrpo.experiments.lm_plan import LMPlanConfig, parse_task_options
+
+        if args.task is None:
+            raise ValueError("--model needs --task NAME (e.g. --task arithmetic)")
+        if args.pilot_batch is None or args.pilot_group is None:
+            raise ValueError("--model needs --pilot-batch B0 and --pilot-group G0 (e.g. 64 and 20)")
+        if args.theta is not None or args.save_pilot is not None:
+            raise ValueError("--theta and --save-pilot are env-only; --model always writes OUT/pilot.npz")
+        return LMPlanConfig(model=args.model, task=args.task, task_options=parse_task_options(args.task_option),
+                            pilot_batch=args.pilot_batch, pilot_group=args.pilot_group, budget=args.budget,
+                            sketch_dim=args.sketch_dim, seed=args.seed, n_boot=args.n_boot, group=args.group,
+                            temperature=args.temperature, max_new_tokens=args.max_new_tokens, chat=args.chat)
     if args.task is not None or args.task_option or args.group is not None:
         raise ValueError("--task, --task-option and --group need --model (a language-model pilot)")
     if args.pilot is not None and args.theta is not None:
         raise ValueError("--theta only applies to --env (a pilot file was sampled at its own theta)")
-    cfg = PlanConfig(budget=args.budget, seed=args.seed, n_boot=args.n_boot, env=args.env, pilot=args.pilot,
-                     pilot_batch=args.pilot_batch, pilot_group=args.pilot_group, save_pilot=args.save_pilot)
-    exact_pm = curve = None
-    if cfg.env is not None:
-        env = resolve_env(cfg.env)
-        theta = parse_theta(args.theta, env)
-        if args.theta is not None:
-            cfg = replace(cfg, theta=tuple(theta.tolist()))
-        gen = torch.Generator().manual_seed(cfg.seed)
-        pilot = sample_pilot(env, theta, cfg.pilot_batch, cfg.pilot_group, gen,
-                             meta={"env": cfg.env, "theta": theta.tolist(), "seed": cfg.seed})
-        if cfg.save_pilot:
-            save_pilot(cfg.save_pilot, pilot)
-        ex = env.exact(theta, sigma=False)
-        exact_pm = ex.policy_moments
-        curve = [{"G": G, "mse": ex.mse("grpo", cfg.budget // G, G)}
-                 for G in range(2, cfg.budget + 1) if cfg.budget % G == 0]
-    else:
-        pilot = load_pilot(cfg.pilot)
-    rd = RunDir(args.out)
-    rd.file("metrics.jsonl").unlink(missing_ok=True)
-    rd.write_config({**asdict(cfg), "command": "plan", "argv": argv})
-    results = run_plan(pilot, cfg.budget, n_boot=cfg.n_boot, seed=cfg.seed, run=rd,
-                       exact_pm=exact_pm, exact_curve=curve)
-    write_plan_outputs(rd, results, argv)
-    return results
+    theta = None if args.theta is None else tuple(parse_float_list(args.theta, name="--theta"))
+    return PlanConfig(budget=args.budget, seed=args.seed, n_boot=args.n_boot, env=args.env, pilot=args.pilot,
+                      pilot_batch=args.pilot_batch, pilot_group=args.pilot_group, save_pilot=args.save_pilot,
+                      theta=theta)
 
 
-def _run_model(args: argparse.Namespace, argv: list[str] | None) -> dict:
-    from ugrpo.experiments.lm_plan import LMPlanConfig, parse_task_options, run_lm_plan, write_lm_plan_outputs
-
-    if args.task is None:
-        raise ValueError("--model needs --task NAME (e.g. --task arithmetic)")
-    if args.pilot_batch is None or args.pilot_group is None:
-        raise ValueError("--model needs --pilot-batch B0 and --pilot-group G0 (e.g. 64 and 20)")
-    if args.theta is not None or args.save_pilot is not None:
-        raise ValueError("--theta and --save-pilot are env-only; --model always writes OUT/pilot.npz")
-    cfg = LMPlanConfig(model=args.model, task=args.task, task_options=parse_task_options(args.task_option),
-                       pilot_batch=args.pilot_batch, pilot_group=args.pilot_group, budget=args.budget,
-                       sketch_dim=args.sketch_dim, seed=args.seed, n_boot=args.n_boot, group=args.group,
-                       temperature=args.temperature, max_new_tokens=args.max_new_tokens, chat=args.chat)
-    rd = RunDir(args.out)
-    rd.file("metrics.jsonl").unlink(missing_ok=True)
-    rd.write_config({**asdict(cfg), "command": "plan", "argv": argv})
-    results = run_lm_plan(cfg, rd)
-    write_lm_plan_outputs(rd, results, argv)
-    return results
-
-
-def _main(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace) -> int:
+    from ugrpo.experiments.plan_experiment import lm_plan_experiment, plan_experiment
     from ugrpo.report.markdown import fmt_ci, text_table
 
     if args.trl_config is not None:
         others = [f"--{n}" for n in ("env", "pilot", "model") if getattr(args, n, None) is not None]
         if others:
             raise ValueError(f"--trl-config takes the model and data from the TRL config; drop {' and '.join(others)}")
-        from ugrpo.experiments.trl_plan import cli_main
-
-        return cli_main(args, command_line("plan", args))
-    r = run(args, command_line("plan", args))
+        return _trl(args)
+    cfg, argv = _config(args), command_line("plan", args)
+    if isinstance(cfg, PlanConfig):
+        r = plan_experiment(cfg, args.out, argv=argv)
+    else:
+        r = lm_plan_experiment(cfg, args.out, argv=argv)
     ex = r.get("exact") or {}
     rows = [[k, r[k]["estimate"], fmt_ci(r[k]["ci_low"], r[k]["ci_high"]), ex.get(k)] for k in ("c1", "c2", "c3")]
     rows.append(["G*", r["g_star"], fmt_ci(*r["g_star_ci"]), ex.get("g_star")])
@@ -168,5 +102,20 @@ def _main(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(args: argparse.Namespace) -> int:
-    return guarded(_main, args)
+def _trl(args: argparse.Namespace) -> int:
+    """``ugrpo plan --trl-config FILE --out DIR [--budget N] [--pilot-batch B0] [--pilot-group G0]``.
+
+    ``--budget``, ``--pilot-batch`` and ``--pilot-group`` (default None) replace the file's values;
+    ``sketch_dim``, ``seed`` and ``n_boot`` come from the file's ``ugrpo:`` block (the CLI defaults of
+    ``--sketch-dim``, ``--seed``, ``--n-boot`` would otherwise always win over the file).
+    """
+    from ugrpo.experiments.trl_plan import run_trl_plan
+
+    r = run_trl_plan(args.trl_config, args.out, argv=command_line("plan", args), budget=args.budget,
+                     pilot_batch=args.pilot_batch, pilot_group=args.pilot_group)
+    for k in ("c1", "c2", "c3"):
+        e = r[k]
+        print(f"{k} = {e['estimate']:.4g}  95% CI [{e['ci_low']:.4g}, {e['ci_high']:.4g}]")
+    print(r["trl"]["message"])
+    print(f"wrote {args.out}/results.json (key 'trl'), plan.png, report.md")
+    return 0

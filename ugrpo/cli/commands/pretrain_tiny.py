@@ -33,9 +33,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     if args.cache:
         if args.target_accuracy is not None or args.size != "1m" or args.steps != 3000 or args.seed != 0:
-            print("pretrain-tiny: --cache builds the standard model of a strength (seed 0, defaults); "
-                  "drop --target-accuracy/--size/--steps/--seed or write elsewhere with --out")
-            return 2
+            raise ValueError("--cache builds the standard model of a strength (seed 0, defaults); "
+                             "drop --target-accuracy/--size/--steps/--seed or write elsewhere with --out")
         from ugrpo.lm.tiny import tiny_model_path
 
         path = tiny_model_path(args.strength)

@@ -2,62 +2,36 @@
 
 Every config field can be overridden with its dotted name (``--optim.lr 1e-4``,
 ``--budget.group_size 8``, ``--task.options.prompt_style compact``); values follow YAML
-scalar rules. Multi-process: ``torchrun --nproc_per_node 2 -m ugrpo.cli train ...`` or
+scalar rules. ``--help`` lists every field with its type, default and description.
+Multi-process: ``torchrun --nproc_per_node 2 -m ugrpo.cli train ...`` or
 ``accelerate launch --cpu --num_processes 2 -m ugrpo.cli train ...``.
+Parsing only: the flags become a ``TrainConfig`` (:func:`ugrpo.train.config.load_config`) and one call of
+:func:`ugrpo.train.loop.train`.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 
-__all__ = ["configure", "main", "overrides_from_args"]
+from ugrpo.cli.options import add_override_flags
 
-
-_PREFIX = "override:"
+__all__ = ["configure", "main"]
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from ugrpo.train.config import field_names
-
-    parser.add_argument("--config", default=None, help="YAML config (see examples/*.yaml); defaults if omitted")
-    parser.add_argument("--out", required=True, help="run folder to write (config.json, metrics.jsonl, checkpoints/, report.md)")
+    parser.add_argument("--config", default=None, help="YAML config (see examples/*.yaml); the defaults below if "
+                        "omitted")
+    parser.add_argument("--out", required=True,
+                        help="run folder to write (config.json, metrics.jsonl, checkpoints/, report.md)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
-    group = parser.add_argument_group("config overrides (YAML scalar values; '-' or '_' in names)")
-    for name in field_names():
-        flags = sorted({f"--{name}", f"--{name.replace('_', '-')}"})
-        group.add_argument(*flags, dest=_PREFIX + name, default=argparse.SUPPRESS, metavar="VALUE")
-    parser.epilog = "Task options: --task.options.NAME VALUE (e.g. --task.options.prompt_style compact)."
-    # ``--task.options.NAME VALUE`` cannot be declared in advance: collect what argparse does not know
-    # and let load_config report unknown names with close matches.
-    known = parser.parse_known_args
-
-    def parse_known_args(args=None, namespace=None):
-        ns, extra = known(args, namespace)
-        ns.extra_overrides = list(getattr(ns, "extra_overrides", [])) + list(extra)
-        return ns, []
-
-    parser.parse_known_args = parse_known_args  # type: ignore[method-assign]
-
-
-def overrides_from_args(args: argparse.Namespace) -> list[str]:
-    """The override tokens of parsed arguments, e.g. ``['--optim.lr', '1e-4']``."""
-    out: list[str] = []
-    for key, value in vars(args).items():
-        if key.startswith(_PREFIX):
-            out += [f"--{key[len(_PREFIX):]}", value]
-    return out + list(getattr(args, "extra_overrides", []))
+    add_override_flags(parser, "config fields (--section.field VALUE; YAML scalar values, '-' or '_' in names)")
 
 
 def main(args: argparse.Namespace) -> int:
     from ugrpo.train.config import load_config
     from ugrpo.train.loop import train
 
-    try:
-        cfg = load_config(args.config, overrides_from_args(args))
-    except (ValueError, FileNotFoundError, TypeError) as e:
-        print(f"ugrpo train: {e}", file=sys.stderr)
-        return 2
+    cfg = load_config(args.config, args.overrides)
     result = train(cfg, args.out, resume=args.resume)
     print(
         f"done: {result.steps} steps in {result.minutes:.1f} min; held-out greedy accuracy "

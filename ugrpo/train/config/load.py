@@ -16,7 +16,7 @@ from typing import Any, Literal, Mapping, Sequence
 
 import yaml
 
-from ugrpo.train.config import TrainConfig
+from ugrpo.train.config.schema import TrainConfig
 
 __all__ = ["load_config", "config_from_dict", "parse_overrides", "field_names"]
 

@@ -1,6 +1,6 @@
-"""Training configuration: frozen dataclasses, loaded from YAML, every field overridable.
+"""Training configuration: the frozen dataclasses (the schema); loading lives in :mod:`.load`.
 
-``load_config(path, overrides)`` reads a YAML file whose top-level keys are the fields of
+``load_config(path, overrides)`` (:mod:`ugrpo.train.config.load`) reads a YAML file whose top-level keys are the fields of
 :class:`TrainConfig` (nested sections for ``model``, ``task``, ``budget``, ``sampling``,
 ``loss``, ``optim``, ``eval``), applies dotted command-line overrides such as
 ``["--optim.lr", "1e-4", "--budget.group_size", "8"]`` (values parsed with YAML scalar
@@ -28,10 +28,6 @@ __all__ = [
     "OptimConfig",
     "EvalConfig",
     "TrainConfig",
-    "load_config",
-    "config_from_dict",
-    "parse_overrides",
-    "field_names",
 ]
 
 
@@ -93,7 +89,7 @@ class TaskConfig:
         if not self.name:
             raise ValueError("task.name is empty; choose arithmetic | gsm8k | math | custom")
         if not isinstance(self.options, dict):
-            raise TypeError(f"task.options must be a mapping of option -> value, got {self.options!r}")
+            raise ValueError(f"task.options must be a mapping of option -> value, got {self.options!r}")
         _choice("task.", "long_prompts", self.long_prompts, ("error", "skip"))
 
 
@@ -332,16 +328,3 @@ class TrainConfig:
     def prompts_per_step(self) -> int:
         """B = N / G."""
         return self.budget.prompts_per_step
-
-
-_LOADERS = ("config_from_dict", "field_names", "load_config", "parse_overrides")
-
-
-def __getattr__(name: str):
-    """The loaders live in config_load.py (kept small); re-exported lazily here for one import path
-    (a plain import at the bottom would make ``import ugrpo.train.config_load`` first a circular import)."""
-    if name in _LOADERS:
-        from ugrpo.train import config_load
-
-        return getattr(config_load, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
