@@ -12,8 +12,9 @@ import json
 import math
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 __all__ = ["RunDir", "to_jsonable", "atomic_write_text", "atomic_write_json", "read_jsonl"]
 

@@ -23,17 +23,11 @@ SWEEP = ["--budget", "8", "--groups", "2,4", "--steps", "4", "--no-progress"]
 
 
 @pytest.fixture(scope="module")
-def lm_config(tmp_path_factory) -> Path:
+def lm_config(tmp_path_factory, tiny_model_dir) -> Path:
     """A YAML config: random tiny model, dense-reward custom task, eval at steps 0, 2, 4, checkpoints every 2."""
-    from ugrpo.lm.tiny import build_tiny_model
-    from ugrpo.lm.tokenizer import build_char_tokenizer
-
     d = tmp_path_factory.mktemp("lmsweep")
-    tok = build_char_tokenizer()
-    build_tiny_model(tok, seed=0, max_position_embeddings=64).save_pretrained(d / "model")
-    tok.save_pretrained(d / "model")
     files = write_jsonl(d / "train.jsonl", TRAIN_PROMPTS), write_jsonl(d / "eval.jsonl", EVAL_PROMPTS)
-    cfg = small_config(str(d / "model"), files, eval__pass1_samples=2)
+    cfg = small_config(tiny_model_dir, files, eval__pass1_samples=2)
     path = d / "cfg.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
@@ -57,7 +51,8 @@ def test_lm_sweep_files_aggregate_and_resume(tmp_path, capsys, lm_config):
     for n in names:
         cfg = json.loads((out / "runs" / n / "config.json").read_text())
         G, s = int(n.split("-")[1][1:]), int(n[-1])
-        assert (cfg["budget"]["samples_per_step"], cfg["budget"]["group_size"], cfg["seed"], cfg["steps"]) == (8, G, s, 4)
+        assert (cfg["budget"]["samples_per_step"], cfg["budget"]["group_size"], cfg["seed"], cfg["steps"]) == (8, G, s,
+                                                                                                               4)
         assert (out / "runs" / n / "results.json").exists()
     res = results(out)
     assert res["checkpoints"] == [0, 2, 4]
@@ -89,6 +84,22 @@ def test_lm_sweep_files_aggregate_and_resume(tmp_path, capsys, lm_config):
     # a changed training config in the same folder is an error naming the field
     rc, _, err = run_cli([*argv, "--set", "optim.lr=0.5"], capsys)
     assert rc == 2 and "optim.lr = 0.01" in err and "optim.lr = 0.5" in err and "new --out" in err, err
+
+
+def test_lm_sweep_takes_dotted_overrides(tmp_path, capsys, lm_config):
+    """``ugrpo sweep --config FILE --optim.lr 0.05``: the same override syntax as ``ugrpo train``, applied to every
+    run (and ``--set`` still works); an unknown dotted field is an error naming the closest one."""
+    out = tmp_path / "dot"
+    argv = ["sweep", "--config", lm_config, "--budget", "8", "--groups", "4", "--seeds", "1", "--steps", "1",
+            "--no-progress", "--out", out]
+    rc, _, err = run_cli([*argv, "--optim.lr", "0.05", "--eval.every", "0", "--set", "optim.grad_clip=2.5"], capsys)
+    assert rc == 0, err
+    cfg = json.loads((out / "runs" / "N8-G4-s0" / "config.json").read_text())
+    assert cfg["optim"]["lr"] == 0.05 and cfg["optim"]["grad_clip"] == 2.5 and cfg["eval"]["every"] == 0
+    rc, _, err = run_cli([*argv[:-1], tmp_path / "bad", "--optim.lrr", "1"], capsys)
+    assert rc == 2 and "unknown config key 'optim.lrr'" in err and "optim.lr" in err, err
+    rc, _, err = run_cli([*argv[:-1], tmp_path / "bad", "--budget.group_size", "2"], capsys)
+    assert rc == 2 and "the sweep sets budget.group_size itself" in err, err
 
 
 def test_lm_sweep_resumes_interrupted_run(tmp_path, capsys, lm_config):
@@ -245,8 +256,8 @@ def test_table2_and_t_interval_closed_forms():
 def test_best_g_overlap_and_table():
     """The best G per (N, checkpoint) lists exactly the G whose 95% interval overlaps its own; the per-checkpoint
     table drops step 0 and carries the planner's G* among the swept G."""
-    from ugrpo.experiments.lm_sweep import best_lm_groups, swept_g_star
-    from ugrpo.report.lm_sweep_report import best_g_table
+    from ugrpo.experiments.lm_sweep import best_lm_groups
+    from ugrpo.report.lm_sweep_report import best_g_table, swept_g_star
 
     def row(G, c, mean, lo, hi):
         return {"budget": 8, "G": G, "checkpoint": c, "metric": "eval_accuracy", "mean": mean, "ci_low": lo,

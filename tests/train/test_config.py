@@ -27,13 +27,15 @@ def test_group_size_must_divide_budget_with_divisors_listed():
     [
         ({"budget": {"samples_per_step": 8, "group_size": 1}}, "baseline=grpo needs budget.group_size >= 2"),
         ({"baseline": "loo"}, "baseline='loo' is not valid; choose one of ['vanilla', 'grpo', 'grpo_mean', 'oracle']"),
-        ({"algorithm": 2, "minibatches": 3}, "minibatches m=3 does not divide B = N/G = 8 prompts per step; choose m among [1, 2, 4, 8]"),
+        ({"algorithm": 2, "minibatches": 3}, "minibatches m=3 does not divide B = N/G = 8 prompts per step; choose m "
+         "among [1, 2, 4, 8]"),
         ({"minibatches": 2}, "minibatches=2 needs algorithm=2"),
         ({"loss": {"clip_high": 0.2}}, "need algorithm=2"),
         ({"baseline": "oracle"}, "baseline=oracle needs oracle_samples M >= 1"),
         ({"optim": {"lr": -1}}, "optim.lr=-1.0 must be > 0"),
         ({"loss": {"aggregation": "mean"}}, "loss.aggregation='mean' is not valid"),
-        ({"scale": "std", "budget": {"samples_per_step": 8, "group_size": 1}, "baseline": "vanilla"}, "scale=std with ddof=1 needs"),
+        ({"scale": "std", "budget": {"samples_per_step": 8, "group_size": 1}, "baseline": "vanilla"}, "scale=std with "
+         "ddof=1 needs"),
         ({"steps": 2.5}, "steps=2.5 must be an integer"),
         ({"eval": {"greedy": "yes"}}, "greedy='yes' must be true or false"),
     ],
@@ -63,8 +65,10 @@ def test_overrides_parse_yaml_scalars_and_reach_every_field(tmp_path):
                           "--task.options.prompt_style", "compact", "--eval.greedy", "false"])
     assert cfg.optim.lr == 1e-4 and cfg.budget.group_size == 16 and cfg.prompts_per_step == 4
     assert cfg.algorithm == 2 and cfg.loss.clip_high == 0.28 and cfg.optim.grad_clip is None
-    assert cfg.optim.betas == (0.9, 0.95) and cfg.task.options == {"prompt_style": "compact"} and cfg.eval.greedy is False
-    with pytest.raises(ValueError, match=r"unknown config key 'optim.lrate' in the command-line overrides; did you mean optim.lr"):
+    assert cfg.optim.betas == (0.9,
+                               0.95) and cfg.task.options == {"prompt_style": "compact"} and cfg.eval.greedy is False
+    with pytest.raises(ValueError, match=r"unknown config key 'optim.lrate' in the command-line overrides; did you "
+                       r"mean optim.lr"):
         load_config(p, ["--optim.lrate", "1"])
     with pytest.raises(ValueError, match="has no value"):
         parse_overrides(["--steps"])

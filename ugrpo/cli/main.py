@@ -12,16 +12,24 @@ Error policy (every command, every depth):
   in the ``KeyboardInterrupt`` it raises);
 - anything else is a bug: Python's traceback, exit 1. ``UGRPO_DEBUG=1`` shows the traceback of user
   errors too.
+
+Quiet by default: no Hugging Face progress bars, no third-party FutureWarning / DeprecationWarning
+(our own progress bars stay; ``--no-progress`` hides them). Under ``torchrun`` / ``accelerate launch`` only
+rank 0 prints. On CPU the command runs with one torch thread unless told otherwise (``--threads N``,
+``UGRPO_THREADS`` or ``OMP_NUM_THREADS``): the models these commands run on a CPU are small, and one thread
+is several times faster for them than threads that contend for a shared core; it says so once.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
+import warnings
 
-__all__ = ["COMMANDS", "USER_ERRORS", "main", "report_user_error"]
+__all__ = ["COMMANDS", "USER_ERRORS", "main", "report_user_error", "choose_threads"]
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -69,7 +77,76 @@ def _build_parser(only: str | None = None) -> argparse.ArgumentParser:
                            formatter_class=HelpFormatter)
         if name == only:
             importlib.import_module(module).configure(p)
+            p.add_argument("--threads", type=int, default=None, metavar="N",
+                           help="torch threads (default: $UGRPO_THREADS, else $OMP_NUM_THREADS, else 1 on CPU; "
+                           "with a GPU, torch's own default)")
     return parser
+
+
+THIRD_PARTY = r"(transformers|torch|trl|accelerate|peft|datasets|huggingface_hub|tokenizers)(\.|$)"
+"""modules whose FutureWarning / DeprecationWarning a user of the CLI cannot act on"""
+
+
+def quiet_third_party() -> None:
+    """No Hugging Face progress bars or advisory logs, no third-party deprecation warnings (in this process and,
+    through the environment, in the worker processes it starts)."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning,ignore::DeprecationWarning")
+    for category in (FutureWarning, DeprecationWarning):
+        warnings.filterwarnings("ignore", category=category, module=THIRD_PARTY)
+    if "transformers" in sys.modules:  # imported before main() ran (tests): the variables came too late
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+    if "huggingface_hub" in sys.modules:
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
+
+
+def choose_threads(flag: int | None, environ=os.environ, *, gpu: bool | None = None) -> tuple[int | None, str]:
+    """The torch thread count for this command and the one line that says why (None: leave torch's default).
+
+    ``--threads`` wins, then ``UGRPO_THREADS``, then ``OMP_NUM_THREADS`` (torch reads it itself); otherwise 1
+    thread on a CPU-only machine and torch's default when a GPU is visible.
+
+    >>> choose_threads(None, {}, gpu=False)[0], choose_threads(3, {}, gpu=False)[0]
+    (1, 3)
+    >>> choose_threads(None, {"OMP_NUM_THREADS": "4"}, gpu=False)
+    (None, '')
+    """
+    if flag is not None:
+        if flag < 1:
+            raise ValueError(f"--threads {flag}: give a number of threads >= 1")
+        return flag, ""
+    if environ.get("UGRPO_THREADS"):
+        try:
+            n = int(environ["UGRPO_THREADS"])
+        except ValueError:
+            raise ValueError(f"UGRPO_THREADS={environ['UGRPO_THREADS']!r}: give a number of threads >= 1") from None
+        if n < 1:
+            raise ValueError(f"UGRPO_THREADS={n}: give a number of threads >= 1")
+        return n, ""
+    if environ.get("OMP_NUM_THREADS"):
+        return None, ""
+    if gpu is None:
+        import torch
+
+        gpu = torch.cuda.is_available()
+    if gpu:
+        return None, ""
+    return 1, ("ugrpo: 1 torch thread (the fastest for the small models run on a CPU); "
+               "--threads N or UGRPO_THREADS=N to change")
+
+
+def _rank() -> int:
+    for name in ("RANK", "LOCAL_RANK"):  # torchrun and accelerate launch set both
+        if os.environ.get(name, "").isdigit():
+            return int(os.environ[name])
+    return 0
 
 
 def report_user_error(command: str, error: BaseException) -> int:
@@ -90,19 +167,30 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     parser = _build_parser(only=command)
     args = parser.parse_args(argv)
-    if getattr(args, "no_progress", False):  # also Hugging Face's own bars ("Loading weights"), here and in workers
-        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     module = importlib.import_module(COMMANDS[command][0])
-    try:
-        return int(module.main(args) or 0)
-    except KeyboardInterrupt as e:  # a command that knows what it saved says so in the exception
-        print("\n" + (str(e) if e.args else "interrupted: rows finished so far are on disk in the run folder"),
-              file=sys.stderr)
-        return 130
-    except USER_ERRORS as e:
-        if os.environ.get("UGRPO_DEBUG"):
-            raise
-        return report_user_error(command, e)
+    main_rank = _rank() == 0
+    with warnings.catch_warnings(), contextlib.ExitStack() as stack:
+        quiet_third_party()
+        if not main_rank:  # torchrun / accelerate: rank 0 speaks for all
+            os.environ.setdefault("TQDM_DISABLE", "1")
+            stack.enter_context(contextlib.redirect_stdout(stack.enter_context(open(os.devnull, "w"))))
+        try:
+            threads, why = choose_threads(args.threads)
+            if threads is not None:
+                import torch
+
+                torch.set_num_threads(threads)
+                if why and main_rank:
+                    print(why, file=sys.stderr)
+            return int(module.main(args) or 0)
+        except KeyboardInterrupt as e:  # a command that knows what it saved says so in the exception
+            print("\n" + (str(e) if e.args else "interrupted: rows finished so far are on disk in the run folder"),
+                  file=sys.stderr)
+            return 130
+        except USER_ERRORS as e:
+            if os.environ.get("UGRPO_DEBUG"):
+                raise
+            return report_user_error(command, e) if main_rank else 2
 
 
 if __name__ == "__main__":

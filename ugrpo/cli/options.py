@@ -9,7 +9,8 @@ interchangeable). ``--help`` lists every field with its type, default and docstr
 from __future__ import annotations
 
 import argparse
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 __all__ = ["add_override_flags", "parse_overrides", "ray_options", "add_ray_flags"]
 

@@ -21,17 +21,17 @@ Layout: prompts may have different numbers of actions K_x; tensors are padded to
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Sequence
 
 import torch
 from torch import Tensor
 
+from ..stats.estimators import EstimatorName
 from ..stats.exact_mse import PolicyMoments, PromptMoments, minibatch_mse, policy_moments
 
 __all__ = ["SyntheticPolicy", "ExactQuantities", "SampledBatch", "EstimatorName", "SIGMA_MAX_DIM"]
 
-EstimatorName = Literal["vanilla", "grpo", "grpo_mean", "oracle"]
 SIGMA_MAX_DIM = 256
 """``ExactQuantities.sigma_oracle_x`` (P, D, D) is materialised only when D <= this."""
 _SIGMA_MAX_ENTRIES = 50_000_000  # and P * D * D <= this (400 MB of float64)

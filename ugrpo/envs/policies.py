@@ -17,7 +17,7 @@ J_star (the ``max_theta E^{pi_theta} Z`` of the suboptimality gap, NOTES.md sec.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor

@@ -18,8 +18,9 @@ torch.Generator per seed); its row s equals :func:`run_algorithm1` with ``seed=s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -27,6 +28,7 @@ from tqdm.auto import tqdm
 
 from ..stats.advantages import BASELINES, compute_advantages
 from ..stats.estimator import prompt_gradients
+from ..stats.estimators import GROUP_BASELINES
 from .base import SyntheticPolicy
 
 __all__ = ["Algorithm1Result", "Algorithm1BatchResult", "run_algorithm1", "run_algorithm1_batch"]
@@ -97,7 +99,7 @@ def _validate(env: SyntheticPolicy, N: int, G: int, steps: int, lr: float, basel
                          f"{[d for d in range(1, N + 1) if N % d == 0][:12]}")
     if baseline not in BASELINES:
         raise ValueError(f"unknown baseline {baseline!r}; choose one of {sorted(BASELINES)}")
-    if baseline in ("grpo", "grpo_mean") and G < 2:
+    if baseline in GROUP_BASELINES and G < 2:
         raise ValueError(f"baseline {baseline!r} needs G >= 2, got G = {G}")
     if lr_schedule not in ("constant", "inverse"):
         raise ValueError(f"unknown lr_schedule {lr_schedule!r}; choose 'constant' or 'inverse'")

@@ -6,8 +6,9 @@ Kept free of math: the commands' logic lives in ``mse.py``, ``plan.py``, ``sweep
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 

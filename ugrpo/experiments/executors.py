@@ -23,9 +23,10 @@ import contextlib
 import os
 import shutil
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 __all__ = ["RayOptions", "Job", "run_state", "train_one", "run_jobs", "import_ray", "driver_context", "ray_train"]
 

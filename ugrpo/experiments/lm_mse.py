@@ -295,7 +295,8 @@ def _sample_pool(policy, task, problems, idx: Tensor, cfg: LMMSEConfig, progress
             n_unscorable += ss.n_unscorable
             tokens += int(ss.lengths.sum())
             ref_s[p], ref_z[p] = ss.scores[0, :M], ss.rewards[0, :M]
-            blocks_s[p], blocks_z[p] = ss.scores[0, M:].view(uses[p], Gmax, cfg.sketch_dim), ss.rewards[0, M:].view(uses[p], Gmax)
+            blocks_s[p] = ss.scores[0, M:].view(uses[p], Gmax, cfg.sketch_dim)
+            blocks_z[p] = ss.rewards[0, M:].view(uses[p], Gmax)
             bar.update(n)
     finally:
         bar.close()
@@ -364,7 +365,8 @@ def run_lm_mse(cfg: LMMSEConfig, run: RunDir, *, progress: bool = True, n_boot: 
     task, opts = load_lm_task(cfg.model, cfg.task, dict(cfg.task_options))
     problems = task.train_problems()
     if len(problems) < cfg.prompts:
-        raise ValueError(f"--prompts P = {cfg.prompts} but task {cfg.task!r} has only {len(problems)} training problems; "
+        raise ValueError(f"--prompts P = {cfg.prompts} but task {cfg.task!r} has only {len(problems)} training "
+                         "problems; "
                          f"lower --prompts or raise --task-option n_train")
     problems = problems[: cfg.prompts]
     policy = load_policy(cfg.model, seed=cfg.seed)
@@ -398,7 +400,8 @@ def run_lm_mse(cfg: LMMSEConfig, run: RunDir, *, progress: bool = True, n_boot: 
         res = corrected_row(err["residual"], extra, math.sqrt(2) * extra)
         orc = next(r for r in rows if r["estimator"] == "oracle" and r["G"] == G)
         grp = next(r for r in rows if r["estimator"] == "grpo" and r["G"] == G)
-        split.append({"G": G, "oracle_part": orc["mse"], "residual": res["mse"], "residual_ci": [res["ci_low"], res["ci_high"]],
+        split.append({"G": G, "oracle_part": orc["mse"], "residual": res["mse"], "residual_ci": [res["ci_low"],
+                                                                                                 res["ci_high"]],
                       "total": grp["mse"], "residual_share": res["mse"] / grp["mse"] if grp["mse"] > 0 else None,
                       "predicted_oracle_part": _predicted(comp, "oracle", B, G),
                       "predicted_residual": hoeffding_split(0.0, 0.0, comp["c3"]["estimate"], B, G)["residual"]})

@@ -18,8 +18,9 @@ This module also holds the sample -> score -> sketch pass shared with ``ugrpo ms
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -28,7 +29,7 @@ from tqdm.auto import tqdm
 from ugrpo.runs import RunDir, to_jsonable
 
 __all__ = ["LMPlanConfig", "SketchedSamples", "parse_task_options", "load_lm_task", "sample_sketched",
-           "sample_lm_pilot", "run_lm_plan", "write_lm_plan_outputs"]
+           "sample_lm_pilot", "run_lm_plan"]
 
 DT = torch.float64
 
@@ -194,7 +195,8 @@ def sample_lm_pilot(cfg: LMPlanConfig, *, progress: bool = True):
     drawn = [problems[i] for i in idx]
     seeds = [(cfg.seed * 1_000_003 + 104_729 * b + 1) % (2**62) for b in range(cfg.pilot_batch)]
     if progress:
-        print(f"pilot: sampling {cfg.pilot_batch} x {cfg.pilot_group} = {cfg.pilot_batch * cfg.pilot_group} completions "
+        print(f"pilot: sampling {cfg.pilot_batch} x {cfg.pilot_group} = {cfg.pilot_batch * cfg.pilot_group} "
+              "completions "
               f"from {cfg.model}, sketching to k = {cfg.sketch_dim} ...", flush=True)
     step_b = max(1, cfg.chunk_size // cfg.pilot_group)  # prompts per pass
     parts: list[SketchedSamples] = []
@@ -251,21 +253,3 @@ def current_group(results: dict[str, Any], G: int) -> dict[str, Any]:
     return {"G": G, "B": cand[G]["B"], "predicted_mse": mse, "ratio_to_best": mse / best if best > 0 else None}
 
 
-def write_lm_plan_outputs(run: RunDir, results: dict[str, Any], argv: Sequence[str] | None = None) -> None:
-    """The synthetic planner's results.json, plan.png and report.md, plus a cost section."""
-    from ugrpo.experiments.plan import write_plan_outputs
-
-    write_plan_outputs(run, results, argv)
-    pc, sc = results["pilot_cost"], results["step_cost"]
-    lines = ["## Cost", "",
-             f"Pilot: {pc['samples']} samples in {pc['seconds']:.1f} s (sampling {pc['seconds_sampling']:.1f}, scoring "
-             f"{pc['seconds_scoring']:.1f}, sketch {pc['seconds_sketch']:.1f}); "
-             f"{100 * results['pilot_fraction_of_100_steps']:.1f}% of the samples of 100 training steps at N = "
-             f"{results['budget']}.",
-             f"One training step at N = {results['budget']}: about {sc['seconds']:.2f} s ({sc['how']}).", ""]
-    if "current_group" in results:
-        cg = results["current_group"]
-        lines.insert(0, f"- Group size in use G = {cg['G']}: predicted bound {cg['ratio_to_best']:.3f}x the best "
-                        "candidate's.\n")
-    text = run.file("report.md").read_text()
-    run.write_report(text.rstrip() + "\n\n" + "\n".join(lines))

@@ -22,20 +22,20 @@ on GPUs; here any config ``ugrpo train`` accepts, at the scale the machine allow
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from tqdm.auto import tqdm
 
 from ugrpo.experiments.common import check_divides
 from ugrpo.experiments.executors import RayOptions
+from ugrpo.report.lm_sweep_report import METRICS
 from ugrpo.runs import RunDir, read_jsonl, to_jsonable
 
 __all__ = ["LMSweepConfig", "RunSpec", "build_runs", "check_lm_resume", "run_lm_sweep", "collect_evals",
-           "aggregate_lm", "best_lm_groups", "lm_planner", "swept_g_star", "sweep_lm", "METRICS", "SWEEP_KEYS"]
+           "aggregate_lm", "best_lm_groups", "lm_planner", "sweep_lm", "SWEEP_KEYS"]
 
-METRICS = ("eval_accuracy", "eval_pass1")
-"""held-out metrics aggregated (greedy accuracy, sampled pass@1), as logged by the trainer"""
 SWEEP_KEYS = ("budget.samples_per_step", "budget.group_size", "seed", "steps")
 """config fields the sweep sets itself (``--set`` may not touch them)"""
 
@@ -258,7 +258,8 @@ def best_lm_groups(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def lm_planner(cfg: LMSweepConfig, base, folder: RunDir, *, progress: bool = True) -> dict[str, Any]:
     """Planner G* (Theorem 7) from a sketched pilot at the initial model; cached in ``folder/results.json``."""
-    from ugrpo.experiments.lm_plan import LMPlanConfig, run_lm_plan, write_lm_plan_outputs
+    from ugrpo.experiments.lm_plan import LMPlanConfig, run_lm_plan
+    from ugrpo.report.plan_report import write_lm_plan_outputs
     from ugrpo.stats.planner import bound
 
     res = folder.read_results()
@@ -278,13 +279,6 @@ def lm_planner(cfg: LMSweepConfig, base, folder: RunDir, *, progress: bool = Tru
             "c1_distinguishable_from_zero": res["c1_distinguishable_from_zero"], "message": res["message"],
             "constants": {k: res[k] for k in ("c1", "c2", "c3")}, "pilot": list(cfg.plan_pilot),
             "folder": str(folder.path)}
-
-
-def swept_g_star(planner: dict[str, Any]) -> str:
-    """The planner's G* among the swept G as text: 'G* = 4', or why there is none (c1 ~ 0 in the pilot)."""
-    if planner.get("g_star_swept") is None:
-        return "no G* (c1 is not distinguishable from 0 in the pilot: the bound only says larger G is not worse)"
-    return f"G* = {planner['g_star_swept']}"
 
 
 # ---------------------------------------------------------------------------------------------- running all

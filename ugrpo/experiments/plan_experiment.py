@@ -66,7 +66,8 @@ def plan_experiment(cfg: PlanConfig, out: str, *, argv: list[str] | None = None)
     folder ``out`` (results.json, plan.png, report.md) and returns the results."""
     from ugrpo.experiments.common import resolve_env, resolve_theta
     from ugrpo.experiments.pilot_io import load_pilot, save_pilot
-    from ugrpo.experiments.plan import run_plan, sample_pilot, write_plan_outputs
+    from ugrpo.experiments.plan import run_plan, sample_pilot
+    from ugrpo.report.plan_report import write_plan_outputs
 
     exact_pm = curve = None
     if cfg.env is not None:
@@ -95,7 +96,8 @@ def plan_experiment(cfg: PlanConfig, out: str, *, argv: list[str] | None = None)
 def lm_plan_experiment(cfg, out: str, *, argv: list[str] | None = None) -> dict[str, Any]:
     """``ugrpo plan --model``: an :class:`~ugrpo.experiments.lm_plan.LMPlanConfig` -> the run folder ``out``
     (pilot.npz, results.json, plan.png, report.md with the costs); returns the results."""
-    from ugrpo.experiments.lm_plan import run_lm_plan, write_lm_plan_outputs
+    from ugrpo.experiments.lm_plan import run_lm_plan
+    from ugrpo.report.plan_report import write_lm_plan_outputs
 
     rd = RunDir(out)
     rd.file("metrics.jsonl").unlink(missing_ok=True)

@@ -16,9 +16,10 @@ the sweep's own resume (finished training runs are skipped, the planner's pilot 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ugrpo.experiments.reproduce_claims import STRENGTHS
 from ugrpo.runs import RunDir, to_jsonable
@@ -228,7 +229,8 @@ def _sweep(part: str, cfg: ReproduceConfig, plan: ScalePlan, out: Path, progress
 
 
 def _thm8(cfg: ReproduceConfig, plan: ScalePlan, out: Path, progress: bool) -> str:
-    from ugrpo.experiments.gap import GapConfig, run_gap, write_gap_outputs
+    from ugrpo.experiments.gap import GapConfig, run_gap
+    from ugrpo.report.gap_report import write_gap_outputs
 
     rd = RunDir(out / "thm8")
     if rd.read_results() is not None:

@@ -22,7 +22,8 @@ def summary(parts: dict) -> dict:
     out: dict[str, Any] = {}
     if parts.get("fig4"):
         out["fig4"] = {lab: {"accuracy": r["policy"]["accuracy"],
-                             "rows": [{k: x[k] for k in ("estimator", "G", "mse", "ci_low", "ci_high")} for x in r["rows"]]}
+                             "rows": [{k: x[k] for k in ("estimator", "G", "mse", "ci_low",
+                                                         "ci_high")} for x in r["rows"]]}
                        for lab, r in parts["fig4"].items()}
     for part in ("fig5", "table2"):
         r = parts.get(part)
@@ -71,8 +72,9 @@ def claims(parts: dict) -> list[dict]:
         ok = [q for *_, q in rats if q["ratio"] is not None]
         v = ("cannot tell" if len(ok) < len(rats) else "supports" if all(q["ci_high"] <= 1.10 for q in ok) else
              "contradicts" if any(q["ci_low"] > 1.10 for q in ok) else "cannot tell")
-        out.append(_claim(names[1], v, "MSE_grpo / MSE_oracle at the G nearest 32 (within 10% = supports): " + "; ".join(
-            f"{lab} G={G}: {_f(q['ratio'])} [{_f(q['ci_low'])}, {_f(q['ci_high'])}]" for lab, G, q in rats)))
+        text = "; ".join(f"{lab} G={G}: {_f(q['ratio'])} [{_f(q['ci_low'])}, {_f(q['ci_high'])}]"
+                         for lab, G, q in rats)
+        out.append(_claim(names[1], v, f"MSE_grpo / MSE_oracle at the G nearest 32 (within 10% = supports): {text}"))
         rows = {}
         for lab in STRENGTHS:
             if lab in f4:
@@ -102,7 +104,7 @@ def _best_g_claim(r: dict | None) -> dict:
         return _claim(name, "cannot tell", f"{ev}; one seed per (N, G): no intervals, so no ordering is evidence")
     pl = r.get("planner")
     if pl:
-        from ugrpo.experiments.lm_sweep import swept_g_star
+        from ugrpo.report.lm_sweep_report import swept_g_star
 
         ev += f"; planner (Thm 7) among the swept G: {swept_g_star(pl)} (interval {pl['g_star_ci']})"
     interior = all(groups[0] < b["G"] < groups[-1] for b in best)
@@ -136,7 +138,8 @@ def _thm8_claim(r: dict | None) -> dict:
 
     ev = "; ".join(f"{c['estimator']} G={c['G']}: mean n*gap {_f(c['fit']['corrected']['mean'])} +- "
                    f"{_f(1.96 * c['fit']['corrected']['se'])} vs E = {_f(c['fit']['corrected']['predicted_mean'])} "
-                   f"(beta^2, KS p {_f(c['fit']['corrected']['ks_p'])}) and {_f(c['fit']['printed']['predicted_mean'])} "
+                   f"(beta^2, KS p {_f(c['fit']['corrected']['ks_p'])}) and "
+                   f"{_f(c['fit']['printed']['predicted_mean'])} "
                    f"(printed, KS p {_f(c['fit']['printed']['ks_p'])})" for c in cells)
     corr = all(ok(c["fit"]["corrected"]) for c in cells)
     printed_rejected = any(not ok(c["fit"]["printed"]) for c in cells)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import base64
 import html
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ugrpo.report.markdown import fmt
 from ugrpo.runs import RunDir, atomic_write_text
@@ -68,7 +69,7 @@ def _fig4(out: Path, summ: dict) -> list[str]:
 def _planner(pl: dict | None) -> str:
     if not pl:
         return "<p>Planner: not run for this part.</p>"
-    from ugrpo.experiments.lm_sweep import swept_g_star
+    from ugrpo.report.lm_sweep_report import swept_g_star
 
     same = " (the same at every budget: the bound (11) scales with 1/N)" if pl["g_star_swept"] is not None else ""
     return (f"<p>Planner (Theorem 7, eq. (12), from a B0 x G0 = {pl['pilot'][0]} x {pl['pilot'][1]} pilot at the "
@@ -76,8 +77,7 @@ def _planner(pl: dict | None) -> str:
 
 
 def _best_per_checkpoint(r: dict) -> list[str]:
-    from ugrpo.experiments.lm_sweep import METRICS
-    from ugrpo.report.lm_sweep_report import best_g_table
+    from ugrpo.report.lm_sweep_report import METRICS, best_g_table
 
     h = []
     for m in METRICS:

@@ -31,7 +31,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["MIN_PILOT_GROUP", "Estimate", "VarianceComponents", "gaussian_sketch", "point_estimates", "estimate_components"]
+__all__ = ["MIN_PILOT_GROUP", "Estimate", "VarianceComponents", "gaussian_sketch", "point_estimates",
+           "estimate_components"]
 
 MIN_PILOT_GROUP = 4
 """Smallest pilot group size G0 accepted (the c2 and c3 estimators average over ordered triples)."""
@@ -207,7 +208,8 @@ def _check_diag(diag: Tensor) -> None:
     if bad.any():
         idx = tuple(int(i) for i in bad.nonzero()[0])
         raise ValueError(
-            f"scores (or gram diagonal) contain non-finite values (NaN or inf) or overflow, first at sample index {idx} "
+            "scores (or gram diagonal) contain non-finite values (NaN or inf) or overflow, first at sample index "
+            f"{idx} "
             f"(..., prompt, sample); fix the score computation"
         )
 

@@ -31,8 +31,9 @@ Deviations from / additions to the paper
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Sequence
+from typing import Literal
 
 from ugrpo.tasks.arith_verify import ExtractMode, integer_reward
 from ugrpo.tasks.base import OptionError, Problem, VerifyStats

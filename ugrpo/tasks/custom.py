@@ -42,8 +42,9 @@ import math
 import numbers
 import os
 import traceback
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from ugrpo.tasks.base import OptionError, Problem, VerifierContractError, VerifyStats, _warn_once, check_options
 from ugrpo.tasks.loading import BadRow, BadRowPolicy, RowError, read_rows, text_field

@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Callable, ClassVar, Sequence
+from typing import Any, ClassVar
 
 from ugrpo.tasks.arith_verify import last_boxed
 from ugrpo.tasks.base import OptionError, Problem, VerifyStats

@@ -20,7 +20,8 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from ugrpo.experiments.demo import QUICK_SETTINGS, run_demo, summary_rows, write_demo_report
+    from ugrpo.experiments.demo import QUICK_SETTINGS, run_demo
+    from ugrpo.report.demo_report import summary_rows, write_demo_report
     from ugrpo.report.markdown import text_table
 
     t0 = time.perf_counter()

@@ -24,9 +24,11 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--groups", default=None, help="comma-separated group sizes G (each >= 2); default 2,4,8,16,32,64 "
                    "(env) or 4,8,16,32,64 (model)")
     p.add_argument("--batch", type=int, default=8, help="prompts per minibatch B")
-    p.add_argument("--reps", type=int, default=None, help="independent minibatches R per G (default 1000 env, 30 model)")
+    p.add_argument("--reps", type=int, default=None, help="independent minibatches R per G (default 1000 env, 30 "
+                   "model)")
     p.add_argument("--ref-samples", type=int, default=256, help="with --model: reference samples M per prompt")
-    p.add_argument("--prompts", type=int, default=32, help="with --model: the fixed prompt set size P (uniform over it)")
+    p.add_argument("--prompts", type=int, default=32, help="with --model: the fixed prompt set size P (uniform over "
+                   "it)")
     p.add_argument("--sketch-dim", type=int, default=256, help="with --model: sketch dimension k of the scores")
     p.add_argument("--temperature", type=float, default=1.0, help="with --model: sampling temperature")
     p.add_argument("--max-new-tokens", type=int, default=8, help="with --model: completion length cap")
@@ -76,7 +78,8 @@ def main(args: argparse.Namespace) -> int:
                          [[r["G"], r["estimator"], r["mse"], fmt_ci(r["ci_low"], r["ci_high"]), r["predicted"]]
                           for r in results["rows"]]))
     else:
-        from ugrpo.experiments.mse import mse_experiment, table_rows
+        from ugrpo.experiments.mse import mse_experiment
+        from ugrpo.report.mse_report import table_rows
 
         results = mse_experiment(cfg, args.out, argv=argv, progress=not args.no_progress)
         print(text_table(["G", "estimator", "MC MSE", "95% CI", "exact"], table_rows(results)))

@@ -96,7 +96,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"wrote pilot {args.save_pilot}")
     if "pilot_cost" in r:
         pc, sc = r["pilot_cost"], r["step_cost"]
-        print(f"pilot: {pc['samples']} samples in {pc['seconds']:.1f} s; one step at N = {r['budget']}: ~{sc['seconds']:.2f} s "
+        print(f"pilot: {pc['samples']} samples in {pc['seconds']:.1f} s; one step at N = {r['budget']}: "
+              f"~{sc['seconds']:.2f} s "
               f"(estimated); pilot saved to {r['pilot_file']}")
     print(f"wrote {args.out}/results.json, plan.png, report.md")
     return 0

@@ -18,6 +18,7 @@ import argparse
 
 from ugrpo.cli.options import add_override_flags, parse_overrides, ray_options
 from ugrpo.experiments.common import command_line, default_workers, parse_float_list, parse_int_list
+from ugrpo.stats.estimators import ESTIMATORS
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -47,11 +48,12 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="learning rate (constant) or beta (inverse: lr/i); one value, or one per budget "
                    "(comma-separated); default 1.0")
     p.add_argument("--lr-schedule", default=None, choices=["constant", "inverse"], help="default constant")
-    p.add_argument("--baseline", default=None, choices=["vanilla", "grpo", "grpo_mean", "oracle"], help="default grpo")
+    p.add_argument("--baseline", default=None, choices=ESTIMATORS, help="default grpo")
     p.add_argument("--seeds", type=int, default=5, help="independent runs per (N, G)")
     p.add_argument("--seed", type=int, default=0, help="first seed (runs use seed..seed+seeds-1)")
     p.add_argument("--checkpoints", default=None,
-                   help="steps at which the gap is recorded, comma-separated (default: steps/4, steps/2, 3 steps/4, steps)")
+                   help="steps at which the gap is recorded, comma-separated (default: steps/4, steps/2, 3 steps/4, "
+                   "steps)")
     p.add_argument("--out", required=True, help="run folder (resumed if it holds a sweep with the same settings)")
     p.add_argument("--no-progress", action="store_true")
     from ugrpo.experiments.lm_sweep import SWEEP_KEYS
@@ -112,12 +114,11 @@ def _lm_config(args: argparse.Namespace):
 
 
 def _main_lm(args: argparse.Namespace) -> int:
+    from ugrpo.experiments.lm_sweep import sweep_lm
     from ugrpo.report.markdown import fmt_ci, text_table
 
-    from ugrpo.experiments.lm_sweep import sweep_lm
-
     results = sweep_lm(_lm_config(args), args.out, argv=command_line("sweep", args), progress=not args.no_progress)
-    cps, rows = results["checkpoints"], results["rows"]
+    rows = results["rows"]
     metric = "eval_accuracy" if any(r["metric"] == "eval_accuracy" for r in rows) else "eval_pass1"
     print(f"held-out {metric} per checkpoint (mean over seeds, 95% t-interval):")
     print(text_table(["N", "G", "B", "step", "mean", "95% CI", "seeds"],
@@ -130,7 +131,7 @@ def _main_lm(args: argparse.Namespace) -> int:
             print(f"N={b['budget']} step {b['checkpoint']}: empirical best G = {b['G']} ({b['mean']:.3f}{tie})")
     pl = results.get("planner")
     if pl:
-        from ugrpo.experiments.lm_sweep import swept_g_star
+        from ugrpo.report.lm_sweep_report import swept_g_star
 
         print(f"planner G* = {pl['g_star']} (95% CI {pl['g_star_ci']}), among the swept G: {swept_g_star(pl)}")
     if results["config"]["seeds"] == 1:

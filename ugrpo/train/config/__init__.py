@@ -2,7 +2,7 @@
 documentation), loading and dotted overrides (:mod:`.load`), and the field descriptions that ``ugrpo train
 --help`` prints (:mod:`.describe`)."""
 
-from ugrpo.train.config.describe import FieldHelp, describe_fields
+from ugrpo.train.config.describe import FieldHelp, describe_fields, summary_line
 from ugrpo.train.config.load import config_from_dict, field_names, load_config, parse_overrides
 from ugrpo.train.config.schema import (
     BudgetConfig,
@@ -30,4 +30,5 @@ __all__ = [
     "field_names",
     "load_config",
     "parse_overrides",
+    "summary_line",
 ]

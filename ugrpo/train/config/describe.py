@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from ugrpo.train.config.schema import TrainConfig
 
-__all__ = ["FieldHelp", "describe_fields"]
+__all__ = ["FieldHelp", "describe_fields", "summary_line"]
 
 
 @dataclass(frozen=True)
@@ -93,3 +93,18 @@ def describe_fields(cls: type = TrainConfig, prefix: str = "") -> list[FieldHelp
         out.append(FieldHelp(name=name, section=name.split(".")[0] if "." in name else "", type=_type_name(tp),
                              default=_default(f), doc=docs.get(f.name, "")))
     return out
+
+
+def summary_line(cfg: TrainConfig) -> str:
+    """The resolved config in one line (the whole of it is in the run folder's config.json).
+
+    >>> from ugrpo.train.config import config_from_dict
+    >>> summary_line(config_from_dict({}))
+    'config: model tiny:instruct, task arithmetic, N = 64 samples per step, G = 8 (B = 8 prompts), algorithm 1, \
+baseline grpo, scale none, adamw lr 1e-05 (constant), 100 steps, seed 0'
+    """
+    b = cfg.budget
+    return (f"config: model {cfg.model.name}, task {cfg.task.name}, N = {b.samples_per_step} samples per step, "
+            f"G = {b.group_size} (B = {cfg.prompts_per_step} prompts), algorithm {cfg.algorithm}, baseline "
+            f"{cfg.baseline}, scale {cfg.scale}, {cfg.optim.name} lr {cfg.optim.lr:g} ({cfg.optim.scheduler}), "
+            f"{cfg.steps} steps, seed {cfg.seed}")

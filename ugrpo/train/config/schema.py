@@ -1,6 +1,7 @@
 """Training configuration: the frozen dataclasses (the schema); loading lives in :mod:`.load`.
 
-``load_config(path, overrides)`` (:mod:`ugrpo.train.config.load`) reads a YAML file whose top-level keys are the fields of
+``load_config(path, overrides)`` (:mod:`ugrpo.train.config.load`) reads a YAML file whose top-level keys are the fields
+of
 :class:`TrainConfig` (nested sections for ``model``, ``task``, ``budget``, ``sampling``,
 ``loss``, ``optim``, ``eval``), applies dotted command-line overrides such as
 ``["--optim.lr", "1e-4", "--budget.group_size", "8"]`` (values parsed with YAML scalar
@@ -16,8 +17,11 @@ that does not divide N is an error listing the valid divisors.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
+
+from ugrpo.stats.estimators import ESTIMATORS, GROUP_BASELINES, EstimatorName
 
 __all__ = [
     "ModelConfig",
@@ -236,7 +240,7 @@ class TrainConfig:
     """number of optimisation steps n (each samples N = B*G completions)"""
     algorithm: Literal[1, 2] = 1
     """1 = Algorithm 1 (one on-policy update per batch); 2 = Algorithm 2 (m minibatch updates, ratio)"""
-    baseline: Literal["vanilla", "grpo", "grpo_mean", "oracle"] = "grpo"
+    baseline: EstimatorName = "grpo"
     """baseline C of paper eq. (5): vanilla (0), grpo (LOO mean, eq. 4), grpo_mean (full mean), oracle (V(x))"""
     oracle_samples: int = 0
     """M, extra samples per prompt to estimate V(x) for baseline=oracle (their cost is logged)"""
@@ -270,7 +274,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         _positive("", "steps", self.steps)
         _choice("", "algorithm", self.algorithm, (1, 2))
-        _choice("", "baseline", self.baseline, ("vanilla", "grpo", "grpo_mean", "oracle"))
+        _choice("", "baseline", self.baseline, ESTIMATORS)
         _choice("", "scale", self.scale, ("none", "std"))
         _choice("", "zero_std", self.zero_std, ("zero", "eps", "unscaled"))
         _positive("", "eps", self.eps, strict=False)
@@ -281,7 +285,7 @@ class TrainConfig:
         _positive("", "seed", self.seed, strict=False)
         G, B = self.budget.group_size, self.budget.prompts_per_step
         self._check_monitor(G, B)
-        if self.baseline in ("grpo", "grpo_mean") and G < 2:
+        if self.baseline in GROUP_BASELINES and G < 2:
             raise ValueError(
                 f"baseline={self.baseline} needs budget.group_size >= 2 (a group mean over the other samples), "
                 f"got G={G}; raise G or use baseline=vanilla"
@@ -303,7 +307,8 @@ class TrainConfig:
             )
         if self.algorithm == 1:
             if self.minibatches != 1:
-                raise ValueError(f"minibatches={self.minibatches} needs algorithm=2 (Algorithm 1 makes one update per batch)")
+                raise ValueError(f"minibatches={self.minibatches} needs algorithm=2 (Algorithm 1 makes one update per "
+                                 "batch)")
             if self.loss.clip_low is not None or self.loss.clip_high is not None:
                 raise ValueError("loss.clip_low/clip_high need algorithm=2 (Algorithm 1 has no importance ratio)")
 
@@ -312,7 +317,8 @@ class TrainConfig:
         _positive("", "monitor_sketch_dim", self.monitor_sketch_dim)
         _positive("", "monitor_pool", self.monitor_pool)
         if self.monitor_n_boot < 2:
-            raise ValueError(f"monitor_n_boot={self.monitor_n_boot} must be >= 2 (the intervals are bootstrap percentiles; 200 is typical)")
+            raise ValueError(f"monitor_n_boot={self.monitor_n_boot} must be >= 2 (the intervals are bootstrap "
+                             "percentiles; 200 is typical)")
         if self.monitor_every and G < 4:
             raise ValueError(
                 f"monitor_every={self.monitor_every} needs budget.group_size >= 4 (the c2/c3 estimators need G >= 4: "
