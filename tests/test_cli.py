@@ -29,7 +29,8 @@ def test_an_error_inside_train_is_one_line_and_exit_2(tiny_model_dir, tmp_path, 
                        "--steps", "1"], capsys)
     assert rc == 2, err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
-    assert err.startswith("ugrpo train: error: train problem 'custom-train-0': prompt has ") and "> model context 64" in err
+    assert err.startswith("ugrpo train: error: train problem 'custom-train-0': prompt has ")
+    assert "> model context 64" in err
     assert "task.long_prompts=skip" in err
     assert not (out / "metrics.jsonl").exists()
 

@@ -58,7 +58,7 @@ def test_squared_errors_use_common_samples():
     g0 = torch.zeros(env.dim, dtype=torch.float64)  # error against 0 = squared norm of the estimate
     err = squared_errors(batch, g0, B)
     assert set(err) == {*ESTIMATORS, "residual"}
-    # with g = 0 the squared error is ||ghat||^2, and ghat_mean = (G-1)/G ghat_grpo exactly (NOTES.md sec. 3)
+    # with g = 0 the squared error is ||ghat||^2, and ghat_mean = (G-1)/G ghat_grpo exactly (docs/paper.md sec. 3)
     torch.testing.assert_close(err["grpo_mean"], ((G - 1) / G) ** 2 * err["grpo"])
 
 

@@ -142,7 +142,7 @@ def test_k3_value_and_gradient_by_hand():
     assert out.kl.item() == pytest.approx(expected_kl.item())
     assert out.loss.item() == pytest.approx(kappa * expected_kl.item())
     out.loss.backward()
-    # d k3 / d logp = 1 - pi_ref / pi  (the true derivative of K3; NOTES.md section 2)
+    # d k3 / d logp = 1 - pi_ref / pi  (the true derivative of K3; docs/paper.md section 2)
     torch.testing.assert_close(logp.grad, kappa * (1 - r) * mask / 2)
 
 

@@ -9,7 +9,7 @@ squared errors), printed next to the exact value of paper Prop. 3 / docs/math.md
 The Hoeffding split of GRPO's MSE (paper eq. (2), (9)):
 ``MSE_grpo = [c1/B + c2/(BG)] + c3/(BG(G-1))``, the oracle part plus the degenerate residual.
 The residual is also measured directly by Monte Carlo as ||ghat_grpo - ghat_oracle||^2, which
-is orthogonal to the oracle error (NOTES.md section 3), so MC and exact can be compared.
+is orthogonal to the oracle error (docs/paper.md section 3), so MC and exact can be compared.
 
 Deviation from the paper: the paper estimates g and V(x) by Monte Carlo on an LLM; here the
 env gives them exactly, so the only Monte-Carlo error is the one reported.

@@ -37,7 +37,7 @@ PAPER_TABLE2 = {1024: {4: 0.7677, 8: 0.7491, 16: 0.7753, 32: 0.7627, 64: 0.7817,
 PAPER_DATA = {"gsm8k": {"train_path": "data/gsm8k/train.jsonl", "eval_path": "data/gsm8k/test.jsonl"},
               "math": {"train_path": "data/math/train.jsonl", "eval_path": "data/math/test.jsonl"}}
 """local data files of the paper-scale sweeps (as in examples/*.yaml), relative to the working directory"""
-"""Table 2 of the paper (Qwen2.5-Math-7B on MATH, single run, test accuracy at the final step; NOTES.md 8.3)"""
+"""Table 2 of the paper (Qwen2.5-Math-7B on MATH, single run, test accuracy at the final step; docs/paper.md 8.3)"""
 
 
 @dataclass(frozen=True)
@@ -285,8 +285,8 @@ def run_reproduce(cfg: ReproduceConfig, *, progress: bool = True, log: Callable[
     from ugrpo.experiments.reproduce_claims import claims, summary
 
     results = {"scale": cfg.scale, "actions": actions, "seconds": seconds, "claims": claims(parts),
-               "paper": {"table2": PAPER_TABLE2, "fig4": "no numbers in the text (NOTES.md 8.1)",
-                         "fig5": "no numbers in the text (NOTES.md 8.2)"},
+               "paper": {"table2": PAPER_TABLE2, "fig4": "no numbers in the text (docs/paper.md 8.1)",
+                         "fig5": "no numbers in the text (docs/paper.md 8.2)"},
                "summary": summary(parts), "models": {"fig4": dict(plan.fig4_models), "fig5": plan.train["model"],
                                                         "table2": plan.train_table2["model"]}}
     root.write_results(results)

@@ -1,7 +1,7 @@
 """Integer answer extraction for the arithmetic task (binary reward of paper section 5.1).
 
 The paper parses "the LLM output for the answer" and gives reward 1 if it equals the
-ground truth (NOTES.md 8.1); it does not say how. This module fixes one documented rule.
+ground truth (docs/paper.md 8.1); it does not say how. This module fixes one documented rule.
 
 Extraction rule (:func:`extract_integer`), applied in this order:
 

@@ -2,7 +2,7 @@
 
 A *task* is a set of prompts with gold answers plus a verifier. It feeds the reward
 tensor Z of the paper (eq. (5): one reward per completion; the binary reward of
-section 5.1 / NOTES.md 8.1). The verifier follows the TRL reward-function contract:
+section 5.1 / docs/paper.md 8.1). The verifier follows the TRL reward-function contract:
 ``verify(completions, problems) -> list[float | None]`` where ``None`` means
 "could not be scored". :func:`score` wraps it for training: every unscorable value
 (``None``, NaN, a non-number, an exception inside the verifier) becomes reward 0.0
