@@ -38,8 +38,8 @@ def test_an_error_inside_train_is_one_line_and_exit_2(tiny_model_dir, tmp_path, 
 def test_a_bad_config_value_and_an_unknown_field_exit_2(tmp_path, capsys):
     rc, _, err = _run(["train", "--out", tmp_path, "--budget.samples-per-step", "64", "--budget.group_size", "6"],
                       capsys)
-    assert rc == 2 and err.startswith("ugrpo train: error: budget.samples_per_step N=64 is not divisible by") \
-        and len(err.strip().splitlines()) == 1, err
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("ugrpo train: error: budget.group_size G=6 does not divide budget.samples_per_step N=64"), err
     rc, _, err = _run(["train", "--out", tmp_path, "--optim.lrate", "1e-4"], capsys)
     assert rc == 2 and "unknown config key 'optim.lrate'" in err and "optim.lr" in err, err
     rc, _, err = _run(["train", "--out", tmp_path, "--config", tmp_path / "missing.yaml"], capsys)

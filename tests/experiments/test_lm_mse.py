@@ -10,10 +10,11 @@ import pytest
 import torch
 
 from ugrpo.envs.generate import random_env
-from ugrpo.experiments.lm_mse import _components, block_squared_errors, reference_moments
+from ugrpo.experiments.lm_mse import _components
 from ugrpo.experiments.mse import ESTIMATORS
 from ugrpo.stats.advantages import compute_advantages
 from ugrpo.stats.estimator import prompt_gradients
+from ugrpo.stats.mc_mse import block_squared_errors, reference_moments
 
 from .conftest import assert_png, metrics, results, run_cli
 

@@ -237,8 +237,8 @@ def test_lm_sweep_planner(tmp_path, capsys, lm_config):
 
 def test_table2_and_t_interval_closed_forms():
     """Table 2 marks the best G per budget at the last checkpoint; the t-interval matches scipy's formula."""
-    from ugrpo.experiments.lm_sweep import t_interval
     from ugrpo.report.lm_sweep_report import table2
+    from ugrpo.stats.intervals import t_interval
 
     rows = [{"budget": N, "G": G, "checkpoint": c, "metric": "eval_accuracy", "mean": v}
             for N, G, c, v in [(8, 2, 0, 0.9), (8, 4, 0, 0.1), (8, 2, 5, 0.25), (8, 4, 5, 0.5),

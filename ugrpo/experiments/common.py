@@ -18,9 +18,7 @@ __all__ = [
     "resolve_env",
     "env_theta0",
     "parse_theta",
-    "mean_ci",
     "resolve_theta",
-    "check_divides",
     "command_line",
 ]
 
@@ -121,28 +119,6 @@ def default_workers() -> int:
     a GPU is visible (pool workers would all train on the same device; spread runs over GPUs with
     ``--ray --ray-gpus 1``)."""
     return 1 if torch.cuda.is_available() else available_cores()
-
-
-def check_divides(budget: int, G: int) -> None:
-    """The budget contract (DESIGN.md): G must divide N; never a silent rounding."""
-    if budget % G != 0:
-        raise ValueError(
-            f"group size G={G} does not divide the budget N={budget} (N = B*G); "
-            f"choose G among the divisors of {budget} or change --budget"
-        )
-
-
-def mean_ci(values: Sequence[float]) -> dict[str, Any]:
-    """Mean with a normal 95% interval mean +- 1.96 SE (SE = sample std / sqrt(n)); n = 1 -> no CI."""
-    t = torch.as_tensor(list(values), dtype=torch.float64)
-    n = t.numel()
-    if n == 0:
-        raise ValueError("mean_ci needs at least one value")
-    m = float(t.mean())
-    if n < 2:
-        return {"mean": m, "se": None, "ci_low": None, "ci_high": None, "n": n}
-    se = float(t.std(correction=1)) / math.sqrt(n)
-    return {"mean": m, "se": se, "ci_low": m - 1.96 * se, "ci_high": m + 1.96 * se, "n": n}
 
 
 def command_line(name: str, args: Any) -> list[str]:

@@ -27,6 +27,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from ugrpo.runs import RunDir, to_jsonable
+from ugrpo.stats.seeds import derive_seed
 
 __all__ = ["LMPlanConfig", "SketchedSamples", "parse_task_options", "load_lm_task", "sample_sketched",
            "sample_lm_pilot", "run_lm_plan"]
@@ -141,8 +142,8 @@ class LMPlanConfig:
     chunk_size: int = 512
 
     def __post_init__(self) -> None:
-        from ugrpo.experiments.common import check_divides
         from ugrpo.experiments.pilot_io import MIN_PILOT_GROUP
+        from ugrpo.stats.budget import check_divides
 
         if self.pilot_group < MIN_PILOT_GROUP or self.pilot_batch < 2:
             raise ValueError(f"--pilot-group G0 = {self.pilot_group} and --pilot-batch B0 = {self.pilot_batch}: "
@@ -193,7 +194,7 @@ def sample_lm_pilot(cfg: LMPlanConfig, *, progress: bool = True):
     gen = torch.Generator().manual_seed(cfg.seed)
     idx = torch.randint(0, len(problems), (cfg.pilot_batch,), generator=gen).tolist()
     drawn = [problems[i] for i in idx]
-    seeds = [(cfg.seed * 1_000_003 + 104_729 * b + 1) % (2**62) for b in range(cfg.pilot_batch)]
+    seeds = [derive_seed(cfg.seed, b, stride=104_729, offset=1) for b in range(cfg.pilot_batch)]
     if progress:
         print(f"pilot: sampling {cfg.pilot_batch} x {cfg.pilot_group} = {cfg.pilot_batch * cfg.pilot_group} "
               "completions "

@@ -21,17 +21,17 @@ on GPUs; here any config ``ugrpo train`` accepts, at the scale the machine allow
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from tqdm.auto import tqdm
 
-from ugrpo.experiments.common import check_divides
 from ugrpo.experiments.executors import RayOptions
 from ugrpo.report.lm_sweep_report import METRICS
 from ugrpo.runs import RunDir, read_jsonl, to_jsonable
+from ugrpo.stats.budget import check_divides
+from ugrpo.stats.intervals import t_interval
 
 __all__ = ["LMSweepConfig", "RunSpec", "build_runs", "check_lm_resume", "run_lm_sweep", "collect_evals",
            "aggregate_lm", "best_lm_groups", "lm_planner", "sweep_lm", "SWEEP_KEYS"]
@@ -199,19 +199,6 @@ def collect_evals(root: RunDir, specs: Sequence[RunSpec]) -> list[dict[str, Any]
                 evals[int(r["step"])] = {m: r.get(m) for m in METRICS}
         out.append({"budget": sp.budget, "G": sp.G, "seed": sp.seed, "name": sp.name, "evals": evals})
     return out
-
-
-def t_interval(values: Sequence[float]) -> dict[str, Any]:
-    """Mean with a 95% Student-t interval mean +- t_{0.975, n-1} s/sqrt(n); n = 1 -> no interval."""
-    from scipy.stats import t as student_t
-
-    n = len(values)
-    m = sum(values) / n
-    if n < 2:
-        return {"mean": m, "se": None, "ci_low": None, "ci_high": None, "n": n}
-    se = math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1) / n)
-    h = float(student_t.ppf(0.975, n - 1)) * se
-    return {"mean": m, "se": se, "ci_low": m - h, "ci_high": m + h, "n": n}
 
 
 def aggregate_lm(runs: Sequence[dict[str, Any]]) -> tuple[list[int], list[dict[str, Any]]]:

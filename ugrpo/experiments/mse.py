@@ -17,7 +17,6 @@ env gives them exactly, so the only Monte-Carlo error is the one reported.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -28,7 +27,9 @@ from tqdm.auto import tqdm
 from ugrpo.runs import RunDir
 from ugrpo.stats.advantages import compute_advantages
 from ugrpo.stats.estimators import ESTIMATORS
-from ugrpo.stats.exact_mse import hoeffding_split  # re-exported; the split lives in stats
+from ugrpo.stats.exact_mse import hoeffding_split
+from ugrpo.stats.intervals import mean_interval
+from ugrpo.stats.seeds import derive_seed  # re-exported; the split lives in stats
 
 __all__ = ["ESTIMATORS", "MSEConfig", "squared_errors", "run_mse", "mse_experiment", "hoeffding_split"]
 
@@ -93,9 +94,8 @@ def squared_errors(batch, g_true: torch.Tensor, B: int) -> dict[str, torch.Tenso
 
 
 def _stats(x: torch.Tensor) -> dict[str, float]:
-    m = float(x.mean())
-    se = float(x.std(correction=1)) / math.sqrt(x.numel())
-    return {"mse": m, "se": se, "ci_low": m - 1.96 * se, "ci_high": m + 1.96 * se}
+    r = mean_interval(x)
+    return {"mse": r["mean"], "se": r["se"], "ci_low": r["ci_low"], "ci_high": r["ci_high"]}
 
 
 def run_mse(env, theta: torch.Tensor, cfg: MSEConfig, run: RunDir, *, progress: bool = True) -> dict[str, Any]:
@@ -114,7 +114,7 @@ def run_mse(env, theta: torch.Tensor, cfg: MSEConfig, run: RunDir, *, progress: 
     bar = tqdm(total=total, desc="mse reps", unit="rep", disable=not progress, dynamic_ncols=True)
     try:
         for G in cfg.groups:
-            gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + G)  # one stream per G
+            gen = torch.Generator().manual_seed(derive_seed(cfg.seed, G))  # one stream per G
             chunk = max(1, min(R, cfg.max_chunk_floats // max(1, B * G * D)))
             errs: dict[str, list[torch.Tensor]] = {}
             done = 0

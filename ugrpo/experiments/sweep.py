@@ -21,8 +21,9 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from ugrpo.experiments.common import check_divides, mean_ci
 from ugrpo.runs import RunDir
+from ugrpo.stats.budget import check_divides
+from ugrpo.stats.intervals import mean_interval
 
 __all__ = ["SweepConfig", "run_sweep", "sweep_experiment", "default_checkpoints", "aggregate", "best_groups",
            "check_resume", "RESUME_KEYS"]
@@ -148,7 +149,7 @@ def aggregate(runs: Sequence[dict[str, Any]], checkpoints: Sequence[int]) -> lis
     rows = []
     for (N, G), rs in sorted(cells.items()):
         for j, c in enumerate(checkpoints):
-            st = mean_ci([r["gaps"][j] for r in rs])
+            st = mean_interval([r["gaps"][j] for r in rs])
             rows.append({"budget": N, "G": G, "B": N // G, "checkpoint": c, "gap_mean": st["mean"],
                          "ci_low": st["ci_low"], "ci_high": st["ci_high"], "se": st["se"], "seeds": st["n"]})
     return rows

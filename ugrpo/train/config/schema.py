@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ugrpo.stats.budget import check_divides
 from ugrpo.stats.estimators import ESTIMATORS, GROUP_BASELINES, EstimatorName
 
 __all__ = [
@@ -113,12 +114,7 @@ class BudgetConfig:
         _positive("budget.", "samples_per_step", N)
         _positive("budget.", "group_size", G)
         _positive("budget.", "micro_batch", self.micro_batch, strict=False)
-        if N % G:
-            divisors = [d for d in range(1, N + 1) if N % d == 0]
-            raise ValueError(
-                f"budget.samples_per_step N={N} is not divisible by group_size G={G}; "
-                f"choose G among {divisors} (B = N/G prompts per step must be an integer)"
-            )
+        check_divides(N, G, n_name="budget.samples_per_step N", g_name="budget.group_size G")
 
     @property
     def prompts_per_step(self) -> int:
