@@ -26,7 +26,7 @@ def test_mean_interval_closed_form_and_single_value():
 
 def test_t_interval_uses_the_student_quantile():
     r = t_interval([1.0, 2.0, 6.0])  # s = sqrt(7), t_{0.975, 2} = 4.302652729696142
-    assert r["ci_high"] - r["mean"] == pytest.approx(4.302652729696142 * math.sqrt(7 / 3), rel=1e-9)  # quantile to 1e-11
+    assert r["ci_high"] - r["mean"] == pytest.approx(4.302652729696142 * math.sqrt(7 / 3), rel=1e-9)
 
 
 def test_difference_interval_is_the_mean_interval_of_the_differences():
