@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ugrpo.report.markdown import fmt
+from ugrpo.stats.intervals import Z95
 
 __all__ = ["STRENGTHS", "claims", "summary"]
 
@@ -137,7 +138,7 @@ def _thm8_claim(r: dict | None) -> dict:
         return fit["ks_p"] > 0.01 and fit["cvm_p"] > 0.01 and abs(fit["z"]) < 3
 
     ev = "; ".join(f"{c['estimator']} G={c['G']}: mean n*gap {_f(c['fit']['corrected']['mean'])} +- "
-                   f"{_f(1.96 * c['fit']['corrected']['se'])} vs E = {_f(c['fit']['corrected']['predicted_mean'])} "
+                   f"{_f(Z95 * c['fit']['corrected']['se'])} vs E = {_f(c['fit']['corrected']['predicted_mean'])} "
                    f"(beta^2, KS p {_f(c['fit']['corrected']['ks_p'])}) and "
                    f"{_f(c['fit']['printed']['predicted_mean'])} "
                    f"(printed, KS p {_f(c['fit']['printed']['ks_p'])})" for c in cells)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ugrpo.stats.intervals import normal_interval
+
 
 # ----------------------------------------------------------------------------- plots and report
 def _verdict(fit: dict[str, Any]) -> str:
@@ -44,8 +46,10 @@ def write_gap_outputs(rd, results: dict[str, Any], cfg: Any, argv: list[str] | N
                ylabel="empirical quantile of (n+i0) gap", suptitle="QQ plot, 50 levels")
     ndep = [Series(f"{c['estimator']} G={c['G']}", x=[r["n_eff"] for r in c["by_n"]],
                    y=[r["mean"] / c["fit"]["corrected"]["predicted_mean"] for r in c["by_n"]],
-                   low=[(r["mean"] - 1.96 * r["se"]) / c["fit"]["corrected"]["predicted_mean"] for r in c["by_n"]],
-                   high=[(r["mean"] + 1.96 * r["se"]) / c["fit"]["corrected"]["predicted_mean"] for r in c["by_n"]])
+                   low=[normal_interval(r["mean"], r["se"])[0] / c["fit"]["corrected"]["predicted_mean"]
+                        for r in c["by_n"]],
+                   high=[normal_interval(r["mean"], r["se"])[1] / c["fit"]["corrected"]["predicted_mean"]
+                         for r in c["by_n"]])
             for c in cells]
     ndep.append(Series("printed (no beta^2)", x=[ndep[0].x[0], ndep[0].x[-1]], y=[1 / cfg.beta**2] * 2, dashed=True))
     line_plot(rd.file("n_dependence.png"), ndep, xlabel="n + i0", ylabel="mean (n+i0) gap / predicted E",

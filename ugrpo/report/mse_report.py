@@ -8,6 +8,7 @@ from typing import Any
 
 from ugrpo.runs import RunDir
 from ugrpo.stats.estimators import ESTIMATORS
+from ugrpo.stats.intervals import Z95
 
 
 def reading(results: dict[str, Any]) -> list[str]:
@@ -42,7 +43,7 @@ def reading(results: dict[str, Any]) -> list[str]:
     z = [(r["mse"] - r["exact"]) / r["se"] for r in rows if r["se"] and r["se"] > 0]
     if z:
         zmax = max(abs(v) for v in z)
-        inside = sum(abs(v) <= 1.96 for v in z)
+        inside = sum(abs(v) <= Z95 for v in z)
         out.append(
             f"Monte Carlo vs exact: {inside} of {len(z)} estimates have the exact value inside their 95% interval; "
             f"the largest deviation is {zmax:.2f} standard errors."

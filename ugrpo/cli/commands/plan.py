@@ -17,30 +17,41 @@ from ugrpo.experiments.plan_experiment import PlanConfig
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--env", default=None, help="env JSON or builtin:demo: sample a pilot at theta0")
-    p.add_argument("--pilot", default=None, help="a saved pilot .npz instead of an env (docs/pilot-format.md)")
-    p.add_argument("--model", default=None, help="sample the pilot from a language model: tiny:STRENGTH, a local "
-                   "folder or a cached hub id (writes OUT/pilot.npz)")
-    p.add_argument("--task", default=None, help="with --model: the task (arithmetic, gsm8k, math, custom)")
-    p.add_argument("--task-option", action="append", default=[], metavar="NAME=VALUE",
-                   help="with --model: a task option, repeatable (e.g. prompt_style=compact)")
-    p.add_argument("--sketch-dim", type=int, default=256, help="with --model: sketch dimension k of the scores")
-    p.add_argument("--group", type=int, default=None, help="with --model: the group size in use (must divide N), "
-                   "compared with G*")
-    p.add_argument("--temperature", type=float, default=1.0, help="with --model: sampling temperature")
-    p.add_argument("--max-new-tokens", type=int, default=8, help="with --model: completion length cap")
-    p.add_argument("--chat", action="store_true", help="with --model: wrap prompts in the chat template")
-    p.add_argument("--pilot-batch", type=int, default=None, help="pilot prompts B0 (with --env)")
-    p.add_argument("--pilot-group", type=int, default=None, help="pilot samples per prompt G0 >= 4 (with --env)")
-    p.add_argument("--budget", type=int, default=None, help="samples per step N = B*G (with --trl-config: default "
-                   "per_device_train_batch_size * gradient_accumulation_steps * num_processes)")
-    p.add_argument("--trl-config", default=None, help="a TRL GRPO config (YAML/JSON): plan num_generations for it "
-                   "(docs/trl.md)")
-    p.add_argument("--seed", type=int, default=0, help="seeds the pilot sampling and the bootstrap")
-    p.add_argument("--n-boot", type=int, default=1000, help="bootstrap replicates for the intervals")
-    p.add_argument("--theta", default=None, help="comma-separated parameters for the pilot (default theta0)")
-    p.add_argument("--save-pilot", default=None, help="write the sampled pilot to this .npz")
-    p.add_argument("--out", required=True, help="run folder to write")
+    p.epilog = ("Sources (exactly one): --env samples a B0 x G0 pilot from an exact synthetic policy (the exact G* is "
+                "printed beside the estimate); --pilot reads a saved pilot; --model samples it from a language "
+                "model on --task (writes OUT/pilot.npz); --trl-config reads the model, data and reward functions of "
+                "a TRL GRPO config and answers with num_generations. Each source's own flags are in its group above.")
+    src = p.add_argument_group("the pilot's source (give exactly one)")
+    src.add_argument("--env", default=None, help="env JSON (from `ugrpo make-env`) or builtin:demo: sample a pilot at "
+                     "theta0 (needs --pilot-batch and --pilot-group)")
+    src.add_argument("--pilot", default=None, help="a saved pilot .npz (docs/pilot-format.md; e.g. from --save-pilot)")
+    src.add_argument("--model", default=None, help="sample the pilot from a language model: tiny:STRENGTH, a local "
+                     "folder or a cached hub id (needs --task, --pilot-batch, --pilot-group; writes OUT/pilot.npz)")
+    src.add_argument("--trl-config", default=None, help="a TRL GRPO config (YAML/JSON): plan num_generations for it "
+                     "(docs/trl.md; examples/grpo-trl.yaml)")
+    common = p.add_argument_group("every source")
+    common.add_argument("--budget", type=int, default=None, help="samples per step N = B*G (required; with "
+                        "--trl-config the default is per_device_train_batch_size * gradient_accumulation_steps * "
+                        "num_processes)")
+    common.add_argument("--seed", type=int, default=0, help="seeds the pilot sampling and the bootstrap")
+    common.add_argument("--n-boot", type=int, default=1000, help="bootstrap replicates for the intervals")
+    common.add_argument("--out", required=True, help="run folder to write (results.json, plan.png, report.md)")
+    pilot = p.add_argument_group("the sampled pilot (--env, --model; with --trl-config they replace the file's)")
+    pilot.add_argument("--pilot-batch", type=int, default=None, help="pilot prompts B0 (>= 2)")
+    pilot.add_argument("--pilot-group", type=int, default=None, help="pilot samples per prompt G0 (>= 4)")
+    env = p.add_argument_group("with --env")
+    env.add_argument("--theta", default=None, help="comma-separated parameters for the pilot (default: theta0)")
+    env.add_argument("--save-pilot", default=None, help="write the sampled pilot to this .npz")
+    lm = p.add_argument_group("with --model")
+    lm.add_argument("--task", default=None, help="the task (arithmetic, gsm8k, math, custom)")
+    lm.add_argument("--task-option", action="append", default=[], metavar="NAME=VALUE",
+                    help="a task option, repeatable (e.g. prompt_style=compact)")
+    lm.add_argument("--sketch-dim", type=int, default=256, help="sketch dimension k of the scores")
+    lm.add_argument("--group", type=int, default=None, help="the group size in use (must divide N), compared with "
+                    "G*")
+    lm.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
+    lm.add_argument("--max-new-tokens", type=int, default=8, help="completion length cap")
+    lm.add_argument("--chat", action="store_true", help="wrap prompts in the chat template")
 
 
 def _config(args: argparse.Namespace):
