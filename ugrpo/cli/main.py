@@ -60,7 +60,7 @@ class HelpFormatter(argparse.HelpFormatter):
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
         default = action.default
-        if (not action.option_strings or default is None or default is False or default == []
+        if (not action.option_strings or default is None or default is False or default in ([], "")
                 or default is argparse.SUPPRESS or "default" in text or text == argparse.SUPPRESS):
             return text
         return f"{text} (default: %(default)s)"

@@ -26,7 +26,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scale", type=float, default=3.0, help="feature scale of the built-in singular-Hessian policy")
     p.add_argument("--seed", type=int, default=0, help="cell c uses torch seed seed + c")
     p.add_argument("--out", required=True, help="run folder")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
 
 
 def main(args: argparse.Namespace) -> int:

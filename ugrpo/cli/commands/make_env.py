@@ -11,7 +11,8 @@ from pathlib import Path
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--kind", required=True, choices=["softmax_bandit", "linear_softmax"])
+    p.add_argument("--kind", required=True, choices=["softmax_bandit", "linear_softmax"],
+                   help="a softmax bandit (one logit per prompt and action) or a linear softmax policy")
     p.add_argument("--prompts", type=int, required=True, help="number of prompts P")
     p.add_argument("--actions", type=int, required=True, help="actions K per prompt (>= 2)")
     p.add_argument("--dim", type=int, default=None, help="feature dimension d (linear_softmax only)")
@@ -20,7 +21,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--difficulty", type=float, default=0.0, help="reward logits centred at -difficulty")
     p.add_argument("--heterogeneity", type=float, default=1.0,
                    help="prompt heterogeneity in [0, 1]: 0 = identical prompts, 1 = independent")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the random policy")
     p.add_argument("--name", default="", help="free-text name stored in the file")
     p.add_argument("--out", required=True, help="JSON file to write")
 

@@ -33,7 +33,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--temperature", type=float, default=1.0, help="with --model: sampling temperature")
     p.add_argument("--max-new-tokens", type=int, default=8, help="with --model: completion length cap")
     p.add_argument("--chat", action="store_true", help="with --model: wrap prompts in the chat template")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the Monte-Carlo samples (one stream per G)")
     p.add_argument("--theta", default=None, help="comma-separated parameters (length D); default: the env's theta0")
     p.add_argument("--out", required=True, help="run folder to write")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")

@@ -29,8 +29,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ray-cpus", type=float, default=None, help="with --ray: CPUs per run (default 1)")
     p.add_argument("--ray-gpus", type=float, default=None, help="with --ray: GPUs per run (default 0; use 1 at "
                    "--scale paper)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--seed", type=int, default=0, help="seed of every part")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     # hidden: tests run every part on one small local model and a custom task
     p.add_argument("--model-override", default=None, help=argparse.SUPPRESS)
     p.add_argument("--task", default=None, help=argparse.SUPPRESS)

@@ -55,7 +55,7 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="steps at which the gap is recorded, comma-separated (default: steps/4, steps/2, 3 steps/4, "
                    "steps)")
     p.add_argument("--out", required=True, help="run folder (resumed if it holds a sweep with the same settings)")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     from ugrpo.experiments.lm_sweep import SWEEP_KEYS
 
     # the sweep sets SWEEP_KEYS itself (--budget, --groups, --seed, --steps); --baseline is the synthetic sweep's
