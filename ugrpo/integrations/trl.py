@@ -43,6 +43,7 @@ import math
 import time
 import warnings
 from collections.abc import Callable, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import torch
@@ -336,13 +337,11 @@ class GroupSizeMonitor(TrainerCallback):
         return rec
 
     def _measure(self, trainer, batch: dict, rewards: Tensor, *, step: int, seed: int) -> MonitorRecord:
-        from trl.models.utils import disable_gradient_checkpointing
-
         from ugrpo.lm.sketch import sketch_scores
 
         model = trainer.accelerator.unwrap_model(trainer.model)
         tensors = tuple(batch[k] for k in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask"))
-        with disable_gradient_checkpointing(model, trainer.args.gradient_checkpointing_kwargs):
+        with _no_activation_checkpointing(model, trainer.args):
             local = sketch_scores(model, tensors, self.sketch_dim, seed=seed, params=self.params,
                                   temperature=trainer.args.temperature)  # (n_local, k)
         # (N_global, k), same S everywhere
@@ -370,3 +369,19 @@ class GroupSizeMonitor(TrainerCallback):
                    + (f", e.g. {advice.suggestion}" if advice.suggestion else ""))
         warnings.warn(msg, UserWarning, stacklevel=3)
         self._warned = True
+
+
+@contextmanager
+def _no_activation_checkpointing(model, args):
+    """Activation (gradient) checkpointing off for the monitor's backward pass, restored afterwards; the
+    transformers v5 names where they exist (the ``gradient_checkpointing_*`` ones are deprecated there)."""
+    new = hasattr(model, "activation_checkpointing_disable")
+    was_on = bool(model.is_activation_checkpointing if new else model.is_gradient_checkpointing)
+    if was_on:
+        (model.activation_checkpointing_disable if new else model.gradient_checkpointing_disable)()
+    try:
+        yield
+    finally:
+        if was_on:
+            kwargs = getattr(args, "activation_checkpointing_kwargs" if new else "gradient_checkpointing_kwargs", None)
+            (model.activation_checkpointing_enable if new else model.gradient_checkpointing_enable)(kwargs)
