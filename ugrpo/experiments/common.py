@@ -1,4 +1,4 @@
-"""Shared plumbing of the experiment commands: argument parsing, env lookup, error exits.
+"""Shared plumbing of the experiment commands: parsing of list flags, env and theta lookup, worker counts.
 
 Kept free of math: the commands' logic lives in ``mse.py``, ``plan.py``, ``sweep.py``.
 """

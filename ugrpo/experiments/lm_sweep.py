@@ -74,7 +74,7 @@ class LMSweepConfig:
             raise ValueError(f"--steps must be >= 1, got {self.steps}")
         for key, _ in self.overrides:
             if key in SWEEP_KEYS:
-                raise ValueError(f"--set {key}=...: the sweep sets {key} itself; use --budget / --groups / --seed / "
+                raise ValueError(f"override {key}: the sweep sets {key} itself; use --budget / --groups / --seed / "
                                  "--steps instead")
         for N in self.budgets:  # every (N, G) before any work starts
             for G in self.groups:
