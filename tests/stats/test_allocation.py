@@ -157,3 +157,12 @@ def test_bad_input_names_the_problem():
         PromptStats(value=np.array([0.5]), c2=np.array([-1.0]), c3=np.array([0.0]))
     assert set(RULES) == {"uniform", "vip", "knapsack", "ustat"}
     assert greedy_allocation(np.zeros((2, 3)), 2, 4).tolist() == [2, 2]
+
+
+def test_docs_token_counterexample():
+    """docs/math.md M35: greedy on gain per token gives (5, 2) with F = 3.15; the optimum is (2, 3), F = 2.5."""
+    st = PromptStats(value=np.array([0.5, 0.5]), c2=np.zeros(2), c3=np.array([3.0, 6.0]))
+    got = allocate("ustat", st, 11, unit="tokens", lengths=np.array([1, 3]))
+    assert got.sizes.tolist() == [2, 3] and got.cost == 11
+    assert predicted_mse(got, st) * 4 == pytest.approx(2.5)
+    assert predicted_mse([5, 2], st) * 4 == pytest.approx(3.15)
