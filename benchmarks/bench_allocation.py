@@ -64,10 +64,15 @@ def main() -> None:
         samples = [r for r in res["ratios"] if r["unit"] == "samples"]
         goal = {m: all((r["ratio"] <= 0.7) if r["denominator"] == "uniform" else (r["ci_high"] < 1.0)
                        for r in samples if r["moments"] == m) for m in ("true", "predicted")}
-        out.append({"instance": name, "budget": budget, "make_env": spec, **res["instance"], "ratios": ratios,
+        inst = res["instance"]
+        mse_u = next(r["mse"] for r in res["rows"] if r["rule"] == "uniform")
+        # any allocation over the same B keeps c1/B: the ratio to uniform cannot go below this share
+        floor = inst["c1"] / inst["B"] / mse_u
+        out.append({"instance": name, "budget": budget, "make_env": spec, **inst, "ratios": ratios,
+                    "c1_share_of_uniform_mse": floor,
                     "goal_met_samples": goal, "rows": res["rows"], "token_rows": res["token_rows"],
                     "prediction_quality": res["prediction_quality"], "seconds": time.perf_counter() - t0})
-        print(f"{name:15s} G_u={res['instance']['best_uniform_G']:3d} B={res['instance']['B']:3d} " + "  ".join(
+        print(f"{name:15s} G_u={inst['best_uniform_G']:3d} B={inst['B']:3d} c1/B share {floor:.2f} " + "  ".join(
             f"{r['unit'][0]}/{r['moments'][:4]}/{r['denominator'][:4]} {r['ratio']:.3f}" for r in res["ratios"]),
             flush=True)
     path = write_result("allocation", {

@@ -78,15 +78,16 @@ def test_allocate_command_end_to_end(tmp_path, capsys):
     assert rc == 0, err
     run = tmp_path / "run"
     rc, out, err = run_cli(["allocate", "--env", env_path, "--budget", 48, "--batches", 60, "--token-batches", 5,
-                            "--seed", 1, "--out", run, "--no-progress"], capsys)
+                            "--seed", 1, "--screen", "--out", run, "--no-progress"], capsys)
     assert rc == 0, err
     res = results(run)
     rows = res["rows"]
-    assert {(r["rule"], r["moments"]) for r in rows} == {(a, m) for a in ("uniform", "vip", "knapsack", "ustat")
+    assert {(r["rule"], r["moments"]) for r in rows} == {(a, m) for a in ("uniform", "vip", "knapsack", "ustat",
+                                                                          "ustat+screen")
                                                          for m in ("true", "predicted")}
     for r in rows + res["token_rows"]:
         assert {"rule", "moments", "budget", "mse", "ci_low", "ci_high"} <= set(r)
-        assert r["budget"] == 48 and 0 < r["ci_low"] <= r["mse"] <= r["ci_high"]
+        assert r["budget"] == 48 and 0 <= r["ci_low"] <= r["mse"] <= r["ci_high"]
     uni = next(r for r in rows if r["rule"] == "uniform")
     assert uni["G"] == res["instance"]["best_uniform_G"] and 48 % uni["G"] == 0
     assert min(c["mse"] for c in res["uniform_curve"]) == pytest.approx(uni["mse"])

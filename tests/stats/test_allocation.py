@@ -166,3 +166,39 @@ def test_docs_token_counterexample():
     assert got.sizes.tolist() == [2, 3] and got.cost == 11
     assert predicted_mse(got, st) * 4 == pytest.approx(2.5)
     assert predicted_mse([5, 2], st) * 4 == pytest.approx(3.15)
+
+
+def test_screening_is_explicit_exact_for_its_objective_and_refused_elsewhere():
+    rng = np.random.default_rng(4)
+    for _ in range(10):
+        B = int(rng.integers(1, 4))
+        st = PromptStats(value=rng.uniform(0, 1, B), c2=rng.uniform(0, 3, B), c3=rng.uniform(0, 3, B),
+                         g_norm2=rng.uniform(0, 0.5, B))
+        N = int(rng.integers(2 * B, 3 * B + 4))
+        got = allocate("ustat", st, N, g_max=7, screen=True)
+        table = rule_table("ustat", st, 2, 7)
+        best = np.inf
+        for sizes in itertools.product([0, 2, 3, 4, 5, 6, 7], repeat=B):
+            if sum(sizes) == N:
+                best = min(best, sum(st.g_norm2[b] if G == 0 else table[b, G - 2] for b, G in enumerate(sizes)))
+        val = sum(st.g_norm2[b] if G == 0 else table[b, G - 2] for b, G in enumerate(got.sizes))
+        assert got.rule == "ustat+screen" and got.sizes.sum() == N and val == pytest.approx(best, rel=1e-12)
+    assert (allocate("ustat", st, N, g_max=7).sizes >= 2).all()        # the default never drops a prompt
+    with pytest.raises(ValueError, match="defined for rule 'ustat'"):
+        allocate("vip", st, N, g_max=7, screen=True)
+    with pytest.raises(ValueError, match="without g_norm2"):
+        allocate("ustat", PromptStats(st.value, st.c2, st.c3), N, g_max=7, screen=True)
+
+
+def test_dropping_a_prompt_is_biased_by_its_gradient():
+    """Enumeration (docs/math.md M32): with G = (0, 3) the mean of the estimate misses g(x_1)/B."""
+    b = softmax_bandit(2, 2, seed=12)
+    gx = true_grads(b)
+    probs, W, Z = enumerate_group(b, 1, 3)
+    sizes = torch.full((Z.shape[0],), 3)
+    est = ragged_prompt_gradients(W.reshape(-1, W.shape[-1]), ragged_advantages(Z.reshape(-1), sizes), sizes) / 2
+    mean = (probs[:, None] * est).sum(0)
+    torch.testing.assert_close(mean - gx.mean(0), -gx[0] / 2, rtol=1e-12, atol=1e-14)
+    mse = float((probs * ((est - gx.mean(0)) ** 2).sum(1)).sum())
+    f1 = predicted_mse([3], [prompt_moments_exact(b, 1)])        # f_1(3)
+    assert mse == pytest.approx(float((gx[0] ** 2).sum()) / 4 + f1 / 4, rel=1e-11)

@@ -40,6 +40,7 @@ class AllocateConfig:
     history_steps, history_group : the simulated history: steps of N/history_group prompts x history_group samples
     prior_a, prior_b : the Beta prior on p
     shrink : pseudo-count pulling per-prompt score moments toward the pooled history values
+    screen : also run ``ustat+screen`` (G_b = 0 allowed; biased, M32), measured with the exact vector formula
     """
 
     budget: int
@@ -55,6 +56,7 @@ class AllocateConfig:
     prior_a: float = 1.0
     prior_b: float = 1.0
     shrink: float = 4.0
+    screen: bool = False
 
     def __post_init__(self) -> None:
         for name in ("budget", "batches", "token_batches", "g_min", "g_max", "history_steps", "history_group"):
@@ -83,6 +85,7 @@ class Lab:
     c2: float
     c3: float
     lengths: np.ndarray  # (P,) integer tokens per sample (multiples of 8)
+    g_x: np.ndarray  # (P, D) the prompts' true gradients
 
 
 def build_lab(env, seed: int) -> Lab:
@@ -91,7 +94,8 @@ def build_lab(env, seed: int) -> Lab:
     pm = ex.policy_moments
     rng = np.random.default_rng([seed, 1])
     k = np.exp(rng.uniform(math.log(2), math.log(32), env.n_prompts)).round().astype(np.int64)
-    return Lab(true=PromptStats.from_moments(ex.prompt_moments), c1=pm.c1, c2=pm.c2, c3=pm.c3, lengths=8 * k)
+    return Lab(true=PromptStats.from_moments(ex.prompt_moments), c1=pm.c1, c2=pm.c2, c3=pm.c3, lengths=8 * k,
+               g_x=ex.g_x.numpy())
 
 
 def _sample_prompts(env, prompts: torch.Tensor, G: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -114,7 +118,7 @@ def bernoulli_stats(p_moments: tuple[np.ndarray, np.ndarray, np.ndarray], m1: np
     e1, e2, e3 = p_moments
     e_w2v2 = m1 * (e1 - 2 * e2 + e3) + m0 * (e2 - e3)
     m2_var = m1 * (e2 - e3) + m0 * (e1 - 2 * e2 + e3)
-    return PromptStats(value=e1, c2=np.clip(e_w2v2 - g2, 0.0, None), c3=m2_var + g2)
+    return PromptStats(value=e1, c2=np.clip(e_w2v2 - g2, 0.0, None), c3=m2_var + g2, g_norm2=g2)
 
 
 def predicted_stats(env, cfg: AllocateConfig, gen: torch.Generator) -> tuple[PromptStats, dict]:
@@ -165,19 +169,27 @@ def _prediction_quality(pred: PromptStats, true: PromptStats) -> dict:
 
 def _batch_errors(lab: Lab, known: PromptStats, rule: str, batches: np.ndarray, cfg: AllocateConfig,
                   unit: str, G_u: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per batch: (1/B^2) sum_b f_b(G_b) with the TRUE f_b, and the cost spent."""
+    """Per batch: the exact MSE given the batch minus ||gbar_X - g||^2 (whose mean over batches is c1/B), with
+    the TRUE moments (M33), and the cost spent. Without dropped prompts this is (1/B^2) sum_b f_b(G_b); with
+    dropped ones (``ustat+screen``) it adds ||(1/B) sum_kept g(x_b) - g||^2 - ||gbar_X - g||^2 (M32)."""
     B = batches.shape[1]
+    base, screen = rule.split("+")[0], rule.endswith("+screen")
+    g = lab.g_x.mean(0)
     out, cost = np.empty(len(batches)), np.empty(len(batches))
     for j, idx in enumerate(batches):
         if unit == "samples":
-            al = allocate(rule, known.take(idx), cfg.budget if rule != "uniform" else B * G_u, g_min=cfg.g_min,
-                          g_max=cfg.g_max)
+            al = allocate(base, known.take(idx), cfg.budget if rule != "uniform" else B * G_u, g_min=cfg.g_min,
+                          g_max=cfg.g_max, screen=screen)
         else:
             L = lab.lengths[idx]
-            al = allocate(rule, known.take(idx), int(G_u * L.sum()), g_min=cfg.g_min, g_max=cfg.g_max,
-                          unit="tokens", lengths=L)
-        t = lab.true.take(idx)
-        out[j] = prompt_error(t.c2, t.c3, al.sizes).sum() / B**2
+            al = allocate(base, known.take(idx), int(G_u * L.sum()), g_min=cfg.g_min, g_max=cfg.g_max,
+                          unit="tokens", lengths=L, screen=screen)
+        kept = al.sizes > 0
+        t = lab.true.take(idx[kept])
+        out[j] = prompt_error(t.c2, t.c3, al.sizes[kept]).sum() / B**2
+        if not kept.all():
+            gx = lab.g_x[idx]
+            out[j] += float(((gx[kept].sum(0) / B - g) ** 2).sum() - ((gx.mean(0) - g) ** 2).sum())
         cost[j] = al.cost
     return out, cost
 
@@ -207,7 +219,7 @@ def run_allocate(env, cfg: AllocateConfig, progress: bool = False) -> dict:
             continue  # the token budget is priced at uniform G = N/B on the same B prompts
         Gt = G_u if unit == "samples" else cfg.budget // B
         for moments, known in (("true", lab.true), ("predicted", pred)):
-            for rule in cfg.rules:
+            for rule in cfg.rules + (("ustat+screen",) if cfg.screen else ()):
                 if rule == "uniform" and unit == "samples":
                     table.append({"rule": "uniform", "moments": moments, "budget": cfg.budget, "unit": unit,
                                   "G": G_u, "B": cfg.budget // G_u, "mse": mse_u, "ci_low": mse_u, "ci_high": mse_u,
@@ -219,7 +231,8 @@ def run_allocate(env, cfg: AllocateConfig, progress: bool = False) -> dict:
                 se = float(np.std(within, ddof=1) / math.sqrt(nb)) if nb > 1 else 0.0
                 m = float(tot.mean())
                 row = {"rule": rule, "moments": moments, "budget": cfg.budget, "unit": unit, "B": B, "mse": m,
-                       "ci_low": max(lab.c1 / B, m - 1.96 * se), "ci_high": m + 1.96 * se, "exact": False,
+                       "ci_low": max(lab.c1 / B if "+" not in rule else 0.0, m - 1.96 * se),
+                       "ci_high": m + 1.96 * se, "exact": False,
                        "batches": nb, "mean_cost": float(cost.mean())}
                 if rule == "uniform":
                     row["G"] = Gt
@@ -237,11 +250,11 @@ def run_allocate(env, cfg: AllocateConfig, progress: bool = False) -> dict:
 def _ratios(per_batch: dict, rules: tuple[str, ...]) -> list[dict]:
     out = []
     for (unit, moments, rule), v in per_batch.items():
-        if rule != "ustat":
+        if rule not in ("ustat", "ustat+screen"):
             continue
-        for other in ("uniform", "vip", "knapsack"):
+        for other in ("uniform", "vip", "knapsack") if rule == "ustat" else ("ustat",):
             w = per_batch.get((unit, moments, other))
             if w is not None:
-                out.append({"unit": unit, "moments": moments, "numerator": "ustat", "denominator": other,
+                out.append({"unit": unit, "moments": moments, "numerator": rule, "denominator": other,
                             **ratio_ci(v, w[: len(v)])})
     return out

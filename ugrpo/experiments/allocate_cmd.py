@@ -26,6 +26,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--g-max", type=int, default=64)
     p.add_argument("--history-steps", type=int, default=10, help="simulated earlier steps behind the predictions")
     p.add_argument("--history-group", type=int, default=4, help="G of the simulated earlier steps (>= 3)")
+    p.add_argument("--screen", action="store_true",
+                   help="also run ustat+screen: prompts may get G_b = 0 (biased unless g(x_b) = 0; never a default)")
     p.add_argument("--out", required=True, help="run folder")
     p.add_argument("--no-progress", action="store_true")
 
@@ -39,7 +41,8 @@ def _main(args: argparse.Namespace) -> int:
     rules = tuple(r.strip() for r in str(args.rules).split(",") if r.strip())
     cfg = AllocateConfig(budget=args.budget, rules=rules, seed=args.seed, batches=args.batches,
                          token_batches=args.token_batches, prompts=args.prompts, g_min=args.g_min, g_max=args.g_max,
-                         history_steps=args.history_steps, history_group=args.history_group)
+                         history_steps=args.history_steps, history_group=args.history_group,
+                         screen=args.screen)
     env = resolve_env(args.env)
     argv = command_line("allocate", args)
     rd = RunDir(args.out)

@@ -14,7 +14,7 @@ def _plot(rd, results: dict[str, Any]) -> None:
     xs = [c["G"] for c in curve]
     series = [Series("uniform G (exact, B = N/G)", x=xs, y=[c["mse"] for c in curve], color="black")]
     span = [xs[0], xs[-1]]
-    colors = {"vip": "C0", "knapsack": "C3", "ustat": "C2"}
+    colors = {"vip": "C0", "knapsack": "C3", "ustat": "C2", "ustat+screen": "C4"}
     for row in (r for r in results["rows"] if r["rule"] != "uniform"):
         color = colors.get(row["rule"], "C7")
         series.append(Series(f"{row['rule']} ({row['moments']} moments, B = {row['B']})", x=span, y=[row["mse"]] * 2,
@@ -41,8 +41,9 @@ def write_allocate_outputs(rd, results: dict[str, Any], argv: list[str] | None, 
                           "exact" if r.get("exact") else fmt_ci(r["ci_low"], r["ci_high"]), r.get("mean_cost")]
                          for r in rows])
 
-    ratios = md_table(["unit", "moments", "ustat / ...", "ratio", "95% interval"],
-                      [[r["unit"], r["moments"], r["denominator"], r["ratio"], fmt_ci(r["ci_low"], r["ci_high"])]
+    ratios = md_table(["unit", "moments", "rule", "/ rule", "ratio", "95% interval"],
+                      [[r["unit"], r["moments"], r["numerator"], r["denominator"], r["ratio"],
+                        fmt_ci(r["ci_low"], r["ci_high"])]
                        for r in results["ratios"]])
     q = results["prediction_quality"]
     parts = [
@@ -67,7 +68,8 @@ def write_allocate_outputs(rd, results: dict[str, Any], argv: list[str] | None, 
         f"per prompt on average, {results['history']['prompts_never_visited']} prompts never visited. Per-prompt "
         f"f_b(4): Spearman {fmt(q['spearman_f4'])}, median |log(pred/true)| {fmt(q['median_abs_log_ratio_f4'])}, "
         f"mean pred / mean true {fmt(q['mean_pred_over_true_f4'])}.",
-        "What is not here: dropping prompts (G_b = 0) is biased unless g(x_b) = 0 (M32) and is not a rule of this "
-        f"lab. Run time {seconds:.1f} s.",
+        "Dropping prompts (G_b = 0) is biased unless g(x_b) = 0 (M32); it appears only as the explicit "
+        "`ustat+screen` rule (with `--screen`), whose MSE includes that bias exactly (vector formula given the "
+        f"batch). Run time {seconds:.1f} s.",
     ]
     rd.write_report("\n\n".join(parts) + "\n")

@@ -54,11 +54,13 @@ class PromptStats:
     value : p_b = E[Z | x_b], the success rate (all rules but ``uniform`` need it)
     c2 : tr Sigma_oracle(x_b) (``ustat``)
     c3 : E||W||^2 Var(Z|x_b) + ||g(x_b)||^2 (``ustat``)
+    g_norm2 : optional ||g(x_b)||^2, needed only for screening (``allocate(..., screen=True)``, M32)
     """
 
     value: np.ndarray
     c2: np.ndarray
     c3: np.ndarray
+    g_norm2: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         arrs = [np.asarray(getattr(self, k), dtype=np.float64) for k in ("value", "c2", "c3")]
@@ -73,16 +75,22 @@ class PromptStats:
             raise ValueError("PromptStats.value holds success rates and must lie in [0, 1]")
         for name, a in zip(("value", "c2", "c3"), arrs):
             object.__setattr__(self, name, a)
+        if self.g_norm2 is not None:
+            g2 = np.asarray(self.g_norm2, dtype=np.float64)
+            if g2.shape != arrs[0].shape or not np.isfinite(g2).all() or (g2 < 0).any():
+                raise ValueError(f"PromptStats.g_norm2 must be (B,) finite and >= 0; got {g2}")
+            object.__setattr__(self, "g_norm2", g2)
 
     @classmethod
     def from_moments(cls, moments: Sequence[PromptMoments]) -> PromptStats:
         """From exact or estimated :class:`PromptMoments` (c2 = tr_sigma_oracle, c3 = ``m.c3``)."""
         return cls(value=np.array([m.value for m in moments]), c2=np.array([m.tr_sigma_oracle for m in moments]),
-                   c3=np.array([m.c3 for m in moments]))
+                   c3=np.array([m.c3 for m in moments]), g_norm2=np.array([m.g_norm2 for m in moments]))
 
     def take(self, idx: np.ndarray) -> PromptStats:
         """The stats of the prompts ``idx`` (e.g. a drawn batch of a larger prompt set)."""
-        return PromptStats(self.value[idx], self.c2[idx], self.c3[idx])
+        return PromptStats(self.value[idx], self.c2[idx], self.c3[idx],
+                           None if self.g_norm2 is None else self.g_norm2[idx])
 
     def __len__(self) -> int:
         return int(self.value.shape[0])
@@ -186,13 +194,16 @@ def greedy_allocation(table: np.ndarray, g_min: int, budget: int) -> np.ndarray:
     return g_min + counts
 
 
-def dp_allocation(table: np.ndarray, g_min: int, costs: np.ndarray, budget: int, *, exact: bool) -> np.ndarray:
-    """Exact minimiser of sum_b F[b, G_b - g_min] subject to sum_b costs_b G_b = budget (``exact``) or <= budget.
+def dp_allocation(table: np.ndarray, g_min: int | np.ndarray, costs: np.ndarray, budget: int, *,
+                  exact: bool) -> np.ndarray:
+    """Exact minimiser of sum_b F[b, k_b] subject to sum_b costs_b G_b = budget (``exact``) or <= budget.
 
-    Dynamic programme over (prompt, budget used), O(B K budget) time and O(B budget) memory; any F (M35).
-    Integer costs; their greatest common divisor is factored out first.
+    Column k of ``table`` is the group size g_min + k, or ``g_min[k]`` when ``g_min`` is an array of allowed
+    sizes (screening adds the size 0, M32). Dynamic programme over (prompt, budget used), O(B K budget) time and
+    O(B budget) memory; any F (M35). Integer costs; their greatest common divisor is factored out first.
     """
     B, K = table.shape
+    choices = np.asarray(g_min, dtype=np.int64) if np.ndim(g_min) else int(g_min) + np.arange(K)
     costs = np.asarray(costs, dtype=np.int64)
     unit = int(np.gcd.reduce(costs))
     costs, budget = costs // unit, budget // unit
@@ -205,9 +216,9 @@ def dp_allocation(table: np.ndarray, g_min: int, costs: np.ndarray, budget: int,
     for b in range(B):
         new = np.full(budget + 1, np.inf)
         for k in range(K):
-            c = int(costs[b]) * (g_min + k)
+            c = int(costs[b]) * int(choices[k])
             if c > budget:
-                break
+                continue
             cand = best[: budget + 1 - c] + table[b, k]
             better = cand < new[c:]
             new[c:][better] = cand[better]
@@ -215,13 +226,13 @@ def dp_allocation(table: np.ndarray, g_min: int, costs: np.ndarray, budget: int,
         best = new
     t = budget if exact else int(np.argmin(best))
     if not np.isfinite(best[t]):
-        raise ValueError(f"no allocation with {g_min} <= G_b <= {g_min + K - 1} spends exactly the budget "
+        raise ValueError(f"no allocation with sizes in {choices.tolist()} spends exactly the budget "
                          f"{budget * unit}; change the budget or the bounds")
     sizes = np.zeros(B, dtype=np.int64)
     for b in range(B - 1, -1, -1):
         k = int(choice[b, t])
-        sizes[b] = g_min + k
-        t -= int(costs[b]) * (g_min + k)
+        sizes[b] = choices[k]
+        t -= int(costs[b]) * int(choices[k])
     return sizes
 
 
@@ -232,7 +243,8 @@ def _check_int(v: object, name: str, lo: int) -> int:
 
 
 def allocate(rule: str, moments: PromptStats | Sequence[PromptMoments], budget: int, *, g_min: int = 2,
-             g_max: int | None = None, unit: str = "samples", lengths: Sequence[int] | None = None) -> Allocation:
+             g_max: int | None = None, unit: str = "samples", lengths: Sequence[int] | None = None,
+             screen: bool = False) -> Allocation:
     """Group sizes G_b for B prompts under a budget, by one of :data:`RULES` (docs/math.md M33-M36).
 
     Parameters
@@ -244,6 +256,9 @@ def allocate(rule: str, moments: PromptStats | Sequence[PromptMoments], budget: 
     g_min, g_max : bounds on every G_b (g_min >= 2: the LOO estimate needs two samples); g_max default: budget
     unit : ``samples`` or ``tokens``
     lengths : (B,) positive integer costs L_b (tokens per sample of prompt b); required for ``tokens``
+    screen : ``ustat`` only, never the default: also allow G_b = 0 (drop the prompt), priced at its squared bias
+        ||g(x_b)||^2 against the batch target (needs ``moments.g_norm2``). Dropping is **biased** unless
+        g(x_b) = 0 (M32); the price is exact only when the dropped prompts' gradients are mutually orthogonal.
 
     Returns
     -------
@@ -288,11 +303,20 @@ def allocate(rule: str, moments: PromptStats | Sequence[PromptMoments], budget: 
     if rule == "uniform":
         return _uniform(st, budget, g_min, g_max, unit, costs)
     table = rule_table(rule, st, g_min, g_max)
-    if unit == "samples":
+    if screen:
+        if rule != "ustat" or st.g_norm2 is None:
+            raise ValueError("screen=True (dropping prompts, G_b = 0) is defined for rule 'ustat' with "
+                             "PromptStats.g_norm2 (the squared bias of a dropped prompt); got rule "
+                             f"{rule!r}{' without g_norm2' if st.g_norm2 is None else ''}")
+        choices = np.concatenate([[0], np.arange(g_min, g_max + 1)])
+        sizes = dp_allocation(np.concatenate([st.g_norm2[:, None], table], axis=1), choices, costs, budget,
+                              exact=unit == "samples")
+    elif unit == "samples":
         sizes = greedy_allocation(table, g_min, budget)
     else:
         sizes = dp_allocation(table, g_min, costs, budget, exact=False)
-    return Allocation(rule=rule, sizes=sizes, unit=unit, cost=int((costs * sizes).sum()), budget=budget)
+    return Allocation(rule=rule + ("+screen" if screen else ""), sizes=sizes, unit=unit,
+                      cost=int((costs * sizes).sum()), budget=budget)
 
 
 def _uniform(st: PromptStats, budget: int, g_min: int, g_max: int, unit: str, costs: np.ndarray) -> Allocation:
