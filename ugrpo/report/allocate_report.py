@@ -51,7 +51,8 @@ def write_allocate_outputs(rd, results: dict[str, Any], argv: list[str] | None, 
         f"Instance {inst['name'] or '(unnamed)'}: P = {inst['P']} prompts, c1 = {fmt(inst['c1'])}, "
         f"c2 = {fmt(inst['c2'])}, c3 = {fmt(inst['c3'])}; budget N = {cfg['budget']} samples per step. "
         f"Best uniform G = {inst['best_uniform_G']} (exact, docs/math.md M11); the other rules allocate over "
-        f"B = {inst['B']} prompts drawn uniformly with replacement, as in training.",
+        f"B = {inst['B']} prompts drawn uniformly with replacement, as in training. The uniform G is chosen with the "
+        "exact constants in both the `true` and the `predicted` rows (the most favourable choice for uniform).",
         "Each rule's MSE is exact given the drawn batch, c1/B + (1/B^2) sum_b f_b(G_b) with the true per-prompt "
         "f_b (M33), averaged over drawn batches; the interval (mean +- 1.96 SE over batches) covers only that "
         "average. `true` rules know the exact per-prompt moments (the ceiling of the gain); `predicted` rules "
