@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("ugrpo.experiments.sweep_cmd", "fixed-budget group-size sweep: Algorithm 1 on a synthetic env, or LM training runs per (G, seed) (Fig. 5, Table 2)"),
     "demo": ("ugrpo.experiments.demo_cmd", "mse + plan + sweep on a built-in synthetic policy, in minutes"),
     "gap": ("ugrpo.experiments.gap_cmd", "asymptotic distribution of the suboptimality gap n*gap vs Theorem 8's weighted chi-square"),
+    "allocate": ("ugrpo.experiments.allocate_cmd", "exact MSE of per-prompt rollout allocation rules at equal budget"),
     "make-env": ("ugrpo.experiments.make_env_cmd", "write a random synthetic policy (JSON) with difficulty controls"),
     "train": ("ugrpo.train.train_cmd", "train a language model with Algorithm 1 or 2 on a verifiable task"),
     "pretrain-tiny": ("ugrpo.lm.pretrain_cmd", "warm up the built-in tiny model on arithmetic (supervised)"),
