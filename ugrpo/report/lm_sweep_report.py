@@ -72,7 +72,8 @@ def _plot(run: RunDir, results: dict[str, Any], metric: str, path: str) -> None:
                       low=ci[0], high=ci[1])
         panels.append(Panel(f"N = {N}", series, [mark] if star else []))
     panel_plot(run.file(path), panels, xlabel="group size G", ylabel=f"held-out {metric}", logx=True,
-               suptitle="LM sweep: mean, 95% t-interval over seeds", xticks=results["config"]["groups"])
+               suptitle=f"LM sweep: mean, {results.get('interval', '95% t-interval over seeds')}",
+               xticks=results["config"]["groups"])
 
 
 def table2(results: dict[str, Any], metric: str, *, intervals: bool = False) -> tuple[list[str], list[list[Any]]]:
@@ -104,7 +105,8 @@ def write_lm_sweep_outputs(run: RunDir, results: dict[str, Any], argv: Sequence[
     md = [header("ugrpo sweep --config: held-out accuracy vs group size at a fixed budget (paper Fig. 5, Table 2)",
                  argv),
           f"Config `{cfg['config']}`, {results['steps']} steps per run, {cfg['seeds']} seeds per (N, G), groups "
-          f"{list(cfg['groups'])}; checkpoints {results['checkpoints']}; mean over seeds with a 95% Student-t interval"
+          f"{list(cfg['groups'])}; checkpoints {results['checkpoints']}; mean over seeds with a "
+          + results.get("interval", "95% t-interval over seeds")
           + (" (one seed: no interval)." if cfg["seeds"] == 1 else "."), "", "## Reading", "",
           *[f"- {s}" for s in reading(results)], ""]
     for m in metrics:
