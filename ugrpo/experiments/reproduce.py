@@ -112,7 +112,7 @@ def scale_plan(cfg: ReproduceConfig) -> ScalePlan:
         models = tuple((s, str(cfg.model_override)) for s in STRENGTHS)
     elif tiny:
         models = tuple((s, f"tiny:{s}") for s in STRENGTHS)
-    else:  # smoke: the random-weight tiny model, built in about a second (ugrpo.lm.tiny_cache)
+    else:  # smoke: the random-weight tiny model, built in seconds (ugrpo.lm.tiny_cache)
         models = tuple((s, "tiny:random") for s in STRENGTHS)
     sweep_model = str(cfg.model_override or ("tiny:instruct" if tiny else "tiny:random"))
     if task == "arithmetic" and not opts:  # the tiny models' own task (ugrpo.lm.pretrain.TINY_TASK_OPTIONS)
@@ -221,7 +221,8 @@ def _sweep(part: str, cfg: ReproduceConfig, plan: ScalePlan, out: Path, progress
     folder = out / part
     folder.mkdir(parents=True, exist_ok=True)
     yml = _write_yaml(folder / "train.yaml", plan.train if part == "fig5" else plan.train_table2)
-    sc = LMSweepConfig(config=yml, seed=cfg.seed, workers=cfg.workers, ray=cfg.ray, **getattr(plan, part))
+    workers = 1 if cfg.scale == "smoke" else cfg.workers  # 2-step runs: a worker pool's start-up would cost more
+    sc = LMSweepConfig(config=yml, seed=cfg.seed, workers=workers, ray=cfg.ray, **getattr(plan, part))
     res = sweep_lm(sc, str(folder), argv=None, progress=progress)
     return sweep_action(res["runs"])
 
@@ -280,7 +281,10 @@ def run_reproduce(cfg: ReproduceConfig, *, progress: bool = True, log: Callable[
             if actions[part] == "skipped":
                 log("thm8: finished earlier, skipped")
         seconds[part] = time.perf_counter() - t0
-        log(f"   {part}: {actions[part]} ({seconds[part]:.1f} s)")
+        what = actions[part]
+        if isinstance(what, dict):  # fig4: one action per strength, as words
+            what = ", ".join(f"{lab} {act}" for lab, act in what.items())
+        log(f"   {part}: {what} ({seconds[part]:.1f} s)")
     parts = {}
     for part in PARTS:
         if part == "fig4":

@@ -147,7 +147,7 @@ def run_lm(args: argparse.Namespace, argv: list[str] | None = None) -> dict:
 
 
 def _main_lm(args: argparse.Namespace) -> int:
-    from ugrpo.report.markdown import fmt_ci, text_table
+    from ugrpo.report.markdown import fmt_ci, fmt_values, text_table
 
     results = run_lm(args, command_line("sweep", args))
     cps, rows = results["checkpoints"], results["rows"]
@@ -159,7 +159,7 @@ def _main_lm(args: argparse.Namespace) -> int:
                       for r in rows if r["metric"] == metric]))
     for b in results["best_G"]:
         if b["metric"] == metric:
-            tie = f", tied with G in {b['tied']}" if b["tied"] else ""
+            tie = f", tied with {fmt_values(b['tied'])}" if b["tied"] else ""
             print(f"N={b['budget']} step {b['checkpoint']}: empirical best G = {b['G']} ({b['mean']:.3f}{tie})")
     pl = results.get("planner")
     if pl:

@@ -3,7 +3,7 @@
 ``tiny:base``, ``tiny:instruct`` and ``tiny:fewshot`` are the tiny model warmed up by
 :func:`ugrpo.lm.pretrain.pretrain_tiny` to the sampled accuracies of :data:`ugrpo.lm.tiny.STRENGTHS`
 (minutes on a CPU, once); ``tiny:random`` is the same model with its random initial weights (seed 0,
-no warm-up: built in about a second; its rewards on arithmetic are almost always 0, so it checks the
+no warm-up: built in seconds; its rewards on arithmetic are almost always 0, so it checks the
 plumbing, not the paper's claims: ``ugrpo reproduce --scale smoke`` uses it).
 
 Where: ``<root>/tiny/<name>-<CACHE_VERSION>`` with root = ``cache_dir``, else ``$UGRPO_CACHE``, else
@@ -40,7 +40,7 @@ v2: the warm-up stream is one draw with repeats per step (``pretrain._training_b
 TINY_NAMES: tuple[str, ...] = ("random", *STRENGTHS)
 """Every ``tiny:<name>`` the cache knows, fastest build first."""
 
-BUILD_TIME: dict[str, str] = {"random": "about a second", "base": "about 1 minute", "instruct": "about 3 minutes",
+BUILD_TIME: dict[str, str] = {"random": "a few seconds", "base": "about 1 minute", "instruct": "about 3 minutes",
                               "fewshot": "about 8 minutes"}
 """Rough build time on 2 CPU cores with ``OMP_NUM_THREADS=1`` (instruct measured: 650 steps in 3.0 min; base and
 fewshot scaled from their measured step counts, :data:`ugrpo.lm.pretrain.EXPECTED_STEPS`); longer on busy cores."""
