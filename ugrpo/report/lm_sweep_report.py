@@ -46,8 +46,8 @@ def reading(results: dict[str, Any]) -> list[str]:
         if b["overlapping"] is None:
             s += "; with a single seed there is no interval, so this ordering is not evidence of anything."
         else:
-            s += (f"; {fmt_values(b['overlapping'])} have overlapping 95% intervals, not distinguishable with {b['seeds']} "
-                  "seeds." if b["overlapping"] else "; its 95% interval does not overlap any other G's.")
+            s += (f"; {fmt_values(b['overlapping'])} have overlapping 95% intervals, not distinguishable with "
+                  f"{b['seeds']} seeds." if b["overlapping"] else "; its 95% interval does not overlap any other G's.")
         out.append(s)
     pl = results.get("planner")
     if pl:
@@ -105,8 +105,8 @@ def write_lm_sweep_outputs(run: RunDir, results: dict[str, Any], argv: Sequence[
     md = [header("ugrpo sweep --config: held-out accuracy vs group size at a fixed budget (paper Fig. 5, Table 2)",
                  argv),
           f"Config `{cfg['config']}`, {results['steps']} steps per run, {cfg['seeds']} seeds per (N, G), groups "
-          f"{fmt_values(cfg['groups'], prefix='')}; checkpoints at {fmt_values(results['checkpoints'], prefix='steps ')}; "
-          "mean over seeds with a "
+          f"{fmt_values(cfg['groups'], prefix='')}; checkpoints at "
+          f"{fmt_values(results['checkpoints'], prefix='steps ')}; mean over seeds with a "
           + results.get("interval", "95% t-interval over seeds")
           + (" (one seed: no interval)." if cfg["seeds"] == 1 else "."), "", "## Reading", "",
           *[f"- {s}" for s in reading(results)], ""]
