@@ -152,7 +152,7 @@ def _main_lm(args: argparse.Namespace) -> int:
     results = run_lm(args, command_line("sweep", args))
     cps, rows = results["checkpoints"], results["rows"]
     metric = "eval_accuracy" if any(r["metric"] == "eval_accuracy" for r in rows) else "eval_pass1"
-    print(f"held-out {metric} per checkpoint (mean over seeds, 95% t-interval):")
+    print(f"held-out {metric} per checkpoint (mean over seeds, {results.get('interval', '95% t-interval')}):")
     print(text_table(["N", "G", "B", "step", "mean", "95% CI", "seeds"],
                      [[r["budget"], r["G"], r["B"], r["checkpoint"], r["mean"],
                        "-" if r["ci_low"] is None else fmt_ci(r["ci_low"], r["ci_high"]), r["seeds"]]
