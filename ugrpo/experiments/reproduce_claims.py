@@ -23,9 +23,9 @@ STRENGTHS = ("base", "instruct", "fewshot")
 TOO_SMALL = "too small to decide"
 
 MIN_REPS = 10
-"""Fig. 4's intervals are normal ones (mean +- 1.96 SE over ``reps`` repetitions per G). Below 10 repetitions the
-t quantile they stand for exceeds 1.96 by more than 15% (t_{0.975, 9} = 2.26; at the smoke scale's 3, 4.30), so they
-under-cover: no Fig. 4 verdict from fewer."""
+"""Fig. 4's intervals are normal ones (mean +- 1.96 SE over ``reps`` repetitions per G). At 10 repetitions the t
+quantile they stand for is 15% above 1.96 (t_{0.975, 9} = 2.26), and more below (4.30 at the smoke scale's 3), so
+they under-cover: no Fig. 4 verdict from fewer than 10."""
 
 ORACLE_TOLERANCE = 0.10
 """'GRPO ~ oracle' means MSE_grpo / MSE_oracle within 10% of 1; an interval wider than that on either side (half-width
