@@ -38,10 +38,10 @@ TINY_TASK_OPTIONS: dict = {"prompt_style": "compact", "difficulty": "easy", "n_t
 """The arithmetic task the tiny model is warmed up on, and the one RL with ``tiny:*`` should use
 (``get_task("arithmetic", **TINY_TASK_OPTIONS)``): compact prompts such as ``"7-3+5="``."""
 
-EXPECTED_STEPS: dict[str, int] = {"base": 150, "instruct": 650, "fewshot": 1675}
-"""Steps at which each strength's warm-up stopped when measured (seed 0, defaults; see
-:data:`ugrpo.lm.tiny.STRENGTHS`): the progress bar's first total, so that its ETA means something
-(the bar grows to the step cap if the target comes later, and ends at 100% when it is reached)."""
+EXPECTED_STEPS: dict[str, int] = {"base": 175, "instruct": 650, "fewshot": 1675}
+"""Steps at which each strength's warm-up stopped when measured (seed 0, defaults; recipe v2 for base and
+instruct, v1 for fewshot; see :data:`ugrpo.lm.tiny.STRENGTHS`): the progress bar's first total, so that its ETA
+means something (the bar grows by a quarter whenever the target comes later, and ends at 100% when it is reached)."""
 
 MAX_NEW_TOKENS = 6
 """Completion budget of the warm-up evaluation: the longest answer (``"-18"``, ``"81"``) plus EOS fits."""
@@ -175,8 +175,8 @@ def pretrain_tiny(
         opt.step()
         sched.step()
         loss_ema = loss.item() if math.isnan(loss_ema) else 0.9 * loss_ema + 0.1 * loss.item()
-        if step > bar.total:  # slower than measured: the step cap is the only bound left
-            bar.total = steps
+        if step > bar.total:  # slower than measured: a quarter more, never past the step cap
+            bar.total = min(steps, max(step, int(bar.total * 1.25)))
         bar.update(1)
         if step % eval_every == 0 or step == steps:
             acc = _evaluate(model, tokenizer, task, eval_problems, eval_samples, seed)

@@ -25,8 +25,9 @@ STRENGTHS: dict[str, float] = {"base": 0.15, "instruct": 0.35, "fewshot": 0.60}
 
 Recipe v2, defaults (seed 0, batch 128, lr 1e-3), ``OMP_NUM_THREADS=1``, 2-core machine at load
 average ~4-5: instruct stops at step 650 (sampled 0.372 +- 0.038, greedy 0.40) in 3.0 min.
+Base (v2, 2026-12-03, ``nice``-d at load average 5-7): step 175 (sampled 0.205, greedy 0.27) in 68.5 s.
 (Recipe v1 measured base at step 150 (0.16 / 0.23), instruct at 700, fewshot at 1675, ~0.24
-CPU-seconds a step; base and fewshot were not re-measured for v2.) The held-out SE is ~0.04
+CPU-seconds a step; fewshot was not re-measured for v2.) The held-out SE is ~0.04
 (100 problems x 4 samples). On a loaded machine, 2 torch threads ran ~10x slower than 1
 (1.5-5 s a step against ~0.3 s): set ``OMP_NUM_THREADS=1`` when other jobs share the cores."""
 

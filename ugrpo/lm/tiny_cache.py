@@ -42,8 +42,9 @@ TINY_NAMES: tuple[str, ...] = ("random", *STRENGTHS)
 
 BUILD_TIME: dict[str, str] = {"random": "a few seconds", "base": "about 1 minute", "instruct": "about 3 minutes",
                               "fewshot": "about 8 minutes"}
-"""Rough build time on 2 CPU cores with ``OMP_NUM_THREADS=1`` (instruct measured: 650 steps in 3.0 min; base and
-fewshot scaled from their measured step counts, :data:`ugrpo.lm.pretrain.EXPECTED_STEPS`); longer on busy cores."""
+"""Rough build time on 2 CPU cores with ``OMP_NUM_THREADS=1`` (measured: instruct 650 steps in 3.0 min, base 175
+steps in 68.5 s; fewshot scaled from its v1 step count, :data:`ugrpo.lm.pretrain.EXPECTED_STEPS`); longer on busy
+cores."""
 
 
 def _stderr(msg: str) -> None:
