@@ -115,8 +115,10 @@ def scale_plan(cfg: ReproduceConfig) -> ScalePlan:
     else:  # smoke: the random-weight tiny model, built in seconds (ugrpo.lm.tiny_cache)
         models = tuple((s, "tiny:random") for s in STRENGTHS)
     sweep_model = str(cfg.model_override or ("tiny:instruct" if tiny else "tiny:random"))
-    if task == "arithmetic" and not opts:  # the tiny models' own task (ugrpo.lm.pretrain.TINY_TASK_OPTIONS)
-        opts = {"prompt_style": "compact", "difficulty": "easy", "n_train": 200, "n_eval": 100}
+    if task == "arithmetic" and not opts:  # the tiny models' own task
+        from ugrpo.lm.pretrain import TINY_TASK_OPTIONS
+
+        opts = dict(TINY_TASK_OPTIONS)
     if tiny:
         fig4 = dict(groups=(4, 8, 16, 32, 64), batch=8, reps=30, ref_samples=256, prompts=32, sketch_dim=256,
                     max_new_tokens=6)  # docs/lm-mse.md's command
