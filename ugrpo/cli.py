@@ -31,6 +31,8 @@ def _build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ugrpo",
         description="GRPO's policy gradient is a U-statistic: estimate, measure, and choose the group size G.",
+        epilog="Environment: UGRPO_CACHE is the folder of the built-in tiny models (default ~/.cache/ugrpo); "
+               "`ugrpo pretrain-tiny --all` builds them ahead of time.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
