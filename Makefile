@@ -29,8 +29,10 @@ test: $(STAMP)
 	$(PY) -m pytest -q tests
 	$(PY) -m pytest -q --doctest-modules ugrpo
 
+# Results go to benchmarks/results/local/ (untracked); the committed reference results stay in benchmarks/results/.
 bench: $(STAMP)
 	@set -e; for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b; done
 
+# Only what make and the commands create: nothing tracked by git.
 clean:
-	rm -rf $(VENV) runs benchmarks/results/*.json
+	rm -rf $(VENV) runs benchmarks/results/local

@@ -20,7 +20,8 @@ a fork resets to the current RSS) minus its RSS when it started is the method's 
 memory. ``tracemalloc`` does not see torch's CPU allocations and torch has no CPU allocator
 stats, hence this. Glibc may reuse memory the parent freed, so small numbers are rough (~MB).
 
-Written to ``benchmarks/results/bench_scores.json``: per model, the median seconds, the seconds
+Written to ``benchmarks/results/local/bench_scores.json`` (reference: ``benchmarks/results/bench_scores.json``):
+per model, the median seconds, the seconds
 per row, ``time_ratio`` (median method time / median backward time, same N rows and tokens) and
 ``mem_ratio`` (extra peak RSS / that of the backward). Goal: the linear trick <= 3x.
 

@@ -5,7 +5,8 @@
 2. c1, c2, c3 (docs/math.md M14-M17) on 64 x 16 and 64 x 32 pilots with D = 10^4 scores vs literal
    loops over ordered pairs and triples of samples (per-prompt Gram blocks by torch).
 
-Run: ``.venv/bin/python benchmarks/bench_stats.py`` -> benchmarks/results/bench_stats.json
+Run: ``.venv/bin/python benchmarks/bench_stats.py`` -> benchmarks/results/local/bench_stats.json
+(reference: benchmarks/results/bench_stats.json)
 Timings use one torch thread (see ``main``); medians of alternated repeats.
 """
 

@@ -10,7 +10,8 @@ alternate over the repeats (A B C A B C), so load changes on a shared machine hi
 
 Also checked (not timed): every backend gives the same held-out accuracy and pass@1 per run and step.
 
-Written to ``benchmarks/results/sweep_backends.json``: per backend the median wall time, runs per
+Written to ``benchmarks/results/local/sweep_backends.json`` (reference: ``benchmarks/results/``):
+per backend the median wall time, runs per
 minute, and the ratios ``pool_speedup`` (in-process / pool) and ``ray_over_pool`` (Ray / pool: the
 price of Ray's start-up and task dispatch on one machine).
 
@@ -51,7 +52,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=40, help="training steps per run")
     p.add_argument("--workers", type=int, default=2, help="pool workers and local Ray CPUs")
     p.add_argument("--repeats", type=int, default=2, help="timed sweeps per backend (alternating)")
-    p.add_argument("--out", type=Path, default=None, help="results folder (default benchmarks/results)")
+    p.add_argument("--out", type=Path, default=None, help="results folder (default benchmarks/results/local)")
     return p.parse_args(argv)
 
 

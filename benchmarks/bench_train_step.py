@@ -23,7 +23,8 @@ ugrpo shares each prompt across its group (``sample_groups`` prefills each promp
 *less* work than the floor, which runs every prompt G times: ``overhead_vs_floor < 1`` is
 expected (the JSON says so in ``note``).
 
-Written to ``benchmarks/results/train_step.json``: ``speedup_vs_trl`` (ugrpo samples/s over
+Written to ``benchmarks/results/local/train_step.json`` (reference: ``benchmarks/results/train_step.json``):
+``speedup_vs_trl`` (ugrpo samples/s over
 TRL samples/s, i.e. median TRL step time / median ugrpo step time), ``overhead_vs_floor``
 (median ugrpo step time / median floor time), the raw per-repeat times, medians, the ugrpo
 stage breakdown, sizes and versions.
@@ -66,7 +67,7 @@ from ugrpo.train.loop import choose_prompts, prompt_seed  # noqa: E402
 from ugrpo.train.setup import make_optimizer, make_scheduler  # noqa: E402
 from ugrpo.train.update import global_denominator, update_on_rows  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results" / "train_step.json"
+RESULTS = Path(__file__).resolve().parent / "results" / "local" / "train_step.json"  # untracked (benchmarks/common.py)
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:

@@ -1,7 +1,9 @@
 """Tiny benchmark helpers: alternate the timed functions, take medians, write JSON results.
 
-Results go to ``benchmarks/results/<name>.json``. Timings on shared CPUs are noisy: the
-functions are called in alternation (A B A B ...) so that load changes hit all of them.
+Results go to ``benchmarks/results/local/<name>.json`` (untracked: ``make bench`` never rewrites a
+tracked file). The committed reference results, measured on 2 shared CPU cores and quoted in the
+README, are ``benchmarks/results/<name>.json``; compare a local run against them. Timings on shared
+CPUs are noisy: the functions are called in alternation (A B A B ...) so that load changes hit all of them.
 """
 
 from __future__ import annotations
@@ -16,7 +18,10 @@ from pathlib import Path
 
 import torch
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
+REFERENCE_DIR = Path(__file__).resolve().parent / "results"
+"""The committed reference results (tracked; updated by hand when the README's numbers are re-measured)."""
+RESULTS_DIR = REFERENCE_DIR / "local"
+"""Where a benchmark run writes (in .gitignore)."""
 
 
 def time_alternating(fns: dict[str, Callable[[], object]], *, repeats: int = 5, warmup: int = 1) -> dict[str, dict]:

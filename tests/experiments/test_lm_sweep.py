@@ -310,3 +310,22 @@ def test_ray_sweep_ctrl_c_then_resume(tmp_path, lm_config):
     assert "1 resumed" in p.stdout and (run / "results.json").is_file()
     steps = [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
     assert steps == sorted(set(steps)) and steps[-1] == 60  # resumed rows replace, never duplicate
+
+
+def test_accuracy_intervals_stay_in_0_1_and_say_they_were_cut():
+    """Three seeds near 0 or 1: the t-interval leaves [0, 1]; with the accuracy's bounds it is cut, and marked."""
+    from ugrpo.experiments.lm_sweep import aggregate_lm, t_interval
+
+    def run(G, seed, acc):
+        return {"budget": 8, "G": G, "seed": seed, "name": f"G{G}-s{seed}", "evals": {4: {"eval_accuracy": acc,
+                                                                                          "eval_pass1": acc}}}
+
+    runs = [run(2, s, v) for s, v in enumerate((0.0, 0.0, 0.1))] + [run(4, s, v) for s, v in enumerate((1.0, 0.9, 1.0))]
+    assert t_interval([0.0, 0.0, 0.1])["ci_low"] < 0 and t_interval([1.0, 0.9, 1.0])["ci_high"] > 1
+    _, raw = aggregate_lm(runs)
+    assert any(r["ci_low"] < 0 or r["ci_high"] > 1 for r in raw)  # a custom reward's mean is not cut
+    _, rows = aggregate_lm(runs, bounds=(0.0, 1.0))
+    assert len(rows) == 4
+    for r, q in zip(rows, raw):
+        assert 0.0 <= r["ci_low"] <= r["mean"] <= r["ci_high"] <= 1.0
+        assert r["clipped"] and (r["ci_low"], r["ci_high"]) == (max(q["ci_low"], 0.0), min(q["ci_high"], 1.0))

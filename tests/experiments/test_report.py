@@ -59,3 +59,18 @@ def test_read_run(tmp_path):
     rd.write_config({"a": 1})
     rd.append_metrics({"x": 1.5})
     assert read_run(tmp_path / "r") == ({"a": 1}, [{"x": 1.5}], None)
+
+
+def test_report_sentences_name_values_not_python_lists():
+    """'at G in []' was a raw Python list in a sentence: the readings name the values, or say 'no G'."""
+    from ugrpo.experiments.sweep import reading as sweep_reading
+    from ugrpo.report.lm_sweep_report import reading as lm_reading
+
+    best = {"budget": 8, "checkpoint": 5, "metric": "eval_accuracy", "G": 4, "mean": 0.5, "tied": [8],
+            "overlapping": [2, 8], "seeds": 3, "ci_low": 0.4, "ci_high": 0.6}
+    text = " ".join(lm_reading({"best_G": [best], "checkpoints": [0, 5]}))
+    assert "tied with G = 8" in text and "G = 2, 8 have overlapping 95% intervals" in text and "[" not in text
+    rows = [{"budget": 8, "G": G, "checkpoint": 5, "gap_mean": m, "ci_low": m - 0.1, "ci_high": m + 0.1, "seeds": 4}
+            for G, m in ((2, 0.3), (4, 0.2), (8, 0.25))]
+    text = " ".join(sweep_reading({"rows": rows, "best_G": [{"budget": 8, "checkpoint": 5, "G": 4}]}))
+    assert "G = 2, 8 have overlapping 95% intervals" in text and "[" not in text

@@ -94,3 +94,15 @@ def _value(text: str) -> int:
     """Independent oracle: Python's own integer arithmetic on the checked character set (exact division)."""
     assert set(text) <= set("0123456789+-*/()"), text
     return eval(text.replace("/", "//"))  # noqa: S307 - digits and operators only, asserted above
+
+
+def test_progress_bar_total_is_the_measured_step_count_and_ends_full(tmp_path, monkeypatch, capsys):
+    """The bar starts at the strength's measured step count (a meaningful ETA), grows when the warm-up runs longer,
+    and ends at 100% when the warm-up stops (the issue: a bar frozen at '22% 650/3000')."""
+    import ugrpo.lm.pretrain as pretrain_mod
+
+    monkeypatch.setitem(pretrain_mod.EXPECTED_STEPS, "base", 2)
+    pretrain_tiny(tmp_path / "b", strength="base", steps=5, batch_size=8, eval_every=5, eval_samples=1, progress=True)
+    err = capsys.readouterr().err
+    assert "/2 [" in err and "5/5 [" in err and "100%" in err and "/3000" not in err
+    assert "pretrain-tiny base (until sampled accuracy 0.15)" in err

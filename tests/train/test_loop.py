@@ -45,6 +45,7 @@ def test_run_folder_and_metrics(full_run):
     assert json.loads((out / "config.json").read_text())["budget"]["group_size"] == 4
     res = json.loads((out / "results.json").read_text())
     assert res["steps"] == 4 and res["samples"] == 32
+    assert res["load_minutes"] >= 0 and rows[0]["eval_n_problems"] > 0  # load time apart; n for the Wilson bands
     assert result.initial_eval_pass1 == rows[0]["eval_pass1"]
     # parameters moved away from the initial (random) model
     start = load_file(f"{cfg.model.name}/model.safetensors")

@@ -41,6 +41,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("ugrpo.cli.commands.demo", "mse + plan + sweep on a built-in synthetic policy, in minutes"),
     "gap": ("ugrpo.cli.commands.gap",
             "asymptotic distribution of the suboptimality gap n*gap vs Theorem 8's weighted chi-square"),
+    "allocate": ("ugrpo.cli.commands.allocate", "exact MSE of per-prompt rollout allocation rules at equal budget"),
     "make-env": ("ugrpo.cli.commands.make_env", "write a random synthetic policy (JSON) with difficulty controls"),
     "train": ("ugrpo.cli.commands.train", "train a language model with Algorithm 1 or 2 on a verifiable task"),
     "pretrain-tiny": ("ugrpo.cli.commands.pretrain_tiny",
@@ -70,6 +71,9 @@ def _build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ugrpo",
         description="GRPO's policy gradient is a U-statistic: estimate, measure, and choose the group size G.",
+        epilog="Environment: UGRPO_CACHE is the folder of the built-in tiny models (default ~/.cache/ugrpo); "
+               "`ugrpo pretrain-tiny --all` builds them ahead of time. UGRPO_THREADS sets the torch threads; "
+               "UGRPO_DEBUG=1 shows the traceback of a user error.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():

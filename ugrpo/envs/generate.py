@@ -23,6 +23,18 @@ c3 = E[E||W||^2 Var(Z|X) + ||g(X)||^2]; optimal G* = 1 + sqrt(c3/c1)):
   independent ones point g(x) in different directions. For softmax_bandit the blocks of
   different prompts are orthogonal, so c1 = (1 - 1/P) E||g(X)||^2 whatever h is; h then only
   changes how much the prompts' values and gradient sizes vary.
+
+Heterogeneity knobs for per-prompt allocation (docs/math.md M32-M36); both default to 0, which leaves the
+instance exactly as without them (they draw from a separate generator):
+
+* ``extreme_fraction`` f in [0, 1]: a fraction f of the prompts (chosen at random) get their reward logits
+  shifted by +- ``extreme_shift`` (random sign): with shift 4-6 their success rate p is near 0 or 1, so
+  most prompts are (almost) all-wrong or all-right and a few are in between.
+* ``score_reward_corr`` rho in [-1, 1]: couples each arm's initial logit to its reward logit. Negative rho
+  makes the rewarded arms the unlikely ones, whose scores W = phi - E phi are larger, so the score norm
+  E[||W||^2 | Z] differs between right and wrong answers (as on a language model). Bandit: logits =
+  logit_scale (rho u_xa + sqrt(1 - rho^2) t_xa), u the standardised reward noise; linear_softmax: the
+  features gain rho u_xa along theta0's direction (theta0 . phi shifts by rho |theta0| u_xa).
 """
 
 from __future__ import annotations
@@ -46,7 +58,8 @@ def _check(name: str, v: float, lo: float, hi: float = math.inf) -> None:
 def random_env(kind: Literal["softmax_bandit", "linear_softmax"], *, n_prompts: int, n_actions: int,
                dim: int | None = None, logit_scale: float = 0.5, reward_spread: float = 1.0,
                difficulty: float = 0.0, prompt_heterogeneity: float = 1.0, seed: int = 0,
-               name: str = "", description: str = "") -> SyntheticPolicy:
+               name: str = "", description: str = "", extreme_fraction: float = 0.0,
+               extreme_shift: float = 5.0, score_reward_corr: float = 0.0) -> SyntheticPolicy:
     """A random instance of ``kind``; see the module docstring for each knob's effect on c1, c2, c3.
 
     Parameters
@@ -60,6 +73,9 @@ def random_env(kind: Literal["softmax_bandit", "linear_softmax"], *, n_prompts: 
     difficulty : reward logits are centred at -difficulty (0 -> rewards around 0.5)
     prompt_heterogeneity : in [0, 1], 0 = identical prompts, 1 = independent prompts
     seed : seeds a private torch.Generator (the global RNG is untouched)
+    extreme_fraction : in [0, 1], the share of prompts pushed near p = 0 or 1 (module docstring)
+    extreme_shift : >= 0, the size of that push on the reward logits
+    score_reward_corr : in [-1, 1], coupling of initial logits to reward logits (module docstring)
     """
     if kind not in ("softmax_bandit", "linear_softmax"):
         raise ValueError(f"kind = {kind!r} is unknown; expected 'softmax_bandit' or 'linear_softmax'")
@@ -70,6 +86,9 @@ def random_env(kind: Literal["softmax_bandit", "linear_softmax"], *, n_prompts: 
     _check("reward_spread", reward_spread, 0.0)
     _check("difficulty", difficulty, -math.inf)
     _check("prompt_heterogeneity", prompt_heterogeneity, 0.0, 1.0)
+    _check("extreme_fraction", extreme_fraction, 0.0, 1.0)
+    _check("extreme_shift", extreme_shift, 0.0)
+    _check("score_reward_corr", score_reward_corr, -1.0, 1.0)
     if kind == "softmax_bandit" and dim is not None:
         raise ValueError("dim is only for kind='linear_softmax' (the bandit has D = n_prompts * n_actions)")
     if kind == "linear_softmax" and (isinstance(dim, bool) or not isinstance(dim, int) or dim < 1):
@@ -83,11 +102,30 @@ def random_env(kind: Literal["softmax_bandit", "linear_softmax"], *, n_prompts: 
         own = torch.randn(*shape, generator=gen, dtype=torch.float64)
         return a * shared + b * own
 
-    reward = torch.sigmoid(-difficulty + reward_spread * mix(P, K))  # (P, K)
+    noise = mix(P, K)
+    shifts = _extreme_shifts(P, extreme_fraction, extreme_shift, seed)  # (P, 1)
+    reward = torch.sigmoid(-difficulty + reward_spread * noise + shifts)  # (P, K)
     reward = reward.clamp(0.0, 1.0)
+    u = (noise - noise.mean()) / noise.std().clamp_min(1e-12) if P * K > 1 else noise
+    rho = score_reward_corr
     if kind == "softmax_bandit":
-        logits = logit_scale * mix(P, K)
+        logits = logit_scale * (rho * u + math.sqrt(1.0 - rho**2) * mix(P, K))
         return SoftmaxBandit(logits.tolist(), reward.tolist(), name=name, description=description)
     feats = mix(P, K, dim)  # (P, K, d)
     theta = torch.randn(dim, generator=gen, dtype=torch.float64) * (logit_scale / math.sqrt(dim))
+    if rho != 0.0 and float(theta.norm()) > 0:
+        feats = feats + rho * u.unsqueeze(-1) * (theta / theta.norm())
     return LinearSoftmax(theta.tolist(), feats.tolist(), reward.tolist(), name=name, description=description)
+
+
+def _extreme_shifts(P: int, fraction: float, shift: float, seed: int) -> torch.Tensor:
+    """(P, 1) reward-logit shifts: +-shift on round(fraction P) random prompts, 0 elsewhere (own generator)."""
+    out = torch.zeros(P, 1, dtype=torch.float64)
+    n = int(round(fraction * P))
+    if n == 0 or shift == 0.0:
+        return out
+    gen = torch.Generator().manual_seed(int(seed) + 7919)
+    idx = torch.randperm(P, generator=gen)[:n]
+    signs = torch.where(torch.rand(n, generator=gen) < 0.5, -1.0, 1.0).to(torch.float64)
+    out[idx, 0] = signs * shift
+    return out

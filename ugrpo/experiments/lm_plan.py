@@ -62,7 +62,7 @@ def load_lm_task(model: str, task: str, options: dict[str, Any]):
     from ugrpo.tasks.registry import get_task
 
     if model.startswith("tiny:"):
-        from ugrpo.lm.tiny import tiny_model_path
+        from ugrpo.lm.tiny_cache import tiny_model_path
 
         folder = tiny_model_path(model.split(":", 1)[1])
     else:

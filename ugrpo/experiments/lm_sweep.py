@@ -201,8 +201,19 @@ def collect_evals(root: RunDir, specs: Sequence[RunSpec]) -> list[dict[str, Any]
     return out
 
 
-def aggregate_lm(runs: Sequence[dict[str, Any]]) -> tuple[list[int], list[dict[str, Any]]]:
-    """(checkpoints common to all runs, rows per (N, G, checkpoint, metric) with mean and 95% t-interval)."""
+BINARY_TASKS = ("arithmetic", "gsm8k", "math")
+"""Tasks whose verifier returns 0 or 1: their accuracy and pass@1 lie in [0, 1] (a custom reward may not)."""
+
+
+def aggregate_lm(runs: Sequence[dict[str, Any]], *,
+                 bounds: tuple[float, float] | None = None) -> tuple[list[int], list[dict[str, Any]]]:
+    """(checkpoints common to all runs, rows per (N, G, checkpoint, metric) with mean and 95% t-interval).
+
+    ``bounds``: the range the metrics can take (``(0, 1)`` for a binary task); each interval is cut to it
+    (:func:`ugrpo.stats.proportions.clip_interval`: the coverage is unchanged) and the row says ``clipped``.
+    """
+    from ugrpo.stats.proportions import clip_interval
+
     common = set.intersection(*(set(r["evals"]) for r in runs)) if runs else set()
     cps = sorted(common)
     cells: dict[tuple[int, int], list[dict]] = {}
@@ -216,8 +227,12 @@ def aggregate_lm(runs: Sequence[dict[str, Any]]) -> tuple[list[int], list[dict[s
                 if any(v is None for v in vals):
                     continue
                 st = t_interval(vals)
+                low, high = st["ci_low"], st["ci_high"]
+                if bounds is not None:
+                    low, high = clip_interval(low, high, lo=bounds[0], hi=bounds[1])
                 rows.append({"budget": N, "G": G, "B": N // G, "checkpoint": c, "metric": m, "mean": st["mean"],
-                             "se": st["se"], "ci_low": st["ci_low"], "ci_high": st["ci_high"], "seeds": st["n"]})
+                             "se": st["se"], "ci_low": low, "ci_high": high, "seeds": st["n"],
+                             "clipped": (low, high) != (st["ci_low"], st["ci_high"])})
     return cps, rows
 
 
@@ -291,10 +306,12 @@ def sweep_lm(cfg: LMSweepConfig, out: str, *, argv: Sequence[str] | None = None,
                                 "to resume (unfinished runs continue from their last checkpoint)") from None
     planner = lm_planner(cfg, base, RunDir(root.file("plan")), progress=progress) if cfg.plan_pilot else None
     runs = collect_evals(root, specs)
-    cps, rows = aggregate_lm(runs)
+    bounds = (0.0, 1.0) if base.task.name in BINARY_TASKS else None
+    cps, rows = aggregate_lm(runs, bounds=bounds)
     if not cps:
         raise ValueError(f"the runs in {root.file('runs')} share no evaluated step; check eval.every in {cfg.config}")
     results = {"rows": rows, "best_G": best_lm_groups(rows), "checkpoints": cps, "planner": planner,
+               "interval": "95% t-interval over seeds" + (", cut to [0, 1] (an accuracy's range)" if bounds else ""),
                "config": to_jsonable(asdict(cfg)), "steps": base.steps, "runs": [
                    {k: r[k] for k in ("budget", "G", "seed", "name")} | {"action": actions[r["name"]]} for r in runs]}
     from ugrpo.report.lm_sweep_report import write_lm_sweep_outputs

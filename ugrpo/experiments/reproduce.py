@@ -113,19 +113,23 @@ def scale_plan(cfg: ReproduceConfig) -> ScalePlan:
     opts = dict(cfg.task_options)
     if cfg.model_override:
         models = tuple((s, str(cfg.model_override)) for s in STRENGTHS)
-    else:
+    elif tiny:
         models = tuple((s, f"tiny:{s}") for s in STRENGTHS)
-    sweep_model = str(cfg.model_override or "tiny:instruct")
+    else:  # smoke: the random-weight tiny model, built in seconds (ugrpo.lm.tiny_cache)
+        models = tuple((s, "tiny:random") for s in STRENGTHS)
+    sweep_model = str(cfg.model_override or ("tiny:instruct" if tiny else "tiny:random"))
+    if task == "arithmetic" and not opts:  # the tiny models' own task
+        from ugrpo.lm.pretrain import TINY_TASK_OPTIONS
+
+        opts = dict(TINY_TASK_OPTIONS)
     if tiny:
-        if task == "arithmetic" and not opts:  # the tiny models' own task (ugrpo.lm.pretrain.TINY_TASK_OPTIONS)
-            opts = {"prompt_style": "compact", "difficulty": "easy", "n_train": 200, "n_eval": 100}
         fig4 = dict(groups=(4, 8, 16, 32, 64), batch=8, reps=30, ref_samples=256, prompts=32, sketch_dim=256,
                     max_new_tokens=6)  # docs/lm-mse.md's command
         train = _train_config(sweep_model, task, opts, steps=100, every=25, n_eval=100, pass1=4, max_new=6, lr=5e-5)
         fig5 = dict(budgets=(64,), groups=(2, 4, 8, 16, 32), seeds=3, plan_pilot=(16, 8))
         table2 = dict(budgets=(64, 128, 256), groups=(4, 8, 16, 32, 64), seeds=3, plan_pilot=(16, 8))
         thm8 = {}  # `ugrpo gap` defaults
-    else:  # smoke: seconds
+    else:  # smoke: seconds, on tiny:random (checks the plumbing; every claim is 'too small to decide')
         fig4 = dict(groups=(4, 8), batch=2, reps=3, ref_samples=8, prompts=4, sketch_dim=16, max_new_tokens=4)
         train = _train_config(sweep_model, task, opts, steps=2, every=1, n_eval=4, pass1=2, max_new=4, lr=1e-3)
         fig5 = dict(budgets=(8,), groups=(2, 4), seeds=1, plan_pilot=(2, 4))
@@ -222,10 +226,20 @@ def _sweep(part: str, cfg: ReproduceConfig, plan: ScalePlan, out: Path, progress
     folder = out / part
     folder.mkdir(parents=True, exist_ok=True)
     yml = _write_yaml(folder / "train.yaml", plan.train if part == "fig5" else plan.train_table2)
-    sc = LMSweepConfig(config=yml, seed=cfg.seed, workers=cfg.workers, ray=cfg.ray, overrides=tuple(cfg.overrides),
+    workers = 1 if cfg.scale == "smoke" else cfg.workers  # 2-step runs: a worker pool's start-up would cost more
+    sc = LMSweepConfig(config=yml, seed=cfg.seed, workers=workers, ray=cfg.ray, overrides=tuple(cfg.overrides),
                        **getattr(plan, part))
-    sweep_lm(sc, str(folder), argv=None, progress=progress)
-    return "ran (finished runs reused)"
+    res = sweep_lm(sc, str(folder), argv=None, progress=progress)
+    return sweep_action(res["runs"])
+
+
+def sweep_action(runs: list[dict]) -> str:
+    """What a sweep really did, from its runs' actions: e.g. 'trained 4 runs, reused 2 finished runs'."""
+    n = {a: sum(1 for r in runs if r["action"] == a) for a in ("started", "resumed", "skipped")}
+    words = [f"trained {n['started']} run{'s' * (n['started'] != 1)}" if n["started"] else "",
+             f"resumed {n['resumed']} from a checkpoint" if n["resumed"] else "",
+             f"reused {n['skipped']} finished run{'s' * (n['skipped'] != 1)}" if n["skipped"] else ""]
+    return ", ".join(w for w in words if w) or "no runs"
 
 
 def _thm8(cfg: ReproduceConfig, plan: ScalePlan, out: Path, progress: bool) -> str:
@@ -274,7 +288,10 @@ def run_reproduce(cfg: ReproduceConfig, *, progress: bool = True, log: Callable[
             if actions[part] == "skipped":
                 log("thm8: finished earlier, skipped")
         seconds[part] = time.perf_counter() - t0
-        log(f"   {part}: {actions[part]} ({seconds[part]:.1f} s)")
+        what = actions[part]
+        if isinstance(what, dict):  # fig4: one action per strength, as words
+            what = ", ".join(f"{lab} {act}" for lab, act in what.items())
+        log(f"   {part}: {what} ({seconds[part]:.1f} s)")
     parts = {}
     for part in PARTS:
         if part == "fig4":

@@ -1,5 +1,9 @@
-"""The Claims of ``ugrpo reproduce``: for each of the paper's claims a verdict ('supports', 'contradicts' or
-'cannot tell') with the numbers and 95% intervals it rests on, and the summary tables of the report.
+"""The Claims of ``ugrpo reproduce``: for each of the paper's claims a verdict ('supports', 'contradicts',
+'cannot tell' or 'too small to decide') with the numbers and 95% intervals it rests on, and the summary tables of
+the report.
+
+'too small to decide' comes before any other verdict when the run lacks the power to reach one (the
+``MIN_*`` constants and ``THM8_PRECISION`` below): a verdict from such a run would say more than its data do.
 
 Pure functions of the parts' ``results.json`` contents (Fig. 4 per strength, the two sweeps, Theorem 8);
 the rules are listed in docs/reproduce.md ("Claims: the rules").
@@ -16,6 +20,21 @@ __all__ = ["STRENGTHS", "claims", "summary"]
 
 STRENGTHS = ("base", "instruct", "fewshot")
 """Fig. 4's model strengths, weakest first"""
+
+TOO_SMALL = "too small to decide"
+
+MIN_REPS = 10
+"""Fig. 4's intervals are normal ones (mean +- 1.96 SE over ``reps`` repetitions per G). At 10 repetitions the t
+quantile they stand for is 15% above 1.96 (t_{0.975, 9} = 2.26), and more below (4.30 at the smoke scale's 3), so
+they under-cover: no Fig. 4 verdict from fewer than 10."""
+
+ORACLE_TOLERANCE = 0.10
+"""'GRPO ~ oracle' means MSE_grpo / MSE_oracle within 10% of 1; an interval wider than that on either side (half-width
+> 0.10) cannot resolve the effect it must detect."""
+
+THM8_PRECISION = 0.25
+"""Theorem 8 is judged from the mean of n*gap over the runs against the limit's mean E: when 1.96 SE exceeds 25% of E
+in a cell, a limit 25% away would fit as well, so the run cannot support (or contradict) the beta^2 form."""
 
 
 def summary(parts: dict) -> dict:
@@ -52,13 +71,18 @@ def _f(v: Any) -> str:
 
 
 def claims(parts: dict) -> list[dict]:
-    """For each paper claim: 'supports', 'contradicts' or 'cannot tell', with the numbers and 95% intervals."""
+    """For each paper claim: 'supports', 'contradicts', 'cannot tell' or 'too small to decide', with the numbers and
+    95% intervals (the rules: docs/reproduce.md)."""
     out = []
     f4 = parts.get("fig4")
     names = ("vanilla MSE > GRPO MSE (Cor. 5(ii), Fig. 4)", "GRPO ~ oracle at G = 32 (Cor. 4, Fig. 4)",
              "MSE falls with model strength (Fig. 4)")
+    reps = min((r.get("config", {}).get("reps", MIN_REPS) for r in (f4 or {}).values()), default=MIN_REPS)
     if not f4:
         out += [_claim(n, "cannot tell", "Fig. 4 was not run") for n in names]
+    elif reps < MIN_REPS:
+        out += [_claim(n, TOO_SMALL, f"{reps} repetitions per G: fewer than {MIN_REPS}, the normal 95% intervals "
+                                     "of the MSE under-cover (docs/reproduce.md, the rules)") for n in names]
     else:
         diffs = [(lab, c["G"], c["vanilla_minus_grpo"]) for lab, r in f4.items() for c in r["comparisons"]]
         ev = "; ".join(f"{lab} G={G}: {_f(d['mean'])} [{_f(d['ci_low'])}, "
@@ -71,11 +95,14 @@ def claims(parts: dict) -> list[dict]:
             comp = min(r["comparisons"], key=lambda c: abs(c["G"] - 32))
             rats.append((lab, comp["G"], comp["grpo_over_oracle"]))
         ok = [q for *_, q in rats if q["ratio"] is not None]
-        v = ("cannot tell" if len(ok) < len(rats) else "supports" if all(q["ci_high"] <= 1.10 for q in ok) else
-             "contradicts" if any(q["ci_low"] > 1.10 for q in ok) else "cannot tell")
+        wide = [q for q in ok if (q["ci_high"] - q["ci_low"]) / 2 > ORACLE_TOLERANCE]
+        v = ("cannot tell" if len(ok) < len(rats) else TOO_SMALL if wide else
+             "supports" if all(q["ci_high"] <= 1 + ORACLE_TOLERANCE for q in ok) else
+             "contradicts" if any(q["ci_low"] > 1 + ORACLE_TOLERANCE for q in ok) else "cannot tell")
         text = "; ".join(f"{lab} G={G}: {_f(q['ratio'])} [{_f(q['ci_low'])}, {_f(q['ci_high'])}]"
                          for lab, G, q in rats)
-        out.append(_claim(names[1], v, f"MSE_grpo / MSE_oracle at the G nearest 32 (within 10% = supports): {text}"))
+        out.append(_claim(names[1], v, f"MSE_grpo / MSE_oracle at the G nearest 32 (within 10% = supports): {text}"
+                          + ("; an interval is wider than +-10%: it cannot resolve the tolerance" if wide else "")))
         rows = {}
         for lab in STRENGTHS:
             if lab in f4:
@@ -102,7 +129,7 @@ def _best_g_claim(r: dict | None) -> dict:
     best = [b for b in r["best_G"] if b["metric"] == "eval_accuracy" and b["checkpoint"] == last]
     ev = "; ".join(f"N={b['budget']}: best G={b['G']} (accuracy {_f(b['mean'])})" for b in best)
     if any(x["ci_low"] is None for x in rows):
-        return _claim(name, "cannot tell", f"{ev}; one seed per (N, G): no intervals, so no ordering is evidence")
+        return _claim(name, TOO_SMALL, f"{ev}; one seed per (N, G): no intervals, so no ordering is evidence")
     pl = r.get("planner")
     if pl:
         from ugrpo.report.lm_sweep_report import swept_g_star
@@ -142,6 +169,12 @@ def _thm8_claim(r: dict | None) -> dict:
                    f"(beta^2, KS p {_f(c['fit']['corrected']['ks_p'])}) and "
                    f"{_f(c['fit']['printed']['predicted_mean'])} "
                    f"(printed, KS p {_f(c['fit']['printed']['ks_p'])})" for c in cells)
+    loose = [c for c in cells
+             if Z95 * c["fit"]["corrected"]["se"] > THM8_PRECISION * c["fit"]["corrected"]["predicted_mean"]]
+    if loose:
+        return _claim(name, TOO_SMALL, ev + f"; in {len(loose)} of {len(cells)} cells the 95% interval of mean n*gap "
+                      f"is wider than +-{THM8_PRECISION:.0%} of the beta^2 limit's mean (too few runs): a limit that "
+                      "far off would fit as well")
     corr = all(ok(c["fit"]["corrected"]) for c in cells)
     printed_rejected = any(not ok(c["fit"]["printed"]) for c in cells)
     v = ("supports" if corr and printed_rejected else "contradicts" if not any(ok(c["fit"]["corrected"]) for c in cells)

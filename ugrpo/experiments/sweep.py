@@ -187,5 +187,3 @@ def check_resume(old: dict | None, cfg: SweepConfig, out: str) -> None:
 
 def _norm(v: Any) -> Any:
     return list(v) if isinstance(v, (list, tuple)) else v
-
-

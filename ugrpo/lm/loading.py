@@ -2,9 +2,10 @@
 
 Names
 -----
-``tiny:<strength>``
-    The built-in warmed-up tiny model (``base``, ``instruct`` or ``fewshot``), cached by
-    :func:`ugrpo.lm.tiny.tiny_model_path` and built on first use (several minutes on a CPU, once).
+``tiny:<name>``
+    The built-in warmed-up tiny model (``base``, ``instruct`` or ``fewshot``) or its random-weight start
+    (``random``), cached by :func:`ugrpo.lm.tiny_cache.tiny_model_path` and built on first use (up to several
+    minutes on a CPU, once; the build says what it builds and where).
 a local folder
     Anything ``save_pretrained`` wrote (``config.json`` + weights + tokenizer files).
 a hub id such as ``Qwen/Qwen2.5-0.5B-Instruct``
@@ -173,7 +174,7 @@ def _resolve(name_or_path: str) -> Path | None:
         raise ValueError(f"load_policy: name_or_path={name_or_path!r}; give 'tiny:instruct', a local folder or a hub "
                          "id")
     if name_or_path.startswith("tiny:"):
-        from ugrpo.lm.tiny import tiny_model_path
+        from ugrpo.lm.tiny_cache import tiny_model_path
 
         return tiny_model_path(name_or_path.split(":", 1)[1])
     p = Path(name_or_path).expanduser()

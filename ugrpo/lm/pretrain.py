@@ -32,11 +32,16 @@ from ugrpo.lm.sampling import sample_groups
 from ugrpo.lm.tiny import STRENGTHS, TinySize, build_tiny_model
 from ugrpo.lm.tokenizer import DEFAULT_CHARS, build_char_tokenizer
 
-__all__ = ["TINY_TASK_OPTIONS", "PretrainResult", "pretrain_tiny", "warmup_exclusions"]
+__all__ = ["TINY_TASK_OPTIONS", "EXPECTED_STEPS", "PretrainResult", "pretrain_tiny", "warmup_exclusions"]
 
 TINY_TASK_OPTIONS: dict = {"prompt_style": "compact", "difficulty": "easy", "n_train": 200, "n_eval": 100}
 """The arithmetic task the tiny model is warmed up on, and the one RL with ``tiny:*`` should use
 (``get_task("arithmetic", **TINY_TASK_OPTIONS)``): compact prompts such as ``"7-3+5="``."""
+
+EXPECTED_STEPS: dict[str, int] = {"base": 175, "instruct": 650, "fewshot": 1675}
+"""Steps at which each strength's warm-up stopped when measured (seed 0, defaults; recipe v2 for base and
+instruct, v1 for fewshot; see :data:`ugrpo.lm.tiny.STRENGTHS`): the progress bar's first total, so that its ETA
+means something (the bar grows by a quarter whenever the target comes later, and ends at 100% when it is reached)."""
 
 MAX_NEW_TOKENS = 6
 """Completion budget of the warm-up evaluation: the longest answer (``"-18"``, ``"81"``) plus EOS fits."""
@@ -139,7 +144,8 @@ def pretrain_tiny(
         strength = "custom"
     if not 0.0 < target_accuracy <= 1.0:
         raise ValueError(f"pretrain_tiny: target_accuracy={target_accuracy} must be in (0, 1]")
-    for name, v in (("steps", steps), ("batch_size", batch_size), ("eval_every", eval_every), ("eval_samples", eval_samples)):
+    for name, v in (("steps", steps), ("batch_size", batch_size), ("eval_every", eval_every),
+                    ("eval_samples", eval_samples)):
         if not isinstance(v, int) or v < 1:
             raise ValueError(f"pretrain_tiny: {name}={v!r} must be an integer >= 1")
     if not lr > 0:
@@ -158,7 +164,8 @@ def pretrain_tiny(
     history: list[dict] = []
     acc = (0.0, 0.0, 0.0)
     reached, step, loss_ema = False, 0, math.nan
-    bar = tqdm(total=steps, desc=f"pretrain-tiny {strength}", unit="step", disable=not progress)
+    bar = tqdm(total=min(steps, EXPECTED_STEPS.get(strength, steps)), unit="step", disable=not progress,
+               desc=f"pretrain-tiny {strength} (until sampled accuracy {target_accuracy:.2f})")
     for step in range(1, steps + 1):
         prompts, answers = _training_batch(generate_problems, batch_size, seed, step, held_out)
         model.train()
@@ -169,6 +176,8 @@ def pretrain_tiny(
         opt.step()
         sched.step()
         loss_ema = loss.item() if math.isnan(loss_ema) else 0.9 * loss_ema + 0.1 * loss.item()
+        if step > bar.total:  # slower than measured: a quarter more, never past the step cap
+            bar.total = min(steps, max(step, int(bar.total * 1.25)))
         bar.update(1)
         if step % eval_every == 0 or step == steps:
             acc = _evaluate(model, tokenizer, task, eval_problems, eval_samples, seed)
@@ -178,6 +187,8 @@ def pretrain_tiny(
             if acc[0] >= target_accuracy:
                 reached = True
                 break
+    bar.total = step  # the bar ends full: the warm-up is done
+    bar.refresh()
     bar.close()
     result = PretrainResult(
         out_dir=str(out_dir), strength=strength, target_accuracy=target_accuracy, reached_target=reached, steps=step,
@@ -203,7 +214,8 @@ def warmup_exclusions(task) -> frozenset[str]:
     return frozenset(p.prompt[:-1] for p in task.eval_problems())
 
 
-def _training_batch(generate_problems, batch_size: int, seed: int, step: int, held_out: frozenset) -> tuple[list[str], list[str]]:
+def _training_batch(generate_problems, batch_size: int, seed: int, step: int,
+                    held_out: frozenset) -> tuple[list[str], list[str]]:
     """Fresh compact problems for one step: ``batch_size`` iid draws (repeats allowed) outside ``held_out``.
 
     The ``easy`` pool has only 81 products and 81 quotients (fewer outside the eval set), so a
@@ -229,7 +241,8 @@ def _answer_loss(model, tokenizer, prompts: list[str], answers: list[str]) -> to
         mask[i, : len(seq)] = 1
         labels[i, len(p): len(seq)] = torch.tensor(a + [tokenizer.eos_token_id])
     logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits[:, :-1].float()  # (n, L-1, V)
-    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=-100)
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1),
+                                             ignore_index=-100)
 
 
 def _evaluate(model, tokenizer, task, problems, n_samples: int, seed: int) -> tuple[float, float, float]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ugrpo.report.markdown import fmt, fmt_ci, header, image, md_table
+from ugrpo.report.markdown import fmt, fmt_ci, fmt_values, header, image, md_table
 from ugrpo.report.plots import estimator_series, line_plot
 from ugrpo.runs import RunDir
 from ugrpo.stats.estimators import ESTIMATORS
@@ -23,8 +23,8 @@ def reading(results: dict[str, Any]) -> list[str]:
     out = []
     above = [G for G in groups if comps[G]["vanilla_minus_grpo"]["ci_low"] > 0]
     below = [G for G in groups if comps[G]["vanilla_minus_grpo"]["ci_high"] < 0]
-    out.append(f"Vanilla's MSE is above GRPO's (95% interval of the paired difference above 0) at G in {above} and "
-               f"below it (interval below 0) at G in {below}, of {groups}.")
+    out.append(f"Vanilla's MSE is above GRPO's (95% interval of the paired difference above 0) at {fmt_values(above)} "
+               f"and below it (interval below 0) at {fmt_values(below)}, of {fmt_values(groups)}.")
     G32 = min(groups, key=lambda G: abs(G - 32))
     r = comps[G32]["grpo_over_oracle"]
     if r["ratio"] is not None:
@@ -51,8 +51,12 @@ def reading(results: dict[str, Any]) -> list[str]:
                    "conditional-uncorrelation assumption (A2) does not hold, so vanilla can beat GRPO and the oracle.")
     ref = results["reference"]
     mse_min = min(r["mse"] for r in results["rows"])
-    out.append(f"The reference's own error E||g_ref - g||^2 = {fmt(ref['ref_err'])} (subtracted) is "
-               f"{100 * ref['ref_err'] / mse_min:.1f}% of the smallest MSE measured.")
+    if mse_min > 0:
+        out.append(f"The reference's own error E||g_ref - g||^2 = {fmt(ref['ref_err'])} (subtracted) is "
+                   f"{100 * ref['ref_err'] / mse_min:.1f}% of the smallest MSE measured.")
+    else:  # e.g. a model that never earns a reward: every gradient estimate is 0
+        out.append(f"The smallest MSE measured is {fmt(mse_min)}: some estimator's gradients were all 0 (no reward "
+                   f"varied), so there is nothing to compare; the reference's own error is {fmt(ref['ref_err'])}.")
     return out
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ugrpo.report.markdown import fmt_ci, header, image, md_table
+from ugrpo.report.markdown import fmt_ci, fmt_values, header, image, md_table
 from ugrpo.report.plots import Marker, Panel, Series, panel_plot
 from ugrpo.runs import RunDir
 
@@ -42,12 +42,12 @@ def reading(results: dict[str, Any]) -> list[str]:
             continue
         s = f"N={b['budget']}, step {last}, {b['metric']}: the largest mean is at G={b['G']} ({b['mean']:.3f})"
         if b["tied"]:
-            s += f", tied with G in {b['tied']}"
+            s += f", tied with {fmt_values(b['tied'])}"
         if b["overlapping"] is None:
             s += "; with a single seed there is no interval, so this ordering is not evidence of anything."
         else:
-            s += (f"; G in {b['overlapping']} have overlapping 95% intervals, not distinguishable with {b['seeds']} "
-                  "seeds." if b["overlapping"] else "; its 95% interval does not overlap any other G's.")
+            s += (f"; {fmt_values(b['overlapping'])} have overlapping 95% intervals, not distinguishable with "
+                  f"{b['seeds']} seeds." if b["overlapping"] else "; its 95% interval does not overlap any other G's.")
         out.append(s)
     pl = results.get("planner")
     if pl:
@@ -72,7 +72,8 @@ def _plot(run: RunDir, results: dict[str, Any], metric: str, path: str) -> None:
                       low=ci[0], high=ci[1])
         panels.append(Panel(f"N = {N}", series, [mark] if star else []))
     panel_plot(run.file(path), panels, xlabel="group size G", ylabel=f"held-out {metric}", logx=True,
-               suptitle="LM sweep: mean, 95% t-interval over seeds", xticks=results["config"]["groups"])
+               suptitle=f"LM sweep: mean, {results.get('interval', '95% t-interval over seeds')}",
+               xticks=results["config"]["groups"])
 
 
 def table2(results: dict[str, Any], metric: str, *, intervals: bool = False) -> tuple[list[str], list[list[Any]]]:
@@ -104,7 +105,9 @@ def write_lm_sweep_outputs(run: RunDir, results: dict[str, Any], argv: Sequence[
     md = [header("ugrpo sweep --config: held-out accuracy vs group size at a fixed budget (paper Fig. 5, Table 2)",
                  argv),
           f"Config `{cfg['config']}`, {results['steps']} steps per run, {cfg['seeds']} seeds per (N, G), groups "
-          f"{list(cfg['groups'])}; checkpoints {results['checkpoints']}; mean over seeds with a 95% Student-t interval"
+          f"{fmt_values(cfg['groups'], prefix='')}; checkpoints at "
+          f"{fmt_values(results['checkpoints'], prefix='steps ')}; mean over seeds with a "
+          + results.get("interval", "95% t-interval over seeds")
           + (" (one seed: no interval)." if cfg["seeds"] == 1 else "."), "", "## Reading", "",
           *[f"- {s}" for s in reading(results)], ""]
     for m in metrics:

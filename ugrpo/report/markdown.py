@@ -23,7 +23,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["fmt", "fmt_ci", "md_table", "text_table", "header", "image", "config_block", "read_run"]
+__all__ = ["fmt", "fmt_ci", "fmt_values", "md_table", "text_table", "header", "image", "config_block", "read_run"]
+
+
+def fmt_values(values: Sequence[Any], *, prefix: str = "G = ", none: str = "no G") -> str:
+    """A list for a sentence, never a Python list: ``'G = 4, 8'``, or ``none`` when empty.
+
+    >>> fmt_values([4, 8]), fmt_values([]), fmt_values([25, 50], prefix="steps ", none="no step")
+    ('G = 4, 8', 'no G', 'steps 25, 50')
+    """
+    return prefix + ", ".join(str(v) for v in values) if len(values) else none
 
 
 def fmt(v: Any, digits: int = 4) -> str:

@@ -130,7 +130,8 @@ def line_plot(
         ax.set_ylabel(ylabel)
         if title:
             ax.set_title(title)
-        ax.legend(fontsize=8)
+        if ax.get_legend_handles_labels()[0]:  # no empty legend (and no matplotlib warning) for a plot without lines
+            ax.legend(fontsize=8)
         fig.tight_layout()
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -173,7 +174,8 @@ def panel_plot(
                 ax.set_xticklabels([f"{t:g}" for t in xticks])
             ax.set_title(panel.title)
             ax.set_xlabel(xlabel)
-            ax.legend(fontsize=7)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=7)
         axes[0][0].set_ylabel(ylabel)
         if suptitle:
             fig.suptitle(suptitle)

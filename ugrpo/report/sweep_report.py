@@ -11,6 +11,8 @@ from ugrpo.runs import RunDir
 
 def reading(results: dict[str, Any]) -> list[str]:
     """Plain-language sentences about a sweep result."""
+    from ugrpo.report.markdown import fmt_values
+
     out = []
     last = max(r["checkpoint"] for r in results["rows"])
     pl = results.get("planner") or {}
@@ -26,7 +28,7 @@ def reading(results: dict[str, Any]) -> list[str]:
         if best["ci_high"] is None:
             s += "; with a single seed there is no interval, so this ordering is not evidence of anything."
         elif overlap:
-            s += (f"; G in {overlap} have overlapping 95% intervals, so they are not distinguishable with "
+            s += (f"; {fmt_values(overlap)} have overlapping 95% intervals, so they are not distinguishable with "
                   f"{best['seeds']} seeds.")
         else:
             s += "; its 95% interval does not overlap any other G's."

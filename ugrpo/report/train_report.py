@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ugrpo.report.plots import Series, line_plot
 from ugrpo.runs import RunDir
+from ugrpo.stats.proportions import wilson_interval
 
 __all__ = ["write_report"]
 
@@ -18,6 +19,18 @@ def _series(rows: list[dict], key: str, label: str) -> Series:
     return Series(label, x=[p[0] for p in pts], y=[p[1] for p in pts])
 
 
+def _accuracy_series(rows: list[dict], key: str, label: str) -> Series:
+    """Held-out accuracy with a 95% Wilson band over the n evaluated problems (always inside [0, 1]).
+
+    For sampled pass@1 (k samples per problem) the band is also over n problems, not n*k samples: the k samples
+    of one problem are correlated, and a per-problem mean in [0, 1] has variance at most p(1-p), so the band is
+    conservative. No band where the value lies outside [0, 1] (a custom reward) or n was not recorded."""
+    pts = [(r["step"], r[key], r.get("eval_n_problems")) for r in rows if r.get(key) is not None]
+    bands = [wilson_interval(y, int(n)) if n and 0.0 <= y <= 1.0 else (None, None) for _, y, n in pts]
+    return Series(label, x=[p[0] for p in pts], y=[p[1] for p in pts], low=[b[0] for b in bands],
+                  high=[b[1] for b in bands])
+
+
 def write_report(run: RunDir) -> Path:
     """Write ``reward.png``, ``eval.png`` and ``report.md`` into the run folder; returns the report path."""
     rows = run.metrics()
@@ -25,8 +38,9 @@ def write_report(run: RunDir) -> Path:
     res = run.read_results() or {}
     for name, series, ylabel, title in (
         ("reward.png", [_series(rows, "reward_mean", "train reward (mean of B*G)")], "reward", "training reward"),
-        ("eval.png", [_series(rows, "eval_accuracy", "greedy accuracy"), _series(rows, "eval_pass1", "sampled pass@1")],
-         "held-out", "held-out evaluation"),
+        ("eval.png", [_accuracy_series(rows, "eval_accuracy", "greedy accuracy"),
+                      _accuracy_series(rows, "eval_pass1", "sampled pass@1")],
+         "held-out (95% Wilson interval over problems)", "held-out evaluation"),
     ):
         series = [s for s in series if len(s.x)]
         if series:
@@ -43,7 +57,7 @@ def write_report(run: RunDir) -> Path:
 Model `{model.get('name')}`, task `{task.get('name')}`, algorithm {cfg.get('algorithm')},
 baseline `{cfg.get('baseline')}`, scale `{cfg.get('scale')}`, N = {N}, G = {G},
 {res.get('steps', len(train_rows))} steps, optimizer {optim.get('name')} lr {optim.get('lr')},
-{_f(res.get('minutes'))} minutes.
+{_f(res.get('minutes'))} minutes of training{_load(res)}.
 
 | | greedy accuracy | sampled pass@1 |
 |---|---|---|
@@ -64,6 +78,14 @@ Unscorable completions during training: {unscorable}. Oracle extra samples: {res
 Prompts skipped as too long: {res.get('skipped_prompts', 0)}.
 """
     return run.write_report(text)
+
+
+def _load(res: dict) -> str:
+    """The model's load time, reported apart: a first-use build of a ``tiny:*`` model is not training time."""
+    if res.get("load_minutes") is None:
+        return ""
+    return (f" (loading the model took {res['load_minutes']:.3f} more minutes, including any first-use build of a "
+            "tiny model)")
 
 
 def _f(v) -> str:

@@ -70,6 +70,8 @@ class TrainResult:
     samples: int
     oracle_samples: int
     skipped_prompts: int
+    load_minutes: float = 0.0
+    """loading the model, including a first-use build of a ``tiny:*`` model; not counted in ``minutes``"""
 
 
 def choose_prompts(n_problems: int, B: int, seed: int, step: int) -> np.ndarray:
@@ -108,6 +110,7 @@ def train(
     lora = LoraSettings(cfg.model.lora_r, cfg.model.lora_alpha, cfg.model.lora_dropout,
                         cfg.model.lora_targets) if cfg.model.lora_r else None
     policy = load_policy(cfg.model.name, lora=lora, dtype=cfg.model.dtype, device=device, seed=cfg.seed)
+    t_loaded = time.time()  # `minutes` counts from here: a first-use tiny-model build is not training time
     model, tok = policy.model, policy.tokenizer
     broadcast_params(model, ctx)
     task = get_task(cfg.task.name, **cfg.task.options)
@@ -167,7 +170,8 @@ def train(
             temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p, max_new_tokens=cfg.sampling.max_new_tokens,
             batch_size=cfg.eval.batch_size, seed=cfg.seed, ctx=ctx,
         )
-        return {"eval_accuracy": ev.accuracy, "eval_pass1": ev.pass1, "eval_n_unscorable": ev.n_unscorable}
+        return {"eval_accuracy": ev.accuracy, "eval_pass1": ev.pass1, "eval_n_unscorable": ev.n_unscorable,
+                "eval_n_problems": ev.n_problems}
 
     # ---------------------------------------------------------------- step 0: evaluate before any update
     if start == 0:
@@ -245,9 +249,9 @@ def train(
         out_dir=str(out), steps=cfg.steps,
         initial_eval_accuracy=initial.get("eval_accuracy"), initial_eval_pass1=initial.get("eval_pass1"),
         final_eval_accuracy=last_eval.get("eval_accuracy"), final_eval_pass1=last_eval.get("eval_pass1"),
-        minutes=(time.time() - t_start) / 60, samples=cfg.steps * cfg.budget.samples_per_step,
+        minutes=(time.time() - t_loaded) / 60, samples=cfg.steps * cfg.budget.samples_per_step,
         oracle_samples=cfg.steps * B * cfg.oracle_samples if cfg.baseline == "oracle" else 0,
-        skipped_prompts=skipped,
+        skipped_prompts=skipped, load_minutes=(t_loaded - t_start) / 60,
     )
     if run is not None:
         run.write_results(result)

@@ -21,6 +21,11 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--difficulty", type=float, default=0.0, help="reward logits centred at -difficulty")
     p.add_argument("--heterogeneity", type=float, default=1.0,
                    help="prompt heterogeneity in [0, 1]: 0 = identical prompts, 1 = independent")
+    p.add_argument("--extreme-fraction", type=float, default=0.0,
+                   help="share of prompts pushed near p = 0 or 1 (heterogeneous prompts for `ugrpo allocate`)")
+    p.add_argument("--extreme-shift", type=float, default=5.0, help="size of that push on the reward logits")
+    p.add_argument("--score-reward-corr", type=float, default=0.0,
+                   help="in [-1, 1]: couples initial logits to reward logits; < 0 gives right answers larger scores")
     p.add_argument("--seed", type=int, default=0, help="seed of the random policy")
     p.add_argument("--name", default="", help="free-text name stored in the file")
     p.add_argument("--out", required=True, help="JSON file to write")
@@ -37,8 +42,13 @@ def main(args: argparse.Namespace) -> int:
     env = random_env(args.kind, n_prompts=args.prompts, n_actions=args.actions, dim=args.dim,
                      logit_scale=args.logit_scale, reward_spread=args.reward_spread, difficulty=args.difficulty,
                      prompt_heterogeneity=args.heterogeneity, seed=args.seed, name=args.name,
+                     extreme_fraction=args.extreme_fraction, extreme_shift=args.extreme_shift,
+                     score_reward_corr=args.score_reward_corr,
                      description=f"ugrpo make-env --kind {args.kind} --prompts {args.prompts} "
-                                 f"--actions {args.actions} --seed {args.seed}")
+                                 f"--actions {args.actions} --seed {args.seed}"
+                                 + (f" --extreme-fraction {args.extreme_fraction} --extreme-shift {args.extreme_shift}"
+                                    if args.extreme_fraction else "")
+                                 + (f" --score-reward-corr {args.score_reward_corr}" if args.score_reward_corr else ""))
     save_env(env, out)
     env = load_env(out)  # what later commands will see
     ex = env.exact(env.theta0, sigma=False)

@@ -5,6 +5,9 @@ Examples
 ``ugrpo pretrain-tiny --out runs/tiny-instruct``                     (default strength: instruct)
 ``ugrpo pretrain-tiny --out runs/tiny-base --strength base --seed 1``
 ``ugrpo pretrain-tiny --cache --strength fewshot``                   (fill the cache of tiny:fewshot)
+``ugrpo pretrain-tiny --all``                                         (fill the cache of every tiny:<name>)
+
+The cache folder is ``$UGRPO_CACHE`` (default ``~/.cache/ugrpo``); see :mod:`ugrpo.lm.tiny_cache`.
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     where.add_argument("--cache", action="store_true",
                        help="build the cached model that 'tiny:<strength>' resolves to ($UGRPO_CACHE or "
                        "~/.cache/ugrpo)")
+    where.add_argument("--all", action="store_true",
+                       help="build every cached tiny model (tiny:random, base, instruct, fewshot; about 12 min on 2 "
+                            "CPU cores, once) into $UGRPO_CACHE (default ~/.cache/ugrpo)")
     parser.add_argument("--strength", choices=list(STRENGTHS), default="instruct",
                         help="stop at sampled accuracy " + ", ".join(f"{k}={v}" for k, v in STRENGTHS.items())
                         + " (default: instruct)")
@@ -35,15 +41,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.cache:
+    if args.cache or args.all:
         if args.target_accuracy is not None or args.size != "1m" or args.steps != 3000 or args.seed != 0:
-            raise ValueError("--cache builds the standard model of a strength (seed 0, defaults); "
+            raise ValueError("--cache/--all build the standard models (seed 0, defaults); "
                              "drop --target-accuracy/--size/--steps/--seed or write elsewhere with --out")
-        from ugrpo.lm.tiny import tiny_model_path
+        from ugrpo.lm.tiny_cache import build_all, tiny_model_path
 
-        path = tiny_model_path(args.strength)
-        print(f"tiny:{args.strength} -> {path}")
-        print((path / "ugrpo_tiny.json").read_text())
+        paths = build_all() if args.all else {args.strength: tiny_model_path(args.strength)}
+        for name, path in paths.items():
+            print(f"tiny:{name} -> {path}")
+        if not args.all:
+            print((paths[args.strength] / "ugrpo_tiny.json").read_text())
         return 0
     from ugrpo.lm.pretrain import pretrain_tiny
 

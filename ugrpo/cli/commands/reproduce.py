@@ -16,9 +16,9 @@ from ugrpo.experiments.common import default_workers
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scale", default="tiny", choices=("smoke", "tiny", "paper"),
-                   help="smoke: seconds (tests); tiny (default): the built-in tiny models on 2 CPU cores; paper: the "
-                   "paper's "
-                        "Qwen models and budgets (needs local weights and a GPU)")
+                   help="smoke: under a minute on tiny:random, the untrained tiny model (checks the plumbing; every "
+                        "claim 'too small to decide'); tiny (default): the built-in tiny models on 2 CPU cores; paper: "
+                        "the paper's Qwen models and budgets (needs local weights and a GPU)")
     p.add_argument("--out", required=True, help="run folder; rerunning into it skips finished parts")
     p.add_argument("--skip", default="", help="comma-separated parts to leave out: fig4,fig5,table2,thm8")
     p.add_argument("--workers", type=int, default=None,

@@ -115,19 +115,19 @@ def _lm_config(args: argparse.Namespace):
 
 def _main_lm(args: argparse.Namespace) -> int:
     from ugrpo.experiments.lm_sweep import sweep_lm
-    from ugrpo.report.markdown import fmt_ci, text_table
+    from ugrpo.report.markdown import fmt_ci, fmt_values, text_table
 
     results = sweep_lm(_lm_config(args), args.out, argv=command_line("sweep", args), progress=not args.no_progress)
     rows = results["rows"]
     metric = "eval_accuracy" if any(r["metric"] == "eval_accuracy" for r in rows) else "eval_pass1"
-    print(f"held-out {metric} per checkpoint (mean over seeds, 95% t-interval):")
+    print(f"held-out {metric} per checkpoint (mean over seeds, {results.get('interval', '95% t-interval')}):")
     print(text_table(["N", "G", "B", "step", "mean", "95% CI", "seeds"],
                      [[r["budget"], r["G"], r["B"], r["checkpoint"], r["mean"],
                        "-" if r["ci_low"] is None else fmt_ci(r["ci_low"], r["ci_high"]), r["seeds"]]
                       for r in rows if r["metric"] == metric]))
     for b in results["best_G"]:
         if b["metric"] == metric:
-            tie = f", tied with G in {b['tied']}" if b["tied"] else ""
+            tie = f", tied with {fmt_values(b['tied'])}" if b["tied"] else ""
             print(f"N={b['budget']} step {b['checkpoint']}: empirical best G = {b['G']} ({b['mean']:.3f}{tie})")
     pl = results.get("planner")
     if pl:

@@ -34,7 +34,8 @@ def main(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.overrides)
     result = train(cfg, args.out, resume=args.resume)
     print(
-        f"done: {result.steps} steps in {result.minutes:.1f} min; held-out greedy accuracy "
+        f"done: {result.steps} steps in {result.minutes:.1f} min (+ {result.load_minutes:.1f} min loading the model); "
+        f"held-out greedy accuracy "
         f"{_f(result.initial_eval_accuracy)} -> {_f(result.final_eval_accuracy)}, sampled pass@1 "
         f"{_f(result.initial_eval_pass1)} -> {_f(result.final_eval_pass1)}; run folder {result.out_dir}"
     )

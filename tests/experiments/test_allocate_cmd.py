@@ -1,0 +1,107 @@
+"""``ugrpo allocate`` and the heterogeneity knobs of ``make-env`` (docs/math.md M32-M38)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from ugrpo.envs.generate import random_env
+from ugrpo.experiments.allocate import AllocateConfig, _batch_errors, bernoulli_stats, build_lab, predicted_stats
+from ugrpo.stats.allocation import best_uniform
+
+from .conftest import assert_png, results, run_cli
+
+
+def _hetero(seed=3, **kw):
+    return random_env("softmax_bandit", n_prompts=12, n_actions=4, logit_scale=1.5, extreme_fraction=0.7,
+                      score_reward_corr=-0.8, seed=seed, **kw)
+
+
+def _score_norms_by_reward(env):
+    p, r = env.probs(), env.reward_mean
+    w2 = (env.score_table(probs=p) ** 2).sum(-1)
+    return (p * r * w2).sum(-1) / (p * r).sum(-1), (p * (1 - r) * w2).sum(-1) / (p * (1 - r)).sum(-1)
+
+
+def test_bernoulli_stats_with_a_point_mass_are_the_exact_moments():
+    env = _hetero()
+    ex = env.exact()
+    m1, m0 = (t.numpy() for t in _score_norms_by_reward(env))
+    p = ex.V.numpy()
+    g2 = np.array([m.g_norm2 for m in ex.prompt_moments])
+    st = bernoulli_stats((p, p**2, p**3), m1, m0, g2)
+    np.testing.assert_allclose(st.c2, [m.tr_sigma_oracle for m in ex.prompt_moments], rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(st.c3, [m.c3 for m in ex.prompt_moments], rtol=1e-10)
+
+
+def test_predicted_stats_keep_unsolved_prompts_alive():
+    env = _hetero()
+    cfg = AllocateConfig(budget=48, history_steps=2)
+    pred, hist = predicted_stats(env, cfg, torch.Generator().manual_seed(0))
+    assert hist["history_samples"] == 2 * 12 * 4
+    assert (pred.value > 0).all() and (pred.value < 1).all() and (pred.c3 > 0).all()
+
+
+def test_ustat_with_true_moments_never_loses_to_uniform_on_a_batch():
+    """Per drawn batch, ustat minimises M33 exactly, and uniform G is one of its feasible allocations."""
+    env = _hetero()
+    lab = build_lab(env, 0)
+    G_u, _ = best_uniform(lab.c1, lab.c2, lab.c3, 48)
+    cfg = AllocateConfig(budget=48)
+    batches = np.random.default_rng(0).integers(12, size=(50, 48 // G_u))
+    us, _ = _batch_errors(lab, lab.true, "ustat", batches, cfg, "samples", G_u)
+    un, _ = _batch_errors(lab, lab.true, "uniform", batches, cfg, "samples", G_u)
+    assert (us <= un + 1e-15).all() and (us < un).any()
+
+
+def test_make_env_knobs():
+    env = random_env("softmax_bandit", n_prompts=40, n_actions=4, extreme_fraction=0.75, extreme_shift=8.0, seed=1)
+    V = env.exact().V
+    assert int(((V < 0.02) | (V > 0.98)).sum()) == 30
+    lo = [float((a / b).median()) for a, b in [_score_norms_by_reward(
+        random_env("softmax_bandit", n_prompts=30, n_actions=5, logit_scale=2.0, score_reward_corr=rho, seed=2))
+        for rho in (-0.9, 0.9)]]
+    assert lo[0] > 1.2 > 0.8 > lo[1]  # rewarded arms unlikely (rho < 0): larger score norms for right answers
+    plain = random_env("linear_softmax", n_prompts=5, n_actions=3, dim=2, seed=4)
+    same = random_env("linear_softmax", n_prompts=5, n_actions=3, dim=2, seed=4, extreme_fraction=0.0)
+    assert torch.equal(plain.features, same.features) and torch.equal(plain.reward_mean, same.reward_mean)
+    with pytest.raises(ValueError, match="score_reward_corr"):
+        random_env("softmax_bandit", n_prompts=3, n_actions=2, score_reward_corr=1.5)
+
+
+def test_allocate_command_end_to_end(tmp_path, capsys):
+    env_path = tmp_path / "env.json"
+    rc, out, err = run_cli(["make-env", "--kind", "softmax_bandit", "--prompts", 12, "--actions", 4,
+                            "--logit-scale", 1.5, "--extreme-fraction", 0.7, "--score-reward-corr", -0.8,
+                            "--seed", 3, "--out", env_path], capsys)
+    assert rc == 0, err
+    run = tmp_path / "run"
+    rc, out, err = run_cli(["allocate", "--env", env_path, "--budget", 48, "--batches", 60, "--token-batches", 5,
+                            "--seed", 1, "--screen", "--out", run, "--no-progress"], capsys)
+    assert rc == 0, err
+    res = results(run)
+    rows = res["rows"]
+    assert {(r["rule"], r["moments"]) for r in rows} == {(a, m) for a in ("uniform", "vip", "knapsack", "ustat",
+                                                                          "ustat+screen")
+                                                         for m in ("true", "predicted")}
+    for r in rows + res["token_rows"]:
+        assert {"rule", "moments", "budget", "mse", "ci_low", "ci_high"} <= set(r)
+        assert r["budget"] == 48 and 0 <= r["ci_low"] <= r["mse"] <= r["ci_high"]
+    uni = next(r for r in rows if r["rule"] == "uniform")
+    assert uni["G"] == res["instance"]["best_uniform_G"] and 48 % uni["G"] == 0
+    assert min(c["mse"] for c in res["uniform_curve"]) == pytest.approx(uni["mse"])
+    assert {r["unit"] for r in res["token_rows"]} == {"tokens"}
+    assert_png(run / "allocation.png")
+    assert "## Ratios" in (run / "report.md").read_text()
+
+
+@pytest.mark.parametrize("extra,msg", [
+    (["--rules", "uniform,dapo"], "unknown rule"),
+    (["--prompts", 30], "exceeds the budget"),
+    (["--g-min", 5, "--g-max", 4], "g_min <= g_max"),
+])
+def test_allocate_bad_input(tmp_path, capsys, extra, msg):
+    rc, out, err = run_cli(["allocate", "--env", "builtin:demo", "--budget", 48, "--out", tmp_path / "r", *extra],
+                           capsys)
+    assert rc == 2 and msg in err

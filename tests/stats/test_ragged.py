@@ -1,0 +1,90 @@
+"""Ragged groups (docs/math.md M37): equal to the dense functions on equal sizes, to a per-group loop otherwise."""
+
+import pytest
+import torch
+
+from ugrpo.stats.advantages import compute_advantages
+from ugrpo.stats.estimator import policy_gradient, prompt_gradients
+from ugrpo.stats.ragged import (
+    dense_to_ragged,
+    ragged_advantages,
+    ragged_hoeffding,
+    ragged_policy_gradient,
+    ragged_prompt_gradients,
+    segment_sum,
+)
+from ugrpo.stats.ustat import hoeffding_decomposition, pairwise_ustatistic
+
+DT = torch.float64
+BASELINES = ["vanilla", "grpo", "grpo_mean", "oracle"]
+
+
+def _data(sizes, D=3, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    n = sum(sizes)
+    return (torch.bernoulli(torch.full((n,), 0.4, dtype=DT), generator=gen), torch.randn(n, D, generator=gen, dtype=DT),
+            torch.rand(len(sizes), generator=gen, dtype=DT), torch.tensor(sizes))
+
+
+@pytest.mark.parametrize("baseline", BASELINES)
+def test_equal_sizes_equal_dense(baseline):
+    B, G = 5, 4
+    z, W, v, _ = _data([G] * B, seed=1)
+    zd, Wd = z.reshape(B, G), W.reshape(B, G, -1)
+    dense = compute_advantages(zd, baseline=baseline, values=v if baseline == "oracle" else None).advantages
+    flat, sizes = dense_to_ragged(zd)
+    adv = ragged_advantages(flat, sizes, baseline=baseline, values=v if baseline == "oracle" else None)
+    torch.testing.assert_close(adv, dense.reshape(-1), rtol=1e-13, atol=1e-13)
+    torch.testing.assert_close(ragged_prompt_gradients(W, adv, sizes), prompt_gradients(Wd, dense))
+    torch.testing.assert_close(ragged_policy_gradient(W, adv, sizes), policy_gradient(Wd, dense))
+
+
+@pytest.mark.parametrize("baseline", BASELINES)
+def test_ragged_equals_per_group_loop(baseline):
+    sizes = [2, 5, 3, 7, 2]
+    z, W, v, s = _data(sizes, seed=2)
+    adv = ragged_advantages(z, s, baseline=baseline, values=v if baseline == "oracle" else None)
+    grads = ragged_prompt_gradients(W, adv, s)
+    start = 0
+    for b, G in enumerate(sizes):
+        zb, Wb = z[start:start + G].unsqueeze(0), W[start:start + G].unsqueeze(0)
+        want = compute_advantages(zb, baseline=baseline, values=v[b:b + 1] if baseline == "oracle" else None)
+        torch.testing.assert_close(adv[start:start + G], want.advantages[0], rtol=1e-13, atol=1e-13)
+        torch.testing.assert_close(grads[b], prompt_gradients(Wb, want.advantages)[0])
+        if baseline == "grpo":  # Lemma 1: the LOO estimate is the U-statistic of the group, any G_b
+            torch.testing.assert_close(grads[b], pairwise_ustatistic(Wb[0], zb[0]))
+        start += G
+    torch.testing.assert_close(ragged_policy_gradient(W, adv, s), grads.mean(0))
+
+
+def test_ragged_hoeffding_equals_per_group_and_adds_up():
+    sizes = [3, 2, 6]
+    z, W, v, s = _data(sizes, seed=3)
+    g = torch.randn(3, W.shape[1], dtype=DT)
+    first, resid = ragged_hoeffding(W, z, s, v, g)
+    loo = ragged_prompt_gradients(W, ragged_advantages(z, s), s)
+    torch.testing.assert_close(g + first + resid, loo)
+    start = 0
+    for b, G in enumerate(sizes):
+        parts = hoeffding_decomposition(W[start:start + G], z[start:start + G], v[b], g[b])
+        torch.testing.assert_close(first[b], parts.first_order)
+        torch.testing.assert_close(resid[b], parts.residual)
+        start += G
+
+
+def test_segment_sum_and_errors():
+    torch.testing.assert_close(segment_sum(torch.arange(6, dtype=DT), torch.tensor([1, 2, 3])),
+                               torch.tensor([0.0, 3.0, 12.0], dtype=DT))
+    z = torch.zeros(5, dtype=DT)
+    with pytest.raises(ValueError, match="prompt 1 has G_b = 1"):
+        ragged_advantages(z, torch.tensor([4, 1]))
+    with pytest.raises(ValueError, match="sum to 4 but there are 5"):
+        ragged_advantages(z, torch.tensor([2, 2]))
+    with pytest.raises(ValueError, match="needs values"):
+        ragged_advantages(z, torch.tensor([2, 3]), baseline="oracle")
+    with pytest.raises(ValueError, match="unknown baseline"):
+        ragged_advantages(z, torch.tensor([2, 3]), baseline="dr_grpo")
+    with pytest.raises(ValueError, match="non-finite"):
+        ragged_advantages(torch.tensor([0.0, float("nan")], dtype=DT), torch.tensor([2]))
+    with pytest.raises(ValueError, match="scores must have shape"):
+        ragged_prompt_gradients(torch.zeros(4, 2, dtype=DT), z, torch.tensor([2, 3]))

@@ -1,0 +1,282 @@
+"""``ugrpo allocate``: exact MSE of per-prompt allocation rules at equal budget on a synthetic policy.
+
+For every drawn batch of B prompts (uniform with replacement, as in training) each rule chooses G_b from what
+it knows (the true per-prompt moments, or moments predicted from a simulated history), and the batch's exact
+MSE is c1/B + (1/B^2) sum_b f_b(G_b) with the TRUE f_b (docs/math.md M33). The mean over batches gets a 95%
+interval; c1/B is exact, so only the within-batch part carries Monte Carlo error (over batches, not samples).
+``uniform`` is the best single G dividing N, whose MSE is the closed form M11 (no interval needed).
+
+Predicted moments (M38): a simulated history of earlier uniform-G steps at the same theta; per prompt a Beta
+posterior on p (an unsolved prompt keeps E[p(1-p)] > 0) and the score moments E[||W||^2 | Z = z] and ||g(x)||^2
+shrunk toward the history's pooled values.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+
+from ugrpo.stats.allocation import RULES, PromptStats, allocate, best_uniform, prompt_error
+from ugrpo.stats.intervals import normal_interval
+
+__all__ = ["AllocateConfig", "Lab", "build_lab", "bernoulli_stats", "predicted_stats", "run_allocate", "ratio_ci",
+           "allocate_experiment"]
+
+
+@dataclass(frozen=True)
+class AllocateConfig:
+    """Settings of one ``ugrpo allocate`` run.
+
+    Attributes
+    ----------
+    budget : N samples per step
+    rules : the rules to compare (``uniform`` is always the best single G)
+    seed : seeds batches, history and lengths
+    batches : drawn batches for the samples table
+    token_batches : drawn batches for the tokens table (each needs an exact DP per rule)
+    prompts : B for the non-uniform rules; None = the best uniform G's B = N/G (equal N and equal B)
+    g_min, g_max : bounds on G_b
+    history_steps, history_group : the simulated history: steps of N/history_group prompts x history_group samples
+    prior_a, prior_b : the Beta prior on p
+    shrink : pseudo-count pulling per-prompt score moments toward the pooled history values
+    screen : also run ``ustat+screen`` (G_b = 0 allowed; biased, M32), measured with the exact vector formula
+    """
+
+    budget: int
+    rules: tuple[str, ...] = RULES
+    seed: int = 0
+    batches: int = 2000
+    token_batches: int = 100
+    prompts: int | None = None
+    g_min: int = 2
+    g_max: int = 64
+    history_steps: int = 10
+    history_group: int = 4
+    prior_a: float = 1.0
+    prior_b: float = 1.0
+    shrink: float = 4.0
+    screen: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("budget", "batches", "token_batches", "g_min", "g_max", "history_steps", "history_group"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        bad = [r for r in self.rules if r not in RULES]
+        if bad or not self.rules:
+            raise ValueError(f"--rules: unknown rule(s) {bad}; choose among {list(RULES)}")
+        if self.g_min < 2 or self.g_max < self.g_min:
+            raise ValueError(f"need 2 <= g_min <= g_max, got g_min = {self.g_min}, g_max = {self.g_max}")
+        if self.history_group < 3:
+            raise ValueError("history_group must be >= 3 (the per-prompt ||g(x)||^2 estimate needs pairs, M14)")
+        if self.prompts is not None and self.prompts * self.g_min > self.budget:
+            raise ValueError(f"--prompts {self.prompts} x g_min {self.g_min} exceeds the budget {self.budget}")
+        if min(self.prior_a, self.prior_b) <= 0 or self.shrink < 0:
+            raise ValueError("the Beta prior needs a, b > 0 and shrink must be >= 0")
+
+
+@dataclass(frozen=True)
+class Lab:
+    """The exact per-prompt quantities of an env at theta0 (P prompts)."""
+
+    true: PromptStats
+    c1: float
+    c2: float
+    c3: float
+    lengths: np.ndarray  # (P,) integer tokens per sample (multiples of 8)
+    g_x: np.ndarray  # (P, D) the prompts' true gradients
+
+
+def build_lab(env, seed: int) -> Lab:
+    """Exact moments at theta0 and seeded per-prompt sample lengths L_x = 8 k, k log-uniform in [2, 32]."""
+    ex = env.exact(env.theta0, sigma=False)
+    pm = ex.policy_moments
+    rng = np.random.default_rng([seed, 1])
+    k = np.exp(rng.uniform(math.log(2), math.log(32), env.n_prompts)).round().astype(np.int64)
+    return Lab(true=PromptStats.from_moments(ex.prompt_moments), c1=pm.c1, c2=pm.c2, c3=pm.c3, lengths=8 * k,
+               g_x=ex.g_x.numpy())
+
+
+def _sample_prompts(env, prompts: torch.Tensor, G: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rewards (n, G) and squared score norms (n, G) plus scores for G samples at each given prompt."""
+    p = env.probs()
+    W = env.score_table(probs=p)
+    act = torch.multinomial(p[prompts], G, replacement=True, generator=gen)     # (n, G)
+    rewards = torch.bernoulli(env.reward_mean[prompts.unsqueeze(1), act], generator=gen)
+    return rewards, W[prompts.unsqueeze(1), act]                               # (n, G), (n, G, D)
+
+
+def bernoulli_stats(p_moments: tuple[np.ndarray, np.ndarray, np.ndarray], m1: np.ndarray, m0: np.ndarray,
+                    g2: np.ndarray) -> PromptStats:
+    """Per-prompt (p, c2, c3) for Bernoulli rewards from E p^k (k = 1, 2, 3) and E[||W||^2 | Z = z] (M38).
+
+    With m_z = E[||W||^2 | Z = z]: E||W (Z - p)||^2 = p(1-p)^2 m1 + (1-p) p^2 m0 and
+    E||W||^2 Var(Z) = (p m1 + (1-p) m0) p(1-p); both are polynomials in p, so their posterior means need only
+    E p, E p^2, E p^3. c2 = E||W(Z-p)||^2 - ||g||^2 (clipped at 0), c3 = E||W||^2 Var(Z) + ||g||^2.
+    """
+    e1, e2, e3 = p_moments
+    e_w2v2 = m1 * (e1 - 2 * e2 + e3) + m0 * (e2 - e3)
+    m2_var = m1 * (e2 - e3) + m0 * (e1 - 2 * e2 + e3)
+    return PromptStats(value=e1, c2=np.clip(e_w2v2 - g2, 0.0, None), c3=m2_var + g2, g_norm2=g2)
+
+
+def predicted_stats(env, cfg: AllocateConfig, gen: torch.Generator) -> tuple[PromptStats, dict]:
+    """Per-prompt moments predicted from a simulated history (docs/math.md M38) and how well they predict."""
+    P, Gh = env.n_prompts, cfg.history_group
+    n_hist = max(1, cfg.budget // Gh) * cfg.history_steps
+    prompts = torch.randint(P, (n_hist,), generator=gen)
+    z, W = _sample_prompts(env, prompts, Gh, gen)
+    w2 = (W**2).sum(-1)                                                         # (n, G)
+    zw = (z.unsqueeze(-1) * W).sum(1)                                           # (n, D)
+    t0 = ((zw**2).sum(-1) - (z**2 * w2).sum(1)) / (Gh * (Gh - 1))               # M14, per visit
+    idx = prompts.numpy()
+    zf, w2f = z.numpy(), w2.numpy()
+    visits = np.bincount(idx, minlength=P).astype(float)
+    succ = np.bincount(idx, weights=zf.sum(1), minlength=P)
+    k1 = np.bincount(idx, weights=zf.sum(1), minlength=P)
+    k0 = visits * Gh - k1
+    s1 = np.bincount(idx, weights=(zf * w2f).sum(1), minlength=P)
+    s0 = np.bincount(idx, weights=((1 - zf) * w2f).sum(1), minlength=P)
+    t0s = np.bincount(idx, weights=t0.numpy(), minlength=P)
+    pool1 = s1.sum() / max(k1.sum(), 1.0)
+    pool0 = s0.sum() / max(k0.sum(), 1.0)
+    pool_g = max(t0s.sum() / max(visits.sum(), 1.0), 0.0)
+    kap = cfg.shrink
+    m1 = (s1 + kap * pool1) / (k1 + kap) if kap > 0 else np.where(k1 > 0, s1 / np.maximum(k1, 1), pool1)
+    m0 = (s0 + kap * pool0) / (k0 + kap) if kap > 0 else np.where(k0 > 0, s0 / np.maximum(k0, 1), pool0)
+    g2 = np.clip((t0s + kap * pool_g) / (visits + kap) if kap > 0 else t0s / np.maximum(visits, 1), 0.0, None)
+    a, b = cfg.prior_a + succ, cfg.prior_b + visits * Gh - succ
+    e1 = a / (a + b)                                                            # E p
+    e2 = e1 * (a + 1) / (a + b + 1)                                             # E p^2
+    e3 = e2 * (a + 2) / (a + b + 2)                                             # E p^3
+    pred = bernoulli_stats((e1, e2, e3), m1, m0, g2)
+    hist = {"history_samples": int(visits.sum()) * Gh, "prompts_never_visited": int((visits == 0).sum()),
+            "mean_visits": float(visits.mean())}
+    return pred, hist
+
+
+def _prediction_quality(pred: PromptStats, true: PromptStats) -> dict:
+    """How well the predicted per-prompt error f_b(4) tracks the true one (rank and log-scale agreement)."""
+    fp = prompt_error(pred.c2, pred.c3, np.full(len(true), 4))
+    ft = prompt_error(true.c2, true.c3, np.full(len(true), 4))
+    rank = lambda v: np.argsort(np.argsort(v)).astype(float)  # noqa: E731
+    spearman = float(np.corrcoef(rank(fp), rank(ft))[0, 1]) if len(ft) > 2 else None
+    ok = (fp > 0) & (ft > 0)
+    return {"spearman_f4": spearman, "median_abs_log_ratio_f4": float(np.median(np.abs(np.log(fp[ok] / ft[ok])))),
+            "mean_pred_over_true_f4": float(fp.mean() / ft.mean())}
+
+
+def _batch_errors(lab: Lab, known: PromptStats, rule: str, batches: np.ndarray, cfg: AllocateConfig,
+                  unit: str, G_u: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per batch: the exact MSE given the batch minus ||gbar_X - g||^2 (whose mean over batches is c1/B), with
+    the TRUE moments (M33), and the cost spent. Without dropped prompts this is (1/B^2) sum_b f_b(G_b); with
+    dropped ones (``ustat+screen``) it adds ||(1/B) sum_kept g(x_b) - g||^2 - ||gbar_X - g||^2 (M32)."""
+    B = batches.shape[1]
+    base, screen = rule.split("+")[0], rule.endswith("+screen")
+    g = lab.g_x.mean(0)
+    out, cost = np.empty(len(batches)), np.empty(len(batches))
+    for j, idx in enumerate(batches):
+        if unit == "samples":
+            al = allocate(base, known.take(idx), cfg.budget if rule != "uniform" else B * G_u, g_min=cfg.g_min,
+                          g_max=cfg.g_max, screen=screen)
+        else:
+            L = lab.lengths[idx]
+            al = allocate(base, known.take(idx), int(G_u * L.sum()), g_min=cfg.g_min, g_max=cfg.g_max,
+                          unit="tokens", lengths=L, screen=screen)
+        kept = al.sizes > 0
+        t = lab.true.take(idx[kept])
+        out[j] = prompt_error(t.c2, t.c3, al.sizes[kept]).sum() / B**2
+        if not kept.all():
+            gx = lab.g_x[idx]
+            out[j] += float(((gx[kept].sum(0) / B - g) ** 2).sum() - ((gx.mean(0) - g) ** 2).sum())
+        cost[j] = al.cost
+    return out, cost
+
+
+def ratio_ci(a: np.ndarray, b: np.ndarray) -> dict:
+    """mean(a)/mean(b) for paired per-batch values, with a delta-method 95% interval (clipped at 0)."""
+    n = len(a)
+    r = float(a.mean() / b.mean())
+    se = float(np.std(a - r * b, ddof=1) / math.sqrt(n) / b.mean()) if n > 1 else 0.0
+    lo, hi = normal_interval(r, se)
+    return {"ratio": r, "ci_low": max(0.0, lo), "ci_high": hi}
+
+
+def run_allocate(env, cfg: AllocateConfig, progress: bool = False) -> dict:
+    """Every rule x {true, predicted} moments x {samples, tokens}: exact MSE at equal budget (module docstring)."""
+    lab = build_lab(env, cfg.seed)
+    G_u, mse_u = best_uniform(lab.c1, lab.c2, lab.c3, cfg.budget, g_min=cfg.g_min, g_max=cfg.g_max)
+    B = cfg.prompts if cfg.prompts is not None else cfg.budget // G_u
+    gen = torch.Generator().manual_seed(cfg.seed)
+    pred, hist = predicted_stats(env, cfg, gen)
+    rng = np.random.default_rng([cfg.seed, 2])
+    batches = rng.integers(env.n_prompts, size=(cfg.batches, B))
+    curve = [{"G": G, "B": cfg.budget // G, "mse": (lab.c1 + lab.c2 / G + lab.c3 / (G * (G - 1))) * G / cfg.budget}
+             for G in range(cfg.g_min, min(cfg.g_max, cfg.budget) + 1) if cfg.budget % G == 0]
+    rows, token_rows, per_batch = [], [], {}
+    for unit, nb, table in (("samples", cfg.batches, rows), ("tokens", cfg.token_batches, token_rows)):
+        if unit == "tokens" and cfg.budget % B:
+            continue  # the token budget is priced at uniform G = N/B on the same B prompts
+        Gt = G_u if unit == "samples" else cfg.budget // B
+        for moments, known in (("true", lab.true), ("predicted", pred)):
+            for rule in cfg.rules + (("ustat+screen",) if cfg.screen else ()):
+                if rule == "uniform" and unit == "samples":
+                    table.append({"rule": "uniform", "moments": moments, "budget": cfg.budget, "unit": unit,
+                                  "G": G_u, "B": cfg.budget // G_u, "mse": mse_u, "ci_low": mse_u, "ci_high": mse_u,
+                                  "exact": True})
+                    per_batch[(unit, moments, rule)] = np.full(nb, mse_u)
+                    continue
+                within, cost = _batch_errors(lab, known, rule, batches[:nb], cfg, unit, Gt)
+                tot = lab.c1 / B + within
+                se = float(np.std(within, ddof=1) / math.sqrt(nb)) if nb > 1 else 0.0
+                m = float(tot.mean())
+                lo, hi = normal_interval(m, se)
+                row = {"rule": rule, "moments": moments, "budget": cfg.budget, "unit": unit, "B": B, "mse": m,
+                       "ci_low": max(lab.c1 / B if "+" not in rule else 0.0, lo), "ci_high": hi, "exact": False,
+                       "batches": nb, "mean_cost": float(cost.mean())}
+                if rule == "uniform":
+                    row["G"] = Gt
+                table.append(row)
+                per_batch[(unit, moments, rule)] = tot
+                if progress:
+                    print(f"  {unit:7s} {moments:9s} {rule:8s} mse {m:.4g}", flush=True)
+    ratios = _ratios(per_batch, cfg.rules)
+    return {"config": asdict(cfg), "instance": {"name": env.name, "P": env.n_prompts, "c1": lab.c1, "c2": lab.c2,
+                                                "c3": lab.c3, "best_uniform_G": G_u, "B": B},
+            "rows": rows, "token_rows": token_rows, "ratios": ratios, "uniform_curve": curve,
+            "history": hist, "prediction_quality": _prediction_quality(pred, lab.true)}
+
+
+def _ratios(per_batch: dict, rules: tuple[str, ...]) -> list[dict]:
+    out = []
+    for (unit, moments, rule), v in per_batch.items():
+        if rule not in ("ustat", "ustat+screen"):
+            continue
+        for other in ("uniform", "vip", "knapsack") if rule == "ustat" else ("ustat",):
+            w = per_batch.get((unit, moments, other))
+            if w is not None:
+                out.append({"unit": unit, "moments": moments, "numerator": rule, "denominator": other,
+                            **ratio_ci(v, w[: len(v)])})
+    return out
+
+
+def allocate_experiment(cfg: AllocateConfig, env_spec: str, out: str, *, argv: list[str] | None = None,
+                        progress: bool = False) -> dict:
+    """``ugrpo allocate``: every rule on the env ``env_spec`` (JSON or builtin:NAME) into the run folder ``out``
+    (config.json, results.json, allocation.png, report.md); returns the results."""
+    import time
+
+    from ugrpo.experiments.common import resolve_env
+    from ugrpo.report.allocate_report import write_allocate_outputs
+    from ugrpo.runs import RunDir
+
+    env = resolve_env(env_spec)
+    rd = RunDir(out)
+    rd.write_config({**cfg.__dict__, "env": env_spec, "command": "allocate", "argv": argv})
+    t0 = time.perf_counter()
+    results = run_allocate(env, cfg, progress=progress)
+    write_allocate_outputs(rd, results, argv, time.perf_counter() - t0)
+    return results
