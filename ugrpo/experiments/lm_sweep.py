@@ -210,9 +210,9 @@ def aggregate_lm(runs: Sequence[dict[str, Any]], *,
     """(checkpoints common to all runs, rows per (N, G, checkpoint, metric) with mean and 95% t-interval).
 
     ``bounds``: the range the metrics can take (``(0, 1)`` for a binary task); each interval is cut to it
-    (:func:`ugrpo.stats.proportions.clip_interval`: the coverage is unchanged) and the row says ``clipped``.
+    (:func:`ugrpo.stats.intervals.clip_interval`: the coverage is unchanged) and the row says ``clipped``.
     """
-    from ugrpo.stats.proportions import clip_interval
+    from ugrpo.stats.intervals import clip_interval
 
     common = set.intersection(*(set(r["evals"]) for r in runs)) if runs else set()
     cps = sorted(common)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ugrpo.report.plots import Series, line_plot
 from ugrpo.runs import RunDir
-from ugrpo.stats.proportions import wilson_interval
+from ugrpo.stats.intervals import wilson_interval
 
 __all__ = ["write_report"]
 
