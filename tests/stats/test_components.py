@@ -132,8 +132,13 @@ def test_bootstrap_replicates_match_definition():
     torch.testing.assert_close(reps[1], want)
     assert torch.isnan(reps[2, 0]) and torch.isfinite(reps[2, 1:]).all()  # one distinct prompt: c1 undefined
     # the standard errors of the original sample (all counts 1): sd of the influence values / sqrt(B) (M25)
+    # c1 is a U-statistic of order 2: Var = [4 (B-2) zeta1 + 2 zeta2] / (B (B-1)), zeta1 = Var(psi)/4 with the
+    # influence values psi, zeta2 = Var over pairs b != c of the kernel (t0_b + t0_c)/2 - M_bc (Hoeffding)
     psi = t0 - 2 * torch.tensor([sum(float(M[b, c]) for c in range(B) if c != b) for b in range(B)], dtype=DT) / (B - 1)
-    for k, x in enumerate((psi, t1 - t0, t2 + t0)):
+    h = [float((t0[b] + t0[c]) / 2 - M[b, c]) for b in range(B) for c in range(B) if b != c]
+    zeta2 = float(np.var(h))
+    assert float(se[0, 0]) == pytest.approx(((4 * (B - 2) * float(psi.var()) / 4 + 2 * zeta2) / (B * (B - 1))) ** 0.5)
+    for k, x in ((1, t1 - t0), (2, t2 + t0)):
         assert float(se[0, k]) == pytest.approx(float(x.std()) / B**0.5)
     u2 = (t1 - t0).tolist()  # a resample: count-weighted sd over B - 1, / sqrt(B)
     m = sum(wb * u for wb, u in zip(w, u2)) / B
