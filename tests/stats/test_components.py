@@ -131,7 +131,7 @@ def test_bootstrap_replicates_match_definition():
                          float((counts[1] * (t1 - t0)).sum()) / B, float((counts[1] * (t2 + t0)).sum()) / B], dtype=DT)
     torch.testing.assert_close(reps[1], want)
     assert torch.isnan(reps[2, 0]) and torch.isfinite(reps[2, 1:]).all()  # one distinct prompt: c1 undefined
-    # the standard errors of the original sample (all counts 1): sd of the influence values / sqrt(B) (M25)
+    # the standard errors of the original sample (all counts 1): sd of the influence values / sqrt(B) (M32)
     # c1 is a U-statistic of order 2: Var = [4 (B-2) zeta1 + 2 zeta2] / (B (B-1)), zeta1 = Var(psi)/4 with the
     # influence values psi, zeta2 = Var over pairs b != c of the kernel (t0_b + t0_c)/2 - M_bc (Hoeffding)
     psi = t0 - 2 * torch.tensor([sum(float(M[b, c]) for c in range(B) if c != b) for b in range(B)], dtype=DT) / (B - 1)
@@ -150,15 +150,18 @@ def test_studentized_interval_is_the_bootstrap_t_formula():
     rng = np.random.default_rng(3)
     reps = 2.0 + rng.exponential(1.0, 2000) - 1.0       # right-skewed replicates around 2
     rep_se = 0.5 + 0.5 * (reps - reps.min()) / np.ptp(reps)  # SE grows with the replicate (as for a variance)
-    e = _summarise(2.0, reps, 0.9, "studentized", 0.7, rep_se)
+    e = _summarise(2.0, reps, 0.9, "studentized-equal-tailed", 0.7, rep_se)
     t = (reps - 2.0) / rep_se
+    sym = _summarise(2.0, reps, 0.9, "studentized", 0.7, rep_se)
+    half = np.quantile(np.abs(t), 0.9) * 0.7
+    assert (sym.ci_low, sym.ci_high) == pytest.approx((2.0 - half, 2.0 + half))
     assert e.ci_low == pytest.approx(max(2.0 - np.quantile(t, 0.95) * 0.7, 0.0))
     assert e.ci_high == pytest.approx(2.0 - np.quantile(t, 0.05) * 0.7)
     p = _summarise(2.0, reps, 0.9, "percentile")
     assert (p.ci_low, p.ci_high) == pytest.approx(tuple(np.quantile(reps, [0.05, 0.95])))
     # constant replicate SE = the sample's SE: bootstrap-t is the percentile interval reflected about the point
     # (right-skewed replicates -> an interval that reaches further left than the percentile one)
-    b = _summarise(2.0, reps, 0.9, "studentized", 0.7, np.full_like(reps, 0.7))
+    b = _summarise(2.0, reps, 0.9, "studentized-equal-tailed", 0.7, np.full_like(reps, 0.7))
     q_lo, q_hi = np.quantile(reps, [0.05, 0.95])
     assert (b.ci_low, b.ci_high) == pytest.approx((max(4.0 - q_hi, 0.0), 4.0 - q_lo))
     assert b.ci_low < p.ci_low and b.ci_high < p.ci_high

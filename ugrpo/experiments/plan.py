@@ -37,7 +37,7 @@ def _plan(components, budget: int, groups: Sequence[int] | None = None, toleranc
 
 
 def band_block(p, vc=None) -> dict[str, Any]:
-    """The results.json ``band`` object of a plan (docs/math.md M26-M28)."""
+    """The results.json ``band`` object of a plan (docs/math.md M33-M35)."""
     cands = [g for g, _, _ in p.candidates]
     status = None
     if vc is not None:
@@ -50,7 +50,8 @@ def band_block(p, vc=None) -> dict[str, Any]:
 
 
 def group_answer(results: dict[str, Any], G: int, replicates=None, level: float = 0.95) -> dict[str, Any]:
-    """``--group G``: G's predicted MSE over the best candidate's, with a bootstrap interval, and the sentence."""
+    """``--group G``: G's MSE over the best G's (the bootstrap mean ratio, M34, when the candidates carry it; else the
+    ratio of predicted MSEs), with a bootstrap interval, and the sentence."""
     from ugrpo.stats.band import ratio_interval
 
     cand = {c["G"]: c for c in results["candidates"]}
@@ -58,11 +59,14 @@ def group_answer(results: dict[str, Any], G: int, replicates=None, level: float 
         raise ValueError(f"--group G = {G} does not divide --budget N = {results.get('budget')} (or is < 2); "
                          f"candidates: {sorted(cand)}")
     best = min(c["predicted_mse"] for c in cand.values())
-    ratio = cand[G]["predicted_mse"] / best if best > 0 else 1.0
-    ci = ratio_interval(replicates, results["budget"], sorted(cand), G, level) if replicates is not None else None
+    ratio = cand[G].get("expected_ratio") or (cand[G]["predicted_mse"] / best if best > 0 else 1.0)
+    ci = None
+    if replicates is not None:  # the replicates with c1* > 0, as for the expected ratio (docs/math.md M34)
+        reps = replicates[replicates[:, 0] > 0] if int((replicates[:, 0] > 0).sum()) >= 2 else replicates
+        ci = ratio_interval(reps, results["budget"], sorted(cand), G, level)
     rec = results.get("g_recommended") or results.get("g_star")
     msg = (f"your G = {G} costs {100 * (ratio - 1):.0f}% more gradient error than the best G at this budget "
-           f"(predicted MSE {ratio:.3f}x the best")
+           f"({ratio:.3f}x the best G's MSE" + (", bootstrap mean" if "expected_ratio" in cand[G] else ""))
     msg += f"; {100 * level:g}% bootstrap interval {ci[0]:.3f}-{ci[1]:.3f}x)" if ci else ")"
     if rec is not None and rec != G:
         msg += f"; the planner recommends G = {rec}"
@@ -100,9 +104,9 @@ def run_plan(pilot: Pilot, budget: int, *, n_boot: int, seed: int, run: RunDir,
     run : run folder; one metrics row (the component estimates) is appended
     exact_pm : PolicyMoments at the pilot's policy when known (env), for the ``exact`` block
     exact_curve : [{G, mse}]: exact GRPO minibatch MSE with B = N/G, when known
-    method : bootstrap interval method, "studentized" (default) or "percentile" (docs/math.md M25)
+    method : bootstrap interval method, "studentized" (default) or "percentile" (docs/math.md M32)
     group : the group size in use (optional): ``current_group`` says how much worse it is than the best
-    tolerance : the band's tolerance (M26)
+    tolerance : the band's tolerance (M33)
     """
     from ugrpo.stats.components import estimate_components
 
@@ -118,8 +122,8 @@ def run_plan(pilot: Pilot, budget: int, *, n_boot: int, seed: int, run: RunDir,
     p = _plan(vc, budget, tolerance=tolerance)
     cands = [{"G": G, "B": B, "predicted_mse": v} for G, B, v in p.candidates]
     band = _bootstrap_band(vc.replicates, budget, [c["G"] for c in cands])
-    for c, (lo, hi), prob in zip(cands, band, p.band_probability):
-        c["band_low"], c["band_high"], c["band_probability"] = lo, hi, prob
+    for c, (lo, hi), prob, er in zip(cands, band, p.band_probability, p.expected_ratio):
+        c["band_low"], c["band_high"], c["band_probability"], c["expected_ratio"] = lo, hi, prob, er
     ci = list(p.g_star_ci) if p.g_star_ci is not None else [None, None]
     if not p.c1_distinguishable_from_zero:  # the bootstrap argmin then piles up at the largest candidate
         ci = [p.g_star_lower_bound if p.g_star_lower_bound is not None and math.isfinite(p.g_star_lower_bound)
@@ -208,6 +212,10 @@ def write_plan_outputs(run: RunDir, results: dict[str, Any], argv: Sequence[str]
                      [r.get("band_low") for r in c], [r.get("band_high") for r in c], color="C0")]
     lo, hi = results["g_star_ci"]
     markers = []
+    band = results.get("band")
+    if band is not None:
+        markers.append(Marker(band["recommended"], f"G to use = {band['recommended']}; 95% band of near-optimal G",
+                              band["low"], band["high"], color="C2"))
     if results["g_star"] is not None:
         markers.append(Marker(results["g_star"], f"G* = {results['g_star']} (pilot)", lo,
                               hi if hi is not None else max(xs), color="C0"))

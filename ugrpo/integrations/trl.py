@@ -237,7 +237,7 @@ class GroupSizeMonitor(TrainerCallback):
     inner products, docs/math.md M19; one projection for the run, so that batches can be pooled; with
     ``pool=1`` a new projection each time, so that sketch noise averages out over measurements).
     Logged: ``ugrpo/c1..c3``, ``ugrpo/g_star`` (+ ``_low``/``_high``), ``ugrpo/g_recommended`` and the
-    95% band of near-optimal G, ``ugrpo/g_band_low`` / ``ugrpo/g_band_high`` (M26-M27).
+    95% band of near-optimal G, ``ugrpo/g_band_low`` / ``ugrpo/g_band_high`` (M33-M34).
     :func:`~ugrpo.stats.components.estimate_components` gives unbiased c1, c2, c3 with bootstrap
     intervals over prompts, :func:`~ugrpo.stats.planner.plan_group_size` minimises
     c1 G/N + c2/N + c3/(N (G-1)) over the G that divide N (and TRL's generation batch).
@@ -246,7 +246,7 @@ class GroupSizeMonitor(TrainerCallback):
     says so and the estimate is redone on the last ``pool`` measured batches pooled, so the answer
     firms up as training goes on. The bias this brings: the pooled batches come from different
     policies, so c2, c3 are the window's averages but c1 is biased *upward* by the spread of the mean
-    gradient over the window (docs/math.md M29), which biases G* *down*.
+    gradient over the window (docs/math.md M36), which biases G* *down*.
 
     Parameters
     ----------

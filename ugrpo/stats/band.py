@@ -1,17 +1,17 @@
-"""The near-optimal band of group sizes, its bootstrap probabilities and the G to use (docs/math.md M26-M28).
+"""The near-optimal band of group sizes, its bootstrap probabilities and the G to use (docs/math.md M33-M35).
 
 The bound of Theorem 7 is flat near its minimum, so the useful answer is not one G* but the
 *band*: the candidates whose predicted MSE at budget N is within a tolerance (default 5%) of the
 smallest,
 
-    band(c) = {G : bound(c, G) <= (1 + tol) min_G' bound(c, G')}          (M26)
+    band(c) = {G : bound(c, G) <= (1 + tol) min_G' bound(c, G')}          (M33)
 
 From bootstrap replicates c* of (c1, c2, c3) (each clipped to [0, inf), the constants' range):
 
 * ``probability[G]`` = share of replicates whose band contains G;
 * ``expected_ratio[G]`` = mean over replicates of bound(c*, G) / min_G' bound(c*, G'), the
   expected relative excess MSE of choosing G;
-* the recommended G minimises ``expected_ratio`` over the replicates with c1* > 0 (M27): the
+* the recommended G minimises ``expected_ratio`` over the replicates with c1* > 0 (M34): the
   bootstrap distribution conditioned on c1 > 0, as a flat prior on c1 >= 0 would give, rather
   than clipped (clipping piles the negative replicates into a point mass at c1 = 0, where the
   largest G wins). It always commits (no "only when c1 is clearly positive" rule, whose answers
@@ -21,7 +21,7 @@ From bootstrap replicates c* of (c1, c2, c3) (each clipped to [0, inf), the cons
   of c1's upper confidence limit and 2 bootstrap SEs);
 * the confidence band: every G with probability >= (1 - level)/2, plus the recommendation.
 
-How many prompts pin the band down (M28): the spread of the replicates around the estimate
+How many prompts pin the band down (M35): the spread of the replicates around the estimate
 shrinks like 1/sqrt(B0), so a pilot of f B0 prompts is emulated by c + (c* - c)/sqrt(f); the
 smallest f whose confidence band is the point band is reported.
 """
@@ -52,7 +52,7 @@ def bound_table(consts: np.ndarray, N: int, cands: Sequence[int]) -> np.ndarray:
 
 def near_optimal_band(c1: float, c2: float, c3: float, N: int, cands: Sequence[int],
                       tol: float = DEFAULT_TOLERANCE) -> list[int]:
-    """The candidates G whose bound is within ``tol`` of the smallest (docs/math.md M26).
+    """The candidates G whose bound is within ``tol`` of the smallest (docs/math.md M33).
 
     Examples
     --------
@@ -67,7 +67,7 @@ def near_optimal_band(c1: float, c2: float, c3: float, N: int, cands: Sequence[i
 
 @dataclass(frozen=True)
 class BandResult:
-    """The band from bootstrap replicates (docs/math.md M26-M27).
+    """The band from bootstrap replicates (docs/math.md M33-M34).
 
     Attributes
     ----------
@@ -122,7 +122,7 @@ def _minimax(c2: float, c3: float, c1_upper: float, N: int, cands: Sequence[int]
 
 def bootstrap_band(point: Sequence[float], replicates, N: int, cands: Sequence[int], *,
                    tol: float = DEFAULT_TOLERANCE, level: float = 0.95, c1_upper: float | None = None) -> BandResult:
-    """Band, probabilities, recommended G and confidence band from replicates (R, 3) of (c1, c2, c3) (M26-M27).
+    """Band, probabilities, recommended G and confidence band from replicates (R, 3) of (c1, c2, c3) (M33-M34).
 
     Examples
     --------
@@ -156,7 +156,7 @@ def bootstrap_band(point: Sequence[float], replicates, N: int, cands: Sequence[i
 
 def pilot_size_needed(point: Sequence[float], replicates, B0: int, N: int, cands: Sequence[int], *,
                       tol: float = DEFAULT_TOLERANCE, level: float = 0.95) -> int | None:
-    """Prompts a pilot needs for its confidence band to be its point band (docs/math.md M28).
+    """Prompts a pilot needs for its confidence band to be its point band (docs/math.md M35).
 
     A pilot of f B0 prompts is emulated by shrinking the replicates toward the estimate by
     1/sqrt(f). Returns B0 itself when the band is already pinned down, the smallest such f B0
@@ -176,7 +176,7 @@ def pilot_size_needed(point: Sequence[float], replicates, B0: int, N: int, cands
 
 
 def ratio_interval(replicates, N: int, cands: Sequence[int], G: int, level: float = 0.95) -> tuple[float, float]:
-    """Bootstrap interval of bound(c*, G) / min bound(c*, .): how much worse G is than the best G (M26).
+    """Bootstrap interval of bound(c*, G) / min bound(c*, .): how much worse G is than the best G (M33).
 
     Examples
     --------

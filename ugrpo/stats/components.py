@@ -14,9 +14,10 @@ Per prompt (docs/math.md M14-M18), over ordered triples of distinct samples i, j
 * c2_b = T1 - T0, c3_b = T2 + T0; c2, c3 = their means over prompts
 * c1 = mean_b T0_b - 1/(B(B-1)) sum_{b != b'} <gbar_b, gbar_b'>, gbar_b = 1/G sum_i Z_bi W_bi
 
-Intervals: bootstrap over prompts (docs/math.md M20), studentised by default (bootstrap-t, M25:
-each replicate is divided by its own influence-function standard error, which corrects the skew
-that makes percentile intervals under-cover at small B0), or percentile (``method="percentile"``).
+Intervals: bootstrap over prompts (docs/math.md M20), studentised by default (symmetric bootstrap-t,
+M32: each replicate is divided by its own standard error, from the influence values; the interval
+is the estimate -+ the level-quantile of |t| times the sample's standard error), or the equal-tailed
+bootstrap-t, or percentile (``method=...``); the percentile intervals under-cover at small B0.
 Every interval is clipped to [0, inf), the range of c1, c2, c3. Cost: O(B0 G0 D) with scores
 (no (B0 G0)^2 Gram is built), O(n_boot B0^2) for the bootstrap.
 
@@ -42,8 +43,9 @@ MIN_PILOT_GROUP = 4
 
 DT = torch.float64
 
-METHODS = ("studentized", "percentile")
-"""Bootstrap interval methods: bootstrap-t (studentised, the default: it covers at small pilots, M25) or percentile."""
+METHODS = ("studentized", "studentized-equal-tailed", "percentile")
+"""Bootstrap interval methods (docs/math.md M32): symmetric bootstrap-t (the default: it covers best at small pilots),
+equal-tailed bootstrap-t, or percentile."""
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,7 @@ class VarianceComponents:
         holds a single distinct prompt have c1 = NaN (c1's cross term is undefined there)
     level : confidence level of the intervals
     n_boot_degenerate : number of such NaN-c1 replicates (excluded from c1's interval)
-    method : "studentized" (bootstrap-t, docs/math.md M25) or "percentile"
+    method : "studentized" (symmetric bootstrap-t), "studentized-equal-tailed" or "percentile" (docs/math.md M32)
     """
 
     c1: Estimate
@@ -245,7 +247,7 @@ def _point(z: Tensor, diag: Tensor, M: Tensor) -> Tensor:
 
 
 def _bootstrap_replicates(t0: Tensor, t1: Tensor, t2: Tensor, M: Tensor, counts: Tensor) -> tuple[Tensor, Tensor]:
-    """Replicates (n_boot, 3) and their standard errors (n_boot, 3) from resample counts (n_boot, B) (M20, M25).
+    """Replicates (n_boot, 3) and their standard errors (n_boot, 3) from resample counts (n_boot, B) (M20, M32).
 
     Per-prompt terms are averaged with the counts as weights; c1's cross term uses only pairs
     of distinct original prompts, weighted by w_b w_b'. The standard error of a replicate is the
@@ -270,7 +272,7 @@ def _c1_se(psi: Tensor, t0: Tensor, M_off: Tensor, w: Tensor, den: Tensor) -> Te
     """SE of c1, a U-statistic of order 2 over prompts with kernel h_bc = (t0_b + t0_c)/2 - <gbar_b, gbar_c>.
 
     Var = [4 (n-2) zeta1 + 2 zeta2] / (n (n-1)) (Hoeffding), zeta1 = Var(psi)/4 from the influence
-    values psi (R, B), zeta2 = Var(h) over pairs of distinct prompts, both count-weighted (docs/math.md M25).
+    values psi (R, B), zeta2 = Var(h) over pairs of distinct prompts, both count-weighted (docs/math.md M32).
     The zeta2 term matters at small B0, where the first-order SE alone is too small.
     """
     B = psi.shape[1]
@@ -293,7 +295,11 @@ def _weighted_se(x: Tensor, w: Tensor) -> Tensor:
 
 def _summarise(point: float, reps: np.ndarray, level: float, method: str = "percentile",
                se: float = float("nan"), rep_se: np.ndarray | None = None) -> Estimate:
-    """Point, interval (percentile, or bootstrap-t: point - q_t * se, docs/math.md M25) clipped at 0, bootstrap sd."""
+    """Point, interval clipped at 0, bootstrap sd (docs/math.md M32).
+
+    Percentile: quantiles of the replicates. Bootstrap-t with t = (rep - point) / rep_se: symmetric,
+    point -+ q_level(|t|) se; equal-tailed, [point - q_hi(t) se, point - q_lo(t) se].
+    """
     keep = np.isfinite(reps)
     if keep.sum() < 2:
         return Estimate(point, float("nan"), float("nan"), float("nan"))
@@ -307,8 +313,12 @@ def _summarise(point: float, reps: np.ndarray, level: float, method: str = "perc
         t = t[keep & np.isfinite(t)]  # a resample with one distinct prompt has SE 0: its t is undefined, dropped
         if t.size < 2 or not se > 0:
             return Estimate(point, max(point, 0.0), max(point, 0.0), sd)
-        t_lo, t_hi = np.quantile(t, q)
-        lo, hi = point - t_hi * se, point - t_lo * se
+        if method == "studentized":  # symmetric: point -+ q_level(|t|) se (Hall 1988)
+            half = float(np.quantile(np.abs(t), level)) * se
+            lo, hi = point - half, point + half
+        else:
+            t_lo, t_hi = np.quantile(t, q)
+            lo, hi = point - t_hi * se, point - t_lo * se
     return Estimate(point, max(float(lo), 0.0), max(float(hi), 0.0), sd)
 
 
@@ -348,7 +358,7 @@ def estimate_components(
     generator: torch.Generator | None = None,
     method: str = "studentized",
 ) -> VarianceComponents:
-    """c1, c2, c3 of Theorem 7 from a pilot, with bootstrap intervals over prompts (docs/math.md M13-M20, M25).
+    """c1, c2, c3 of Theorem 7 from a pilot, with bootstrap intervals over prompts (docs/math.md M13-M20, M32).
 
     Parameters
     ----------
@@ -358,7 +368,8 @@ def estimate_components(
     n_boot : bootstrap replicates over prompts; 0 skips the bootstrap (intervals are NaN)
     level : confidence level of the intervals
     generator : torch.Generator for the resampling (seed it for reproducible intervals)
-    method : "studentized" (bootstrap-t, the default: it covers best at small pilots, M25) or "percentile"
+    method : "studentized" (symmetric bootstrap-t, the default: it covers best at small pilots, M32),
+        "studentized-equal-tailed" or "percentile"
 
     Returns
     -------

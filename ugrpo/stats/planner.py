@@ -11,7 +11,7 @@ depends on N: the argmin over a fixed candidate set is the same for every N (the
 claim of Thm 7).
 
 With constants estimated from a pilot (:class:`~ugrpo.stats.components.VarianceComponents`),
-the answer is a band (:mod:`ugrpo.stats.band`, M26-M28): the candidates within a tolerance (5%)
+the answer is a band (:mod:`ugrpo.stats.band`, M33-M35): the candidates within a tolerance (5%)
 of the smallest predicted MSE, the bootstrap probability of each being in it, the G to use (the
 minimiser of the expected relative MSE over the bootstrap: it always commits, with no selection
 bias toward small G) and the pilot size that would pin the band down. ``g_star`` is the argmin at
@@ -95,15 +95,18 @@ class GroupSizePlan:
     c1_distinguishable_from_zero : True for exact constants with c1 > 0, or when c1's ci_low > 0
     level : confidence level of the intervals (None for exact constants)
     message : plain sentences for the user (the G to use first)
-    g_recommended : the G to use: argmin of the expected relative MSE over the bootstrap (M27); G* for
+    g_recommended : the G to use: argmin of the expected relative MSE over the bootstrap (M34); G* for
         exact constants
-    band : the candidates within ``tolerance`` of the smallest predicted MSE at the point estimates (M26)
+    band : the candidates within ``tolerance`` of the smallest predicted MSE at the point estimates (M33)
     band_probability : per candidate (as ``candidates``), the bootstrap probability of being in the band
         (1.0 / 0.0 for exact constants)
     g_band : (low, high) of the confidence band: candidates with band probability >= (1 - level)/2 (the
         exact band's range for exact constants)
-    worst : (G, ratio): the candidate with the largest predicted MSE and its ratio to the smallest
-    pilot_prompts_needed : prompts a pilot needs to pin the band down (M28); None when unknown
+    worst : (G, ratio): the candidate with the largest predicted MSE and its ratio to the smallest (estimated
+        constants: the largest expected ratio over the bootstrap, M34, so that c1 ~ 0 does not hide it)
+    expected_ratio : per candidate, the expected ratio of its MSE to the best's over the bootstrap (M34);
+        the exact ratio for exact constants
+    pilot_prompts_needed : prompts a pilot needs to pin the band down (M35); None when unknown
     tolerance : the band's tolerance
     """
 
@@ -128,6 +131,7 @@ class GroupSizePlan:
     worst: tuple[int, float] | None = None
     pilot_prompts_needed: int | None = None
     tolerance: float = DEFAULT_TOLERANCE
+    expected_ratio: tuple[float, ...] = ()
 
 
 def group_cost(plan: GroupSizePlan, G: int) -> float:
@@ -183,7 +187,7 @@ def plan_group_size(
         (:class:`PolicyMoments` or a ``(c1, c2, c3)`` sequence)
     N : samples per step, N = B G
     candidates : group sizes to consider; each must be >= 2 and divide N (default: all such G)
-    tolerance : the band: candidates within this relative excess of the smallest predicted MSE (M26)
+    tolerance : the band: candidates within this relative excess of the smallest predicted MSE (M33)
 
     Returns
     -------
@@ -255,6 +259,8 @@ def _plan_exact(c1, c2, c3, N, cands, tol) -> GroupSizePlan:
         level=None, message=msg, g_recommended=g_star, band=band,
         band_probability=tuple(1.0 if g in band else 0.0 for g in cands), g_band=(min(band), max(band)),
         worst=worst, pilot_prompts_needed=None, tolerance=tol,
+        expected_ratio=tuple(v / min(r[2] for r in table) if min(r[2] for r in table) > 0 else 1.0
+                             for _, _, v in table),
     )
 
 
@@ -291,7 +297,8 @@ def _plan_estimated(vc: VarianceComponents, c1, c2, c3, N, cands, tol) -> GroupS
         g_star_paper=math.sqrt(max(c3, 0.0) / c1) if c1 > 0 else math.inf, candidates=table,
         g_star_ci=g_ci, g_star_continuous_ci=cont_ci, c1_distinguishable_from_zero=distinct, level=vc.level,
         g_recommended=br.recommended, band=br.point_band, band_probability=br.probability,
-        g_band=(br.low, br.high), worst=_worst(table), pilot_prompts_needed=need, tolerance=tol,
+        g_band=(br.low, br.high), pilot_prompts_needed=need, tolerance=tol, expected_ratio=br.expected_ratio,
+        worst=(br.candidates[int(np.argmax(br.expected_ratio))], float(max(br.expected_ratio))),
     )
     g_star = min(table, key=lambda row: row[2])[0] if distinct else None
     msg = _estimated_message(vc, br, common, lb if not distinct else None, need, cands)
@@ -307,7 +314,7 @@ def _estimated_message(vc: VarianceComponents, br, common: dict, lb: float | Non
     out = [f"use G = {rec} (B = {N // rec}) at N = {N}: {100 * p_rec:.0f}% of the bootstrap replicates put it within "
            f"{100 * tol:g}% of the best predicted MSE; {level} confidence band of near-optimal G: "
            f"[{br.low}, {br.high}]; the worst candidate G = {common['worst'][0]} gives {common['worst'][1]:.2f}x the "
-           f"best predicted MSE"]
+           f"best predicted MSE (bootstrap mean)"]
     c1, lo, hi = vc.c1.estimate, vc.c1.ci_low, vc.c1.ci_high
     if c1 < 0:
         out.append(f"c1's estimate is negative (c1 = {c1:.3g}; the true c1 is >= 0): with B0 = {vc.n_prompts} pilot "
@@ -319,9 +326,11 @@ def _estimated_message(vc: VarianceComponents, br, common: dict, lb: float | Non
         out.append(f"G* is larger than {lb:.1f} at the {level} level (1 + sqrt(c3_low / c1_high))")
     elif not (lo > 0 and c1 > 0):
         out.append("the data give no lower bound on G* (c1's interval reaches only 0)")
-    if need is None:
-        out.append(f"more pilot prompts needed to pin the band down (more than {64 * vc.n_prompts}, or c1 <= 0: "
-                   f"try at least {4 * vc.n_prompts})" if br.low != br.high or c1 <= 0 else "")
+    if need is None and c1 <= 0:
+        out.append(f"with c1's estimate <= 0 the pilot cannot say how many prompts would decide; try at least 4x "
+                   f"more ({4 * vc.n_prompts} prompts)")
+    elif need is None:
+        out.append(f"even a pilot of {64 * vc.n_prompts} prompts (64x this one) would not pin the band down")
     elif need > vc.n_prompts:
         out.append(f"a pilot of about {need} prompts (this one: {vc.n_prompts}) would decide between G = {br.low} "
                    f"and {br.high}")

@@ -87,8 +87,8 @@ class MonitorRecord:
     seconds : wall time of the measurement (sketch + estimate + plan)
     n_prompts : prompts the estimate used (B times the number of pooled batches)
     n_batches : batches pooled into the estimate (1 without pooling)
-    g_recommended : the G to use (the band's recommendation, docs/math.md M27)
-    g_band : (low, high) of the 95% confidence band of near-optimal G (M26)
+    g_recommended : the G to use (the band's recommendation, docs/math.md M34)
+    g_band : (low, high) of the 95% confidence band of near-optimal G (M33)
     c1_decided : True when c1's interval excludes 0 (the batch decides G*)
     """
 

@@ -28,7 +28,7 @@ def monitor_section(run: RunDir, rows: list[dict], group_size) -> str:
     """The G* monitor's part of the report: monitor_g.png, monitor_c.png and a table (empty without a monitor).
 
     The monitor's rows (``--monitor-every``, :mod:`ugrpo.train.monitor`) hold c1, c3 with 95% intervals,
-    the recommended G and the 95% band of near-optimal G (docs/math.md M25-M27).
+    the recommended G and the 95% band of near-optimal G (docs/math.md M32-M34).
     """
     mon = [r for r in rows if r.get("monitor_c1") is not None or r.get("monitor_g_recommended") is not None]
     if not mon:
