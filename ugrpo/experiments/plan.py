@@ -151,8 +151,8 @@ def run_plan(pilot: Pilot, budget: int, *, n_boot: int, seed: int, run: RunDir,
 
 
 def _bootstrap_band(replicates: torch.Tensor, N: int, groups: Sequence[int]) -> list[tuple[float | None, float | None]]:
-    """2.5% / 97.5% quantiles of the bound over bootstrap replicates, per G (NaN-c1 rows dropped)."""
-    reps = replicates[torch.isfinite(replicates).all(dim=1)]
+    """2.5% / 97.5% quantiles of the bound over bootstrap replicates clipped at 0, per G (NaN-c1 rows dropped)."""
+    reps = replicates[torch.isfinite(replicates).all(dim=1)].clamp_min(0)  # the constants' range, as the bound
     if reps.shape[0] < 2:
         return [(None, None)] * len(groups)
     out = []

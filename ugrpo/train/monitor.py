@@ -7,8 +7,10 @@ the parameters that generated the samples (no extra samples are drawn):
     scores (B*G, k) = sketch_scores(model, rollout, k)          # unbiased inner products, docs/math.md M19
     -> pool with the last ``monitor_pool - 1`` monitored batches  (optional, see below)
     -> estimate_components(rewards, scores) -> c1, c2, c3 with bootstrap intervals  (docs/math.md M13-M20)
-    -> plan_group_size(components, N) -> G*, its 95% interval (Thm 7, paper eq. (11)-(12); M21-M24)
-    -> metrics row keys ``monitor_*``, and a warning, once per run, when G lies outside the interval.
+    -> plan_group_size(components, N) -> G*, its 95% interval (Thm 7, paper eq. (11)-(12); M21-M24),
+       the G to use and the 95% band of near-optimal G (M33-M34)
+    -> metrics row keys ``monitor_*`` (also in report.md, monitor_g.png, monitor_c.png and a console column),
+       and a warning, once per run, when G lies outside the band.
 
 The pure part (components -> plan -> advice) is shared with the TRL callback
 :class:`ugrpo.integrations.trl.GroupSizeMonitor`: :func:`measure` and :func:`advise`.
