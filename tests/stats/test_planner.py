@@ -177,3 +177,21 @@ def test_pilot_size_needed_shrinks_replicates_by_sqrt_f():
     assert {g for g, p in zip(cands, prob_at) if p >= 0.025} <= target
     assert pilot_size_needed(c, c + (reps - c) / 100, 32, 1024, cands) == 32  # already pinned down
     assert pilot_size_needed([-0.01, 1.0, 1.0], reps, 32, 1024, cands) is None  # c1 <= 0: no projection
+
+
+def test_minimax_when_almost_no_replicate_has_positive_c1():
+    """c1* <= 0 in every replicate: G_rec minimises the worst ratio over c1 in [0, c1_upper] (brute force, M34)."""
+    reps = np.array([[-0.02, 1.0, 1.2], [-0.01, 1.1, 1.3], [-0.03, 0.9, 1.1]] * 20)
+    cands = candidate_groups(1024)
+    r = bootstrap_band((-0.02, 1.0, 1.2), reps, 1024, cands, c1_upper=0.01)
+
+    def worst(g):
+        ratios = []
+        for c1 in np.linspace(0.0, 0.01, 201):
+            vals = {h: bound(c1, 1.0, 1.2, 1024, h) for h in cands}
+            ratios.append(vals[g] / min(vals.values()))
+        return max(ratios)
+
+    assert r.recommended == min(cands, key=worst)
+    assert 2 < r.recommended < 1024  # neither extreme: c1 = 0 favours large G, c1 = 0.01 moderate G
+    assert bootstrap_band((-0.02, 1.0, 1.2), reps, 1024, cands).recommended == 1024  # no upper limit: clipped
