@@ -322,7 +322,7 @@ def _estimated_message(vc: VarianceComponents, br, common: dict, lb: float | Non
     elif not lo > 0:
         out.append(f"c1's {level} interval [{lo:.3g}, {hi:.3g}] contains 0 (c1 = {c1:.3g}): B0 = {vc.n_prompts} "
                    f"pilot prompts do not tell c1 from 0")
-    if lb is not None:
+    if lb is not None and lb > cands[0]:  # a bound below every candidate says nothing: left out of the message
         out.append(f"G* is larger than {lb:.1f} at the {level} level (1 + sqrt(c3_low / c1_high))")
     elif not (lo > 0 and c1 > 0):
         out.append("the data give no lower bound on G* (c1's interval reaches only 0)")
