@@ -29,11 +29,49 @@ def sample_pilot(env, theta: torch.Tensor, B0: int, G0: int, generator: torch.Ge
     return Pilot(rewards=batch.rewards.double(), scores=batch.scores.double(), meta=meta)
 
 
-def _plan(components, budget: int, groups: Sequence[int] | None = None):
+def _plan(components, budget: int, groups: Sequence[int] | None = None, tolerance: float = 0.05):
     """``plan_group_size`` (Thm 7): exact constants (c1, c2, c3) or VarianceComponents."""
     from ugrpo.stats.planner import plan_group_size
 
-    return plan_group_size(components, budget, candidates=groups)
+    return plan_group_size(components, budget, candidates=groups, tolerance=tolerance)
+
+
+def band_block(p, vc=None) -> dict[str, Any]:
+    """The results.json ``band`` object of a plan (docs/math.md M40-M42)."""
+    cands = [g for g, _, _ in p.candidates]
+    status = None
+    if vc is not None:
+        status = ("negative" if vc.c1.estimate < 0 else "interval_contains_zero" if not vc.c1.ci_low > 0
+                  else "positive")
+    return {"tolerance": p.tolerance, "G": list(p.band), "low": p.g_band[0], "high": p.g_band[1],
+            "probability": dict(zip(cands, p.band_probability)), "recommended": p.g_recommended,
+            "worst": {"G": p.worst[0], "ratio": p.worst[1]}, "pilot_prompts_needed": p.pilot_prompts_needed,
+            "c1_status": status}
+
+
+def group_answer(results: dict[str, Any], G: int, replicates=None, level: float = 0.95) -> dict[str, Any]:
+    """``--group G``: G's MSE over the best G's (the bootstrap mean ratio, M41, when the candidates carry it; else the
+    ratio of predicted MSEs), with a bootstrap interval, and the sentence."""
+    from ugrpo.stats.band import ratio_interval
+
+    cand = {c["G"]: c for c in results["candidates"]}
+    if G not in cand:
+        raise ValueError(f"--group G = {G} does not divide --budget N = {results.get('budget')} (or is < 2); "
+                         f"candidates: {sorted(cand)}")
+    best = min(c["predicted_mse"] for c in cand.values())
+    ratio = cand[G].get("expected_ratio") or (cand[G]["predicted_mse"] / best if best > 0 else 1.0)
+    ci = None
+    if replicates is not None:  # the replicates with c1* > 0, as for the expected ratio (docs/math.md M41)
+        reps = replicates[replicates[:, 0] > 0] if int((replicates[:, 0] > 0).sum()) >= 2 else replicates
+        ci = ratio_interval(reps, results["budget"], sorted(cand), G, level)
+    rec = results.get("g_recommended") or results.get("g_star")
+    msg = (f"your G = {G} costs {100 * (ratio - 1):.0f}% more gradient error than the best G at this budget "
+           f"({ratio:.3f}x the best G's MSE" + (", bootstrap mean" if "expected_ratio" in cand[G] else ""))
+    msg += f"; {100 * level:g}% bootstrap interval {ci[0]:.3f}-{ci[1]:.3f}x)" if ci else ")"
+    if rec is not None and rec != G:
+        msg += f"; the planner recommends G = {rec}"
+    return {"G": G, "B": cand[G].get("B"), "predicted_mse": cand[G]["predicted_mse"], "ratio_to_best": ratio,
+            "ratio_ci": list(ci) if ci else None, "message": msg}
 
 
 def exact_planner(pm, budgets: Sequence[int], groups: Sequence[int] | None = None) -> dict[str, Any]:
@@ -53,7 +91,8 @@ def _est(e) -> dict[str, Any]:
 
 
 def run_plan(pilot: Pilot, budget: int, *, n_boot: int, seed: int, run: RunDir,
-             exact_pm=None, exact_curve: list[dict[str, float]] | None = None) -> dict[str, Any]:
+             exact_pm=None, exact_curve: list[dict[str, float]] | None = None, method: str = "studentized",
+             group: int | None = None, tolerance: float = 0.05) -> dict[str, Any]:
     """Estimate c1, c2, c3 from the pilot, plan G for ``budget``; returns the results.json object.
 
     Parameters
@@ -65,6 +104,9 @@ def run_plan(pilot: Pilot, budget: int, *, n_boot: int, seed: int, run: RunDir,
     run : run folder; one metrics row (the component estimates) is appended
     exact_pm : PolicyMoments at the pilot's policy when known (env), for the ``exact`` block
     exact_curve : [{G, mse}]: exact GRPO minibatch MSE with B = N/G, when known
+    method : bootstrap interval method, "studentized" (default) or "percentile" (docs/math.md M39)
+    group : the group size in use (optional): ``current_group`` says how much worse it is than the best
+    tolerance : the band's tolerance (M40)
     """
     from ugrpo.stats.components import estimate_components
 
@@ -74,14 +116,14 @@ def run_plan(pilot: Pilot, budget: int, *, n_boot: int, seed: int, run: RunDir,
         raise ValueError(f"--budget N = {budget} is unreasonably large (the candidate table lists every divisor)")
     gen = torch.Generator().manual_seed(seed)
     kw = {"scores": pilot.scores} if pilot.scores is not None else {"gram": pilot.gram}
-    vc = estimate_components(pilot.rewards, n_boot=n_boot, generator=gen, **kw)
+    vc = estimate_components(pilot.rewards, n_boot=n_boot, generator=gen, method=method, **kw)
     run.append_metrics({"kind": "components", "c1": _est(vc.c1), "c2": _est(vc.c2), "c3": _est(vc.c3),
                         "frac_zero_std": vc.frac_zero_std, "n_boot_degenerate": vc.n_boot_degenerate})
-    p = _plan(vc, budget)
+    p = _plan(vc, budget, tolerance=tolerance)
     cands = [{"G": G, "B": B, "predicted_mse": v} for G, B, v in p.candidates]
     band = _bootstrap_band(vc.replicates, budget, [c["G"] for c in cands])
-    for c, (lo, hi) in zip(cands, band):
-        c["band_low"], c["band_high"] = lo, hi
+    for c, (lo, hi), prob, er in zip(cands, band, p.band_probability, p.expected_ratio):
+        c["band_low"], c["band_high"], c["band_probability"], c["expected_ratio"] = lo, hi, prob, er
     ci = list(p.g_star_ci) if p.g_star_ci is not None else [None, None]
     if not p.c1_distinguishable_from_zero:  # the bootstrap argmin then piles up at the largest candidate
         ci = [p.g_star_lower_bound if p.g_star_lower_bound is not None and math.isfinite(p.g_star_lower_bound)
@@ -92,22 +134,25 @@ def run_plan(pilot: Pilot, budget: int, *, n_boot: int, seed: int, run: RunDir,
         "g_star_ci": [None if v is None or (isinstance(v, float) and not math.isfinite(v)) else v for v in ci],
         "g_star_continuous_ci": p.g_star_continuous_ci, "g_star_lower_bound": p.g_star_lower_bound,
         "c1_distinguishable_from_zero": p.c1_distinguishable_from_zero,
+        "g_recommended": p.g_recommended, "band": band_block(p, vc), "interval_method": vc.method,
         "candidates": cands, "message": p.message, "budget": budget,
         "pilot": {"B0": pilot.B0, "G0": pilot.G0, "samples": pilot.samples, "meta": pilot.meta,
                   "frac_zero_std": vc.frac_zero_std, "has_scores": pilot.scores is not None},
         "n_boot": n_boot, "seed": seed,
     }
+    if group is not None:
+        results["current_group"] = group_answer(results, group, vc.replicates, vc.level)
     if exact_pm is not None:
-        ex = _plan((exact_pm.c1, exact_pm.c2, exact_pm.c3), budget)
+        ex = _plan((exact_pm.c1, exact_pm.c2, exact_pm.c3), budget, tolerance=tolerance)
         results["exact"] = {"c1": exact_pm.c1, "c2": exact_pm.c2, "c3": exact_pm.c3,
                             "g_star_continuous": ex.g_star_continuous, "g_star": ex.g_star,
-                            "g_star_paper": ex.g_star_paper, "curve": exact_curve}
+                            "g_star_paper": ex.g_star_paper, "curve": exact_curve, "band": list(ex.band)}
     return to_jsonable(results)  # what results.json holds (inf -> null), so reports read the same thing
 
 
 def _bootstrap_band(replicates: torch.Tensor, N: int, groups: Sequence[int]) -> list[tuple[float | None, float | None]]:
-    """2.5% / 97.5% quantiles of the bound over bootstrap replicates, per G (NaN-c1 rows dropped)."""
-    reps = replicates[torch.isfinite(replicates).all(dim=1)]
+    """2.5% / 97.5% quantiles of the bound over bootstrap replicates clipped at 0, per G (NaN-c1 rows dropped)."""
+    reps = replicates[torch.isfinite(replicates).all(dim=1)].clamp_min(0)  # the constants' range, as the bound
     if reps.shape[0] < 2:
         return [(None, None)] * len(groups)
     out = []
@@ -125,18 +170,22 @@ def reading(results: dict[str, Any]) -> list[str]:
     N, out = results["budget"], []
     lo, hi = results["g_star_ci"]
     G = results["g_star"]
+    band = results.get("band")
+    if band is not None:
+        rec = band["recommended"]
+        near = ", ".join(str(g) for g in band["G"])
+        out.append(f"For a budget of N={N} samples per step use G={rec} (B={N // rec}): the G that minimises the "
+                   f"expected predicted MSE over the bootstrap. Near-optimal band (within "
+                   f"{100 * band['tolerance']:g}% of the best predicted MSE): G in {{{near}}} at the estimates, "
+                   f"[{band['low']}, {band['high']}] with 95% confidence; the worst candidate G = "
+                   f"{band['worst']['G']} gives {band['worst']['ratio']:.2f}x the best.")
     if G is not None:
-        out.append(f"For a budget of N={N} samples per step the planner recommends G={G} (B={N // G}); "
-                   f"continuous optimum 1 + sqrt(c3/c1) = {fmt(results['g_star_continuous'])}, 95% bootstrap "
-                   f"interval of G* [{fmt(lo)}, {fmt(hi) if hi is not None else 'unbounded'}].")
-    else:
-        out.append(f"For a budget of N={N} the pilot does not pin G* down: {results.get('message')}.")
-    cands = [c for c in results.get("candidates", []) if c.get("predicted_mse") is not None]
-    if G is not None and len(cands) > 1:
-        best = min(c["predicted_mse"] for c in cands)
-        near = [c["G"] for c in cands if c["predicted_mse"] <= 1.05 * best]
-        out.append(f"How much the choice matters: the predicted bound is within 5% of its minimum for G in {near}, "
-                   f"and {max(c['predicted_mse'] for c in cands) / best:.2f}x the minimum at the worst candidate.")
+        out.append(f"Point estimate of G*: {G} (continuous optimum 1 + sqrt(c3/c1) = "
+                   f"{fmt(results['g_star_continuous'])}, 95% bootstrap interval of G* [{fmt(lo)}, "
+                   f"{fmt(hi) if hi is not None else 'unbounded'}]).")
+    out.append(f"Planner: {results.get('message')}.")
+    if "current_group" in results:
+        out.append(results["current_group"]["message"][0].upper() + results["current_group"]["message"][1:] + ".")
     ex = results.get("exact")
     if ex:
         parts = []
@@ -163,6 +212,10 @@ def write_plan_outputs(run: RunDir, results: dict[str, Any], argv: Sequence[str]
                      [r.get("band_low") for r in c], [r.get("band_high") for r in c], color="C0")]
     lo, hi = results["g_star_ci"]
     markers = []
+    band = results.get("band")
+    if band is not None:
+        markers.append(Marker(band["recommended"], f"G to use = {band['recommended']}; 95% band of near-optimal G",
+                              band["low"], band["high"], color="C2"))
     if results["g_star"] is not None:
         markers.append(Marker(results["g_star"], f"G* = {results['g_star']} (pilot)", lo,
                               hi if hi is not None else max(xs), color="C0"))
@@ -191,13 +244,14 @@ def write_plan_outputs(run: RunDir, results: dict[str, Any], argv: Sequence[str]
         "",
         "## Constants",
         "",
-        md_table(["constant", "pilot estimate", "95% CI", "exact"], rows),
+        md_table(["constant", "pilot estimate", f"95% CI ({results.get('interval_method', 'percentile')} bootstrap)",
+                  "exact"], rows),
         "",
         "## Candidates",
         "",
-        md_table(["G", "B", "predicted MSE", "bootstrap 95% band", "exact"],
+        md_table(["G", "B", "predicted MSE", "bootstrap 95% band", "P(in 5% band)", "exact"],
                  [[r["G"], r["B"], r["predicted_mse"], fmt_ci(r.get("band_low"), r.get("band_high")),
-                   exact_at.get(r["G"])] for r in c]),
+                   r.get("band_probability"), exact_at.get(r["G"])] for r in c]),
         "",
     ]
     run.write_report("\n".join(md))

@@ -59,8 +59,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task-option", action="append", default=[], metavar="NAME=VALUE",
                    help="with --model: a task option, repeatable (e.g. prompt_style=compact)")
     p.add_argument("--sketch-dim", type=int, default=256, help="with --model: sketch dimension k of the scores")
-    p.add_argument("--group", type=int, default=None, help="with --model: the group size in use (must divide N), "
-                   "compared with G*")
+    p.add_argument("--group", type=int, default=None, help="the group size in use (must divide N): says how much "
+                   "more gradient error it costs than the best G (every source)")
+    p.add_argument("--ci-method", choices=("studentized", "studentized-equal-tailed", "percentile"),
+                   default="studentized", help="bootstrap intervals of c1, c2, c3 (docs/math.md M39)")
     p.add_argument("--temperature", type=float, default=1.0, help="with --model: sampling temperature")
     p.add_argument("--max-new-tokens", type=int, default=8, help="with --model: completion length cap")
     p.add_argument("--chat", action="store_true", help="with --model: wrap prompts in the chat template")
@@ -89,8 +91,12 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict:
         raise ValueError(f"give exactly one of --env, --pilot or --model; got {' and '.join(sources)}")
     if args.model is not None:
         return _run_model(args, argv)
-    if args.task is not None or args.task_option or args.group is not None:
-        raise ValueError("--task, --task-option and --group need --model (a language-model pilot)")
+    if args.task is not None or args.task_option:
+        raise ValueError("--task and --task-option need --model (a language-model pilot)")
+    if args.group is not None:
+        from ugrpo.experiments.common import check_divides
+
+        check_divides(args.budget, args.group)
     if args.pilot is not None and args.theta is not None:
         raise ValueError("--theta only applies to --env (a pilot file was sampled at its own theta)")
     cfg = PlanConfig(budget=args.budget, seed=args.seed, n_boot=args.n_boot, env=args.env, pilot=args.pilot,
@@ -115,8 +121,9 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict:
     rd = RunDir(args.out)
     rd.file("metrics.jsonl").unlink(missing_ok=True)
     rd.write_config({**asdict(cfg), "command": "plan", "argv": argv})
-    results = run_plan(pilot, cfg.budget, n_boot=cfg.n_boot, seed=cfg.seed, run=rd,
-                       exact_pm=exact_pm, exact_curve=curve)
+    results = run_plan(pilot, cfg.budget, n_boot=cfg.n_boot, seed=cfg.seed, run=rd, exact_pm=exact_pm,
+                       exact_curve=curve, method=getattr(args, "ci_method", "studentized"),
+                       group=getattr(args, "group", None))
     write_plan_outputs(rd, results, argv)
     return results
 
@@ -158,6 +165,8 @@ def _main(args: argparse.Namespace) -> int:
     rows.append(["G*", r["g_star"], fmt_ci(*r["g_star_ci"]), ex.get("g_star")])
     print(text_table(["", "pilot", "95% CI", "exact"], rows))
     print(r["message"])
+    if "current_group" in r:
+        print(r["current_group"]["message"])
     if args.save_pilot:
         print(f"wrote pilot {args.save_pilot}")
     if "pilot_cost" in r:
