@@ -72,8 +72,10 @@ def main() -> None:
     print(f"\nG* monitor at N = {monitor.N} completions per step (num_generations = {args.num_generations}):")
     for r in monitor.history:
         print(f"  step {r.step:3d}: c1 = {r.c1.estimate:.3g} [{r.c1.ci_low:.3g}, {r.c1.ci_high:.3g}], "
-              f"c3 = {r.c3.estimate:.3g}, G* = {r.g_star} {list(r.g_star_ci) if r.g_star_ci else ''} "
-              f"({r.seconds:.2f} s)")
+              f"c3 = {r.c3.estimate:.3g}; use G = {r.g_recommended}, 95% band of near-optimal G {list(r.g_band)} "
+              f"({r.n_batches} batch{'es' if r.n_batches > 1 else ''}, {r.seconds:.2f} s)")
+        if not r.c1_decided or r.n_batches > 1:
+            print(f"           {r.message}")
     steps = [row["step_time"] for row in trainer.state.log_history if "step_time" in row]
     if steps:
         mean_step = sum(steps) / len(steps)

@@ -138,3 +138,37 @@ def test_pilot_meta_and_dtype_roundtrip(tmp_path):
     with pytest.raises(ValueError, match="must end in .npz"):
         save_pilot(tmp_path / "p.bin", p)
     json.dumps(q.meta)
+
+
+def test_plan_band_group_and_interval_method(tmp_path, capsys, linear_env_path):
+    """results.json holds the band; --group answers on the console for an env; --ci-method percentile is kept."""
+    out, stdout = _plan_env(tmp_path, capsys, linear_env_path, extra=["--group", 8])
+    res = results(out)
+    band = res["band"]
+    assert {"tolerance", "G", "low", "high", "probability", "recommended", "worst", "pilot_prompts_needed",
+            "c1_status"} <= set(band)
+    assert res["g_recommended"] == band["recommended"] and band["low"] <= band["recommended"] <= band["high"]
+    assert res["interval_method"] == "studentized" and band["c1_status"] in ("positive", "interval_contains_zero",
+                                                                              "negative")
+    cands = res["candidates"]
+    best = min(c["predicted_mse"] for c in cands)
+    assert band["G"] == [c["G"] for c in cands if c["predicted_mse"] <= 1.05 * best]  # the point band
+    assert [c["band_probability"] for c in cands] == [band["probability"][str(c["G"])] for c in cands]
+    worst = max(cands, key=lambda c: c["expected_ratio"])  # the bootstrap mean ratio (M41)
+    assert band["worst"] == {"G": worst["G"], "ratio": pytest.approx(worst["expected_ratio"])}
+    assert min(c["expected_ratio"] for c in cands) >= 1.0
+    if band["c1_status"] == "positive":  # (else the minimax rule of M41 may apply)
+        assert next(c for c in cands if c["G"] == band["recommended"])["expected_ratio"] == min(
+            c["expected_ratio"] for c in cands)
+    g8 = next(c for c in cands if c["G"] == 8)
+    cg = res["current_group"]
+    assert cg["ratio_to_best"] == pytest.approx(g8["expected_ratio"]) and cg["ratio_ci"][0] <= cg["ratio_ci"][1]
+    assert f"your G = 8 costs {100 * (cg['ratio_to_best'] - 1):.0f}% more gradient error than the best G" in stdout
+    assert f"use G = {res['g_recommended']} " in stdout and "Near-optimal band" in (out / "report.md").read_text()
+    rc, _, err = run_cli(["plan", "--env", linear_env_path, *PLAN, "--out", tmp_path / "p", "--ci-method",
+                          "percentile"], capsys)
+    assert rc == 0, err
+    pct = results(tmp_path / "p")
+    assert pct["interval_method"] == "percentile" and pct["c1"]["estimate"] == res["c1"]["estimate"]
+    rc, _, err = run_cli(["plan", "--env", linear_env_path, *PLAN, "--out", tmp_path / "q", "--group", 5], capsys)
+    assert rc == 2 and "5" in err and "96" in err

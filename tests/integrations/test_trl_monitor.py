@@ -33,7 +33,8 @@ from ugrpo.stats.components import estimate_components  # noqa: E402
 SPEC = ScoreSpec(select="modules", patterns=("*.layers.3.self_attn.o_proj.weight", "model.norm.weight"))
 # the agreement test's prompt set: 160 distinct two-digit sums (more prompts -> a tighter c3 comparison)
 MANY = [f"{a}+{b}=" for a in range(10, 90, 5) for b in range(11, 91, 8)]
-KEYS = ["ugrpo/c1", "ugrpo/c2", "ugrpo/c3", "ugrpo/g_star", "ugrpo/g_star_low", "ugrpo/g_star_high"]
+KEYS = ["ugrpo/c1", "ugrpo/c2", "ugrpo/c3", "ugrpo/g_star_low", "ugrpo/g_recommended", "ugrpo/g_band_low",
+        "ugrpo/g_band_high"]
 
 
 @pytest.fixture(scope="module")
@@ -64,12 +65,14 @@ def test_monitor_logs_keys_through_trl(tok, tmp_path):
         assert r["ugrpo/c3"] == pytest.approx(rec.c3.estimate) and rec.c3.ci_low <= rec.c3.estimate <= rec.c3.ci_high
         if "ugrpo/g_star" in r:
             assert r["ugrpo/g_star_low"] <= r["ugrpo/g_star"] <= r["ugrpo/g_star_high"]
-    # G = 4 lies below every measured interval here: exactly one warning, naming the G to try
+        assert r["ugrpo/g_band_low"] <= r["ugrpo/g_recommended"] <= r["ugrpo/g_band_high"]
+        assert (r["ugrpo/g_band_low"], r["ugrpo/g_band_high"]) == rec.g_band
+    # a warning exactly when G = 4 lies outside a measured band, naming the G to try
     said = [str(w.message) for w in caught if "num_generations = 4 is" in str(w.message)]
-    outside = [rec for rec in mon.history if rec.g_star_ci and not rec.g_star_ci[0] <= 4 <= rec.g_star_ci[1]]
+    outside = [rec for rec in mon.history if not rec.g_band[0] <= 4 <= rec.g_band[1]]
     assert len(said) == (1 if outside else 0)
     if outside:
-        assert f"try num_generations = {outside[0].g_star}" in said[0]
+        assert f"try num_generations = {outside[0].g_recommended}" in said[0]
     assert all(s > 0 for s in mon.seconds)
 
 
@@ -92,7 +95,7 @@ def _sample(model, tok, prompts, G0):
 @pytest.mark.slow  # ~20 s of CPU: 10 TRL steps of 160 completions + 800 exact per-sample gradients
 def test_monitor_agrees_with_independent_pilot(tok, tmp_path):
     K = 10
-    mon = GroupSizeMonitor(every=1, sketch_dim=256, n_boot=200, params=SPEC, seed=11, warn=False)
+    mon = GroupSizeMonitor(every=1, sketch_dim=256, n_boot=200, params=SPEC, seed=11, warn=False, pool=1)
     trainer = _trainer(tok, tmp_path, mon, prompts=MANY, max_steps=K, per_device_train_batch_size=160,
                        num_generations=4, learning_rate=0.0)
     trainer.train()
@@ -115,6 +118,35 @@ def test_monitor_agrees_with_independent_pilot(tok, tmp_path):
         assert r.ci_low > 0, f"{name} of the reference pilot must be distinguishable from 0 for the test to have power"
     se_c3 = math.hypot(float(torch.tensor([r.c3.estimate for r in mon.history]).std()) / math.sqrt(K), ref.c3.se)
     assert se_c3 < 0.25 * ref.c3.estimate, f"power: c3 must be resolved to 25% (combined SE {se_c3:.3g})"
+
+
+def test_undecided_batches_are_pooled_and_said_in_words():
+    """One batch that cannot tell c1 from 0 -> the message says so and the estimate pools the recent batches."""
+    gen = torch.Generator().manual_seed(0)
+
+    def batch(B, spread):  # prompts differ by `spread` in their score direction: small spread -> c1 ~ 0
+        u = spread * torch.randn(B, 1, 8, generator=gen, dtype=torch.float64)
+        return ((torch.rand(B, 4, generator=gen) < 0.5).double(),
+                u + torch.randn(B, 4, 8, generator=gen, dtype=torch.float64))
+
+    mon = GroupSizeMonitor(every=1, n_boot=200, pool=3)
+    mon.N, mon.candidates = 64, [2, 4, 8, 16, 32, 64]
+    recs = [mon.measure_pooled(*batch(8, 0.0), step=s, seed=s) for s in range(4)]
+    first, later = recs[0], recs[1:]
+    assert first.n_batches == 1 and "cannot decide" not in first.message  # nothing to pool yet
+    for s, rec in enumerate(later, start=1):
+        if rec.n_batches > 1:
+            assert rec.n_batches == min(s + 1, 3) and rec.n_prompts == 8 * rec.n_batches
+            assert f"the batch at step {s} cannot decide" in rec.message and "biases c1 up and G* down" in rec.message
+            z = torch.cat([b[0] for b in mon._pool]) if s == 3 else None
+            if z is not None:
+                assert z.shape == (24, 4)
+    assert any(r.n_batches > 1 for r in later), "identical prompts must leave c1 undecided in some batch"
+    mon1 = GroupSizeMonitor(every=1, n_boot=200, pool=3)
+    mon1.N, mon1.candidates = 64, [2, 4, 8, 16, 32, 64]
+    decided = mon1.measure_pooled(*batch(64, 3.0), step=0, seed=0)
+    decided2 = mon1.measure_pooled(*batch(64, 3.0), step=1, seed=1)
+    assert decided.c1_decided and decided2.c1_decided and decided2.n_batches == 1  # a batch that decides is used alone
 
 
 def test_monitor_bad_inputs(tok, tmp_path):

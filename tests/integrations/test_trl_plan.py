@@ -47,14 +47,12 @@ def test_trl_config_plan_writes_trl_answer(files, tmp_path):
                                "num_processes": 1, "prompts_per_step": 16,
                                "predicted_mse": next(c["predicted_mse"] for c in on_disk["candidates"] if c["G"] == 4)}
     assert on_disk["pilot"]["B0"] == 64 and on_disk["pilot"]["G0"] == 4
-    rec = trl_["recommended"]
-    if res["g_star"] is not None:
-        assert rec["num_generations"] == res["g_star"] and 64 % rec["num_generations"] == 0
-        assert rec["per_device_train_batch_size"] == 32 and rec["prompts_per_step"] == 64 // res["g_star"]
-        assert f"num_generations: {res['g_star']}" in trl_["message"]
-        assert rec["predicted_mse"] == min(c["predicted_mse"] for c in on_disk["candidates"])
-    else:
-        assert rec is None and "does not pin" in trl_["message"]
+    rec = trl_["recommended"]  # the band's recommendation: always given
+    g = res["g_recommended"]
+    assert rec["num_generations"] == g and 64 % g == 0 and g == res["band"]["recommended"]
+    assert rec["per_device_train_batch_size"] == 32 and rec["prompts_per_step"] == 64 // g
+    assert f"num_generations: {g}" in trl_["message"] and "your num_generations = 4 costs" in trl_["message"]
+    assert trl_["num_generations_band"] == [res["band"]["low"], res["band"]["high"]]
     assert "In TRL's terms" in (tmp_path / "run" / "report.md").read_text()
 
 
@@ -88,13 +86,18 @@ def test_trl_answer_in_trl_terms(files):
     cfg = load_trl_config(_write(files, "c.json", per_device_train_batch_size=16, gradient_accumulation_steps=4,
                                  num_processes=2), budget=256)
     cands = [{"G": g, "predicted_mse": 1.0 / g + g / 100} for g in (2, 4, 8, 16, 32, 64, 128, 256)]
-    ans = _trl_answer(cfg, {"g_star": 8, "g_star_ci": [8, 16], "candidates": cands, "message": ""})
+    ans = _trl_answer(cfg, {"g_star": 8, "g_star_ci": [8, 16], "g_recommended": 8, "candidates": cands, "message": "",
+                            "band": {"low": 8, "high": 16, "tolerance": 0.05}, "budget": 256})
     assert ans["budget_N"] == 256
     assert ans["recommended"] == {"num_generations": 8, "per_device_train_batch_size": 32,  # 256 / (4 * 2)
                                   "gradient_accumulation_steps": 4, "num_processes": 2, "prompts_per_step": 32,
                                   "predicted_mse": 1.0 / 8 + 0.08}
     assert ans["current"]["prompts_per_step"] == 32 and ans["current"]["predicted_mse"] is None  # other budget
-    assert not ans["current_inside_interval"] and "your num_generations 4 is outside it" in ans["message"]
+    assert not ans["current_inside_band"] and "your num_generations 4 is outside it" in ans["message"]
+    ratio = (1 / 4 + 0.04) / (1 / 8 + 0.08)  # G = 4's predicted MSE over the best (G = 8)
+    assert f"your num_generations = 4 costs {100 * (ratio - 1):.0f}% more gradient error" in ans["message"]
+    assert "95% confidence band of near-optimal num_generations (within 5% of the best predicted MSE): [8, 16]" in ans[
+        "message"]
     assert "set num_generations: 8 with per_device_train_batch_size: 32" in ans["message"]
 
 

@@ -2,6 +2,7 @@
 
 import itertools
 
+import numpy as np
 import pytest
 import torch
 
@@ -9,6 +10,7 @@ from ugrpo.stats.components import (
     _bootstrap_replicates,
     _prompt_terms,
     _reduce,
+    _summarise,
     estimate_components,
     gaussian_sketch,
     point_estimates,
@@ -122,7 +124,7 @@ def test_bootstrap_replicates_match_definition():
     z, diag, M = _reduce(rewards, scores, None)
     t0, t1, t2 = _prompt_terms(z, diag, M)
     counts = torch.tensor([[1, 1, 1, 1, 1], [3, 0, 2, 0, 0], [0, 0, 0, 5, 0]], dtype=DT)
-    reps = _bootstrap_replicates(t0, t1, t2, M, counts)
+    reps, se = _bootstrap_replicates(t0, t1, t2, M, counts)
     torch.testing.assert_close(reps[0], point_estimates(rewards, scores=scores))  # all counts 1 -> the estimate
     w = counts[1].tolist()
     num = sum(w[b] * w[c] * float(M[b, c]) for b in range(B) for c in range(B) if b != c)
@@ -131,6 +133,41 @@ def test_bootstrap_replicates_match_definition():
                          float((counts[1] * (t1 - t0)).sum()) / B, float((counts[1] * (t2 + t0)).sum()) / B], dtype=DT)
     torch.testing.assert_close(reps[1], want)
     assert torch.isnan(reps[2, 0]) and torch.isfinite(reps[2, 1:]).all()  # one distinct prompt: c1 undefined
+    # the standard errors of the original sample (all counts 1): sd of the influence values / sqrt(B) (M39)
+    # c1 is a U-statistic of order 2: Var = [4 (B-2) zeta1 + 2 zeta2] / (B (B-1)), zeta1 = Var(psi)/4 with the
+    # influence values psi, zeta2 = Var over pairs b != c of the kernel (t0_b + t0_c)/2 - M_bc (Hoeffding)
+    psi = t0 - 2 * torch.tensor([sum(float(M[b, c]) for c in range(B) if c != b) for b in range(B)], dtype=DT) / (B - 1)
+    h = [float((t0[b] + t0[c]) / 2 - M[b, c]) for b in range(B) for c in range(B) if b != c]
+    zeta2 = float(np.var(h))
+    assert float(se[0, 0]) == pytest.approx(((4 * (B - 2) * float(psi.var()) / 4 + 2 * zeta2) / (B * (B - 1))) ** 0.5)
+    for k, x in ((1, t1 - t0), (2, t2 + t0)):
+        assert float(se[0, k]) == pytest.approx(float(x.std()) / B**0.5)
+    u2 = (t1 - t0).tolist()  # a resample: count-weighted sd over B - 1, / sqrt(B)
+    m = sum(wb * u for wb, u in zip(w, u2)) / B
+    assert float(se[1, 1]) == pytest.approx((sum(wb * (u - m) ** 2 for wb, u in zip(w, u2)) / (B - 1) / B) ** 0.5)
+
+
+def test_studentized_interval_is_the_bootstrap_t_formula():
+    """lo, hi = point - q(1-a/2) se, point - q(a/2) se with t = (rep - point)/rep_se; clipped at 0; percentile too."""
+    rng = np.random.default_rng(3)
+    reps = 2.0 + rng.exponential(1.0, 2000) - 1.0       # right-skewed replicates around 2
+    rep_se = 0.5 + 0.5 * (reps - reps.min()) / np.ptp(reps)  # SE grows with the replicate (as for a variance)
+    e = _summarise(2.0, reps, 0.9, "studentized-equal-tailed", 0.7, rep_se)
+    t = (reps - 2.0) / rep_se
+    sym = _summarise(2.0, reps, 0.9, "studentized", 0.7, rep_se)
+    half = np.quantile(np.abs(t), 0.9) * 0.7
+    assert (sym.ci_low, sym.ci_high) == pytest.approx((2.0 - half, 2.0 + half))
+    assert e.ci_low == pytest.approx(max(2.0 - np.quantile(t, 0.95) * 0.7, 0.0))
+    assert e.ci_high == pytest.approx(2.0 - np.quantile(t, 0.05) * 0.7)
+    p = _summarise(2.0, reps, 0.9, "percentile")
+    assert (p.ci_low, p.ci_high) == pytest.approx(tuple(np.quantile(reps, [0.05, 0.95])))
+    # constant replicate SE = the sample's SE: bootstrap-t is the percentile interval reflected about the point
+    # (right-skewed replicates -> an interval that reaches further left than the percentile one)
+    b = _summarise(2.0, reps, 0.9, "studentized-equal-tailed", 0.7, np.full_like(reps, 0.7))
+    q_lo, q_hi = np.quantile(reps, [0.05, 0.95])
+    assert (b.ci_low, b.ci_high) == pytest.approx((max(4.0 - q_hi, 0.0), 4.0 - q_lo))
+    assert b.ci_low < p.ci_low and b.ci_high < p.ci_high
+    assert _summarise(0.1, reps - 1.9, 0.9, "studentized", 0.7, rep_se).ci_low == 0.0  # never below the range
 
 
 def test_estimate_components_result():
@@ -157,7 +194,12 @@ def test_c1_not_distinguishable_when_prompts_identical():
     _, scores, rewards = sample(b, 8, 8, torch.Generator().manual_seed(41))
     vc = estimate_components(rewards, scores=scores, n_boot=400, generator=torch.Generator().manual_seed(42))
     assert not vc.c1_distinguishable_from_zero
-    assert vc.c1.ci_low < 0 < vc.c1.ci_high
+    assert vc.c1.ci_low == 0.0 < vc.c1.ci_high  # clipped to the range of c1 (>= 0)
+    pct = estimate_components(rewards, scores=scores, n_boot=400, generator=torch.Generator().manual_seed(42),
+                              method="percentile")
+    assert pct.c1.ci_low == 0.0 < pct.c1.ci_high and pct.method == "percentile" and vc.method == "studentized"
+    with pytest.raises(ValueError, match="method = 'bca' is unknown"):
+        estimate_components(rewards, scores=scores, method="bca")
 
 
 def test_errors_name_the_problem():

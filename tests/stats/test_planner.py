@@ -9,8 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.optimize import minimize_scalar
 
+from ugrpo.stats.band import bootstrap_band, near_optimal_band, pilot_size_needed
 from ugrpo.stats.components import Estimate, VarianceComponents, estimate_components
-from ugrpo.stats.planner import bound, candidate_groups, plan_group_size
+from ugrpo.stats.planner import bound, candidate_groups, group_cost, plan_group_size
 
 from ._enumerate import linear_softmax, policy_moments_exact, sample
 
@@ -73,10 +74,15 @@ def test_not_distinguishable_gives_lower_bound_and_message():
     plan = plan_group_size(vc, 1024)
     assert plan.g_star is None and not plan.c1_distinguishable_from_zero
     assert plan.g_star_lower_bound == pytest.approx(1 + math.sqrt(40.0 / 0.02))
-    assert plan.message.startswith(f"G* is larger than {plan.g_star_lower_bound:.1f}; c1 is not distinguishable from 0")
-    assert "B0 = 16 pilot prompts" in plan.message and "use more pilot prompts" in plan.message
-    whole_ci_negative = _vc((-0.02, -0.03, -0.01), (50.0, 40.0, 60.0), reps)
-    assert "cannot be bounded" in plan_group_size(whole_ci_negative, 1024).message
+    assert plan.message.startswith(f"use G = {plan.g_recommended} ")
+    assert f"G* is larger than {plan.g_star_lower_bound:.1f} at the 95% level" in plan.message
+    assert "c1's 95% interval [-0.01, 0.02] contains 0" in plan.message and "B0 = 16 pilot prompts" in plan.message
+    assert "c1's estimate is negative" not in plan.message
+    negative = plan_group_size(_vc((-0.004, 0.0, 0.02), (50.0, 40.0, 60.0), reps), 1024)
+    assert "c1's estimate is negative (c1 = -0.004" in negative.message and "contains 0" not in negative.message
+    whole_ci_at_zero = _vc((-0.02, 0.0, 0.0), (50.0, 40.0, 60.0), reps)
+    p0 = plan_group_size(whole_ci_at_zero, 1024)
+    assert p0.g_star_lower_bound is None and "no lower bound on G*" in p0.message
 
 
 def test_ci_from_replicates_is_percentile_of_argmins():
@@ -122,3 +128,71 @@ def test_errors_name_N():
     no_boot = _vc((1.0, 0.5, 1.5), (4.0, 3.0, 5.0), np.zeros((0, 3)).tolist())
     with pytest.raises(ValueError, match="n_boot=0"):
         plan_group_size(no_boot, 64)
+
+
+@settings(max_examples=40, deadline=None)
+@given(c1=st.floats(1e-5, 10), c2=st.floats(0, 10), c3=st.floats(0, 1e3), tol=st.sampled_from([0.01, 0.05, 0.2]),
+       N=st.sampled_from([64, 96, 1024]))
+def test_band_from_exact_constants_is_a_brute_force_scan(c1, c2, c3, tol, N):
+    plan = plan_group_size((c1, c2, c3), N, tolerance=tol)
+    divisors = [g for g in range(2, N + 1) if N % g == 0]
+    best = min(bound(c1, c2, c3, N, g) for g in divisors)
+    scan = [g for g in divisors if bound(c1, c2, c3, N, g) <= (1 + tol) * best * (1 + 1e-12)]
+    assert list(plan.band) == scan and plan.g_recommended == plan.g_star and plan.g_band == (scan[0], scan[-1])
+    worst = max(divisors, key=lambda g: bound(c1, c2, c3, N, g))
+    assert plan.worst[0] == worst and plan.worst[1] == pytest.approx(bound(c1, c2, c3, N, worst) / best)
+    assert group_cost(plan, plan.g_star) == 1.0
+
+
+def test_band_probabilities_and_recommendation_from_replicates():
+    """Each replicate's band by brute force; the share per G; the recommendation minimises the mean ratio."""
+    rng = np.random.default_rng(1)
+    reps = np.column_stack([rng.uniform(0.01, 0.2, 300), np.ones(300), rng.uniform(0.8, 1.2, 300)])
+    cands = candidate_groups(1024)
+    r = bootstrap_band((0.05, 1.0, 1.0), reps, 1024, cands)
+    ratios = np.array([[bound(*c, 1024, g) / min(bound(*c, 1024, h) for h in cands) for g in cands] for c in reps])
+    assert np.allclose(r.probability, (ratios <= 1.05).mean(0)) and np.allclose(r.expected_ratio, ratios.mean(0))
+    assert r.recommended == cands[int(np.argmin(ratios.mean(0)))]
+    assert set(r.confidence_band) == {g for g, p in zip(cands, r.probability) if p >= 0.025} | {r.recommended}
+
+
+def test_recommendation_conditions_on_positive_c1_instead_of_clipping():
+    """Half the replicates have c1* < 0: clipped, they vote for the largest G; conditioned, they do not count."""
+    reps = np.array([[0.01, 1.0, 1.0]] * 50 + [[-0.01, 1.0, 1.0]] * 50)
+    r = bootstrap_band((0.0, 1.0, 1.0), reps, 1024, candidate_groups(1024))
+    assert r.recommended == plan_group_size((0.01, 1.0, 1.0), 1024).g_star  # = 8
+    assert r.probability[-1] == pytest.approx(0.5)  # G = 1024 is in the band of the clipped (c1 = 0) replicates
+    assert r.high == 1024  # so the confidence band reaches it: c1 = 0 is not excluded
+
+
+def test_pilot_size_needed_shrinks_replicates_by_sqrt_f():
+    rng = np.random.default_rng(2)
+    c = np.array([0.05, 1.0, 1.0])
+    reps = c + rng.normal(size=(400, 3)) * [0.04, 0.05, 0.05]
+    cands = candidate_groups(1024)
+    need = pilot_size_needed(c, reps, 32, 1024, cands)
+    assert need is not None and need > 32
+    f = need / 32
+    prob_at = bootstrap_band(c, c + (reps - c) / math.sqrt(f), 1024, cands).probability
+    target = set(near_optimal_band(*c, 1024, cands))
+    assert {g for g, p in zip(cands, prob_at) if p >= 0.025} <= target
+    assert pilot_size_needed(c, c + (reps - c) / 100, 32, 1024, cands) == 32  # already pinned down
+    assert pilot_size_needed([-0.01, 1.0, 1.0], reps, 32, 1024, cands) is None  # c1 <= 0: no projection
+
+
+def test_minimax_when_almost_no_replicate_has_positive_c1():
+    """c1* <= 0 in every replicate: G_rec minimises the worst ratio over c1 in [0, c1_upper] (brute force, M41)."""
+    reps = np.array([[-0.02, 1.0, 1.2], [-0.01, 1.1, 1.3], [-0.03, 0.9, 1.1]] * 20)
+    cands = candidate_groups(1024)
+    r = bootstrap_band((-0.02, 1.0, 1.2), reps, 1024, cands, c1_upper=0.01)
+
+    def worst(g):
+        ratios = []
+        for c1 in np.linspace(0.0, 0.01, 201):
+            vals = {h: bound(c1, 1.0, 1.2, 1024, h) for h in cands}
+            ratios.append(vals[g] / min(vals.values()))
+        return max(ratios)
+
+    assert r.recommended == min(cands, key=worst)
+    assert 2 < r.recommended < 1024  # neither extreme: c1 = 0 favours large G, c1 = 0.01 moderate G
+    assert bootstrap_band((-0.02, 1.0, 1.2), reps, 1024, cands).recommended == 1024  # no upper limit: clipped

@@ -9,6 +9,7 @@ projection seed, and ``estimate_components`` with its bootstrap seed must give t
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -23,13 +24,14 @@ from ugrpo.stats.planner import plan_group_size
 from ugrpo.tasks.base import score
 from ugrpo.tasks.registry import get_task
 from ugrpo.train.config import config_from_dict, load_config
-from ugrpo.train.loop import choose_prompts, prompt_seed, train
+from ugrpo.train.loop import _line, choose_prompts, prompt_seed, train
 from ugrpo.train.monitor import (
     MONITOR_KEYS,
     MonitorRecord,
     TrainMonitor,
     advise,
     bootstrap_seed,
+    console_column,
     measure,
     monitor_row,
     sketch_seed,
@@ -99,10 +101,24 @@ def test_estimates_equal_estimate_components_on_the_same_batches(monitored_run):
             got = (row[f"monitor_{c}"], row[f"monitor_{c}_low"], row[f"monitor_{c}_high"])
             assert got == pytest.approx((est.estimate, est.ci_low, est.ci_high), rel=1e-5, abs=1e-9), (step, c)
         plan = plan_group_size(vc, N)
-        assert row["monitor_g_star"] == plan.g_star and row["monitor_message"] == plan.message
+        assert row["monitor_g_star"] == plan.g_star and row["monitor_message"].startswith(plan.message)
+        assert row["monitor_g_recommended"] == plan.g_recommended
+        assert (row["monitor_g_band_low"], row["monitor_g_band_high"]) == plan.g_band
         if plan.g_star is not None:
             assert [row["monitor_g_star_low"], row["monitor_g_star_high"]] == list(plan.g_star_ci)
     assert (z2.max(1).values > z2.min(1).values).any(), "the test batch must have reward variation to have power"
+
+
+def test_report_plot_and_console_column(monitored_run):
+    """--monitor-every results reach the report (section, table, two plots) and the console line."""
+    _, out, rows = monitored_run
+    report = (out / "report.md").read_text()
+    assert "## Group size (the G* monitor)" in report and "![group size](monitor_g.png)" in report
+    assert (out / "monitor_g.png").stat().st_size > 0 and (out / "monitor_c.png").stat().st_size > 0
+    for r in (rows[2], rows[4]):
+        assert f"| {r['step']} | " in report.split("## Group size")[1]
+        assert f"G_use={r['monitor_g_recommended']}" in _line(r) and "c1=" in _line(r)
+    assert "G_use" not in _line(rows[1])
 
 
 # ------------------------------------------------------------------------------------------ warn once
@@ -130,6 +146,17 @@ def test_advise_cases():
     assert "try a larger --budget.group-size" in warning_text(advise(_record(None, None, lb=200.0), cands), 3, 128)
     row = monitor_row(_record(None, None, lb=float("inf")))
     assert row["monitor_g_star"] is None and row["monitor_g_star_low"] is None and row["monitor_g_star_high"] is None
+    assert row["monitor_g_band_low"] is None and console_column(row) == "c1=1 c3=1 G_use=None"
+    # a record with a band: the band decides, and the recommendation is the suggestion
+    banded = replace(_record(None, None, lb=23.4), g_recommended=16, g_band=(8, 32))
+    assert advise(banded, cands) is None  # G = 8 inside the band (the lower bound is not used)
+    out = advise(replace(banded, g_band=(16, 32)), cands)
+    assert (out.kind, out.suggestion, out.interval) == ("outside_band", 16, (16, 32))
+    assert warning_text(out, 4, 128) == ("group_size G=8 is outside the monitor's 95% band [16, 32] of near-optimal "
+                                         "G (step 4, N=128); try --budget.group-size 16")
+    row = monitor_row(banded)
+    assert (row["monitor_g_recommended"], row["monitor_g_band_low"], row["monitor_g_band_high"]) == (16, 8, 32)
+    assert console_column(row) == "c1=1 c3=1 G_use=16 band=[8,32]" and console_column({"step": 1}) is None
 
 
 def _separated_batch(B=64, G=8, k=16, seed=0):
@@ -149,9 +176,9 @@ def test_warning_fires_once(monkeypatch, capsys):
     second = mon.observe(2, None, None, z)
     # the same data, measured directly: G* = 2, and G = 8 is outside its interval
     rec = measure(z, w, budget=B * G, candidates=mon.candidates, n_boot=200, seed=bootstrap_seed(0, 1), step=1)
-    assert rec.g_star == 2 and rec.g_star_ci[1] < G
+    assert rec.g_star == 2 and rec.g_star_ci[1] < G and rec.g_band[1] < G and rec.g_recommended == 2
     assert first["monitor_g_star"] == 2
-    assert first["monitor_warning"].startswith("group_size G=8 is outside the monitor's 95% interval [2, ")
+    assert first["monitor_warning"].startswith("group_size G=8 is outside the monitor's 95% band [2, ")
     assert first["monitor_warning"].endswith("try --budget.group-size 2")
     assert "monitor_warning" not in second and second["monitor_n_batches"] == 1
     assert capsys.readouterr().out.count("WARNING: group_size G=8") == 1

@@ -235,22 +235,10 @@ def run_lm_plan(cfg: LMPlanConfig, run: RunDir, *, progress: bool = True) -> dic
 
     pilot, cost, step = sample_lm_pilot(cfg, progress=progress)
     save_pilot(run.file("pilot.npz"), pilot)
-    results = run_plan(pilot, cfg.budget, n_boot=cfg.n_boot, seed=cfg.seed, run=run)
+    results = run_plan(pilot, cfg.budget, n_boot=cfg.n_boot, seed=cfg.seed, run=run, group=cfg.group)
     results["pilot_cost"] = cost
     results["step_cost"] = step
     results["pilot_fraction_of_100_steps"] = cost["samples"] / (100 * cfg.budget)
     results["pilot_file"] = str(run.file("pilot.npz"))
-    if cfg.group is not None:
-        results["current_group"] = current_group(results, cfg.group)
     results["config"] = asdict(cfg)
     return to_jsonable(results)
-
-
-def current_group(results: dict[str, Any], G: int) -> dict[str, Any]:
-    """The predicted bound at the group size in use, relative to the best candidate's."""
-    cand = {c["G"]: c for c in results["candidates"]}
-    best = min(c["predicted_mse"] for c in cand.values())
-    mse = cand[G]["predicted_mse"]
-    return {"G": G, "B": cand[G]["B"], "predicted_mse": mse, "ratio_to_best": mse / best if best > 0 else None}
-
-

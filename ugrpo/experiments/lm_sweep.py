@@ -280,6 +280,7 @@ def lm_planner(cfg: LMSweepConfig, base, folder: RunDir, *, progress: bool = Tru
             "g_star_swept": swept if res["c1_distinguishable_from_zero"] else None,
             "c1_distinguishable_from_zero": res["c1_distinguishable_from_zero"], "message": res["message"],
             "constants": {k: res[k] for k in ("c1", "c2", "c3")}, "pilot": list(cfg.plan_pilot),
+            "g_recommended": res.get("g_recommended"), "band": res.get("band"),
             "folder": str(folder.path)}
 
 

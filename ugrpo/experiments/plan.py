@@ -30,11 +30,49 @@ def sample_pilot(env, theta: torch.Tensor, B0: int, G0: int, generator: torch.Ge
     return Pilot(rewards=batch.rewards.double(), scores=batch.scores.double(), meta=meta)
 
 
-def _plan(components, budget: int, groups: Sequence[int] | None = None):
+def _plan(components, budget: int, groups: Sequence[int] | None = None, tolerance: float = 0.05):
     """``plan_group_size`` (Thm 7): exact constants (c1, c2, c3) or VarianceComponents."""
     from ugrpo.stats.planner import plan_group_size
 
-    return plan_group_size(components, budget, candidates=groups)
+    return plan_group_size(components, budget, candidates=groups, tolerance=tolerance)
+
+
+def band_block(p, vc=None) -> dict[str, Any]:
+    """The results.json ``band`` object of a plan (docs/math.md M40-M42)."""
+    cands = [g for g, _, _ in p.candidates]
+    status = None
+    if vc is not None:
+        status = ("negative" if vc.c1.estimate < 0 else "interval_contains_zero" if not vc.c1.ci_low > 0
+                  else "positive")
+    return {"tolerance": p.tolerance, "G": list(p.band), "low": p.g_band[0], "high": p.g_band[1],
+            "probability": dict(zip(cands, p.band_probability)), "recommended": p.g_recommended,
+            "worst": {"G": p.worst[0], "ratio": p.worst[1]}, "pilot_prompts_needed": p.pilot_prompts_needed,
+            "c1_status": status}
+
+
+def group_answer(results: dict[str, Any], G: int, replicates=None, level: float = 0.95) -> dict[str, Any]:
+    """``--group G``: G's MSE over the best G's (the bootstrap mean ratio, M41, when the candidates carry it; else the
+    ratio of predicted MSEs), with a bootstrap interval, and the sentence."""
+    from ugrpo.stats.band import ratio_interval
+
+    cand = {c["G"]: c for c in results["candidates"]}
+    if G not in cand:
+        raise ValueError(f"--group G = {G} does not divide --budget N = {results.get('budget')} (or is < 2); "
+                         f"candidates: {sorted(cand)}")
+    best = min(c["predicted_mse"] for c in cand.values())
+    ratio = cand[G].get("expected_ratio") or (cand[G]["predicted_mse"] / best if best > 0 else 1.0)
+    ci = None
+    if replicates is not None:  # the replicates with c1* > 0, as for the expected ratio (docs/math.md M41)
+        reps = replicates[replicates[:, 0] > 0] if int((replicates[:, 0] > 0).sum()) >= 2 else replicates
+        ci = ratio_interval(reps, results["budget"], sorted(cand), G, level)
+    rec = results.get("g_recommended") or results.get("g_star")
+    msg = (f"your G = {G} costs {100 * (ratio - 1):.0f}% more gradient error than the best G at this budget "
+           f"({ratio:.3f}x the best G's MSE" + (", bootstrap mean" if "expected_ratio" in cand[G] else ""))
+    msg += f"; {100 * level:g}% bootstrap interval {ci[0]:.3f}-{ci[1]:.3f}x)" if ci else ")"
+    if rec is not None and rec != G:
+        msg += f"; the planner recommends G = {rec}"
+    return {"G": G, "B": cand[G].get("B"), "predicted_mse": cand[G]["predicted_mse"], "ratio_to_best": ratio,
+            "ratio_ci": list(ci) if ci else None, "message": msg}
 
 
 def exact_planner(pm, budgets: Sequence[int], groups: Sequence[int] | None = None) -> dict[str, Any]:
@@ -54,7 +92,8 @@ def _est(e) -> dict[str, Any]:
 
 
 def run_plan(pilot: Pilot, budget: int, *, n_boot: int, seed: int, run: RunDir,
-             exact_pm=None, exact_curve: list[dict[str, float]] | None = None) -> dict[str, Any]:
+             exact_pm=None, exact_curve: list[dict[str, float]] | None = None, method: str = "studentized",
+             group: int | None = None, tolerance: float = 0.05) -> dict[str, Any]:
     """Estimate c1, c2, c3 from the pilot, plan G for ``budget``; returns the results.json object.
 
     Parameters
@@ -66,6 +105,9 @@ def run_plan(pilot: Pilot, budget: int, *, n_boot: int, seed: int, run: RunDir,
     run : run folder; one metrics row (the component estimates) is appended
     exact_pm : PolicyMoments at the pilot's policy when known (env), for the ``exact`` block
     exact_curve : [{G, mse}]: exact GRPO minibatch MSE with B = N/G, when known
+    method : bootstrap interval method, "studentized" (default) or "percentile" (docs/math.md M39)
+    group : the group size in use (optional): ``current_group`` says how much worse it is than the best
+    tolerance : the band's tolerance (M40)
     """
     from ugrpo.stats.components import estimate_components
 
@@ -75,14 +117,14 @@ def run_plan(pilot: Pilot, budget: int, *, n_boot: int, seed: int, run: RunDir,
         raise ValueError(f"--budget N = {budget} is unreasonably large (the candidate table lists every divisor)")
     gen = torch.Generator().manual_seed(seed)
     kw = {"scores": pilot.scores} if pilot.scores is not None else {"gram": pilot.gram}
-    vc = estimate_components(pilot.rewards, n_boot=n_boot, generator=gen, **kw)
+    vc = estimate_components(pilot.rewards, n_boot=n_boot, generator=gen, method=method, **kw)
     run.append_metrics({"kind": "components", "c1": _est(vc.c1), "c2": _est(vc.c2), "c3": _est(vc.c3),
                         "frac_zero_std": vc.frac_zero_std, "n_boot_degenerate": vc.n_boot_degenerate})
-    p = _plan(vc, budget)
+    p = _plan(vc, budget, tolerance=tolerance)
     cands = [{"G": G, "B": B, "predicted_mse": v} for G, B, v in p.candidates]
     band = _bootstrap_band(vc.replicates, budget, [c["G"] for c in cands])
-    for c, (lo, hi) in zip(cands, band):
-        c["band_low"], c["band_high"] = lo, hi
+    for c, (lo, hi), prob, er in zip(cands, band, p.band_probability, p.expected_ratio):
+        c["band_low"], c["band_high"], c["band_probability"], c["expected_ratio"] = lo, hi, prob, er
     ci = list(p.g_star_ci) if p.g_star_ci is not None else [None, None]
     if not p.c1_distinguishable_from_zero:  # the bootstrap argmin then piles up at the largest candidate
         ci = [p.g_star_lower_bound if p.g_star_lower_bound is not None and math.isfinite(p.g_star_lower_bound)
@@ -93,22 +135,25 @@ def run_plan(pilot: Pilot, budget: int, *, n_boot: int, seed: int, run: RunDir,
         "g_star_ci": [None if v is None or (isinstance(v, float) and not math.isfinite(v)) else v for v in ci],
         "g_star_continuous_ci": p.g_star_continuous_ci, "g_star_lower_bound": p.g_star_lower_bound,
         "c1_distinguishable_from_zero": p.c1_distinguishable_from_zero,
+        "g_recommended": p.g_recommended, "band": band_block(p, vc), "interval_method": vc.method,
         "candidates": cands, "message": p.message, "budget": budget,
         "pilot": {"B0": pilot.B0, "G0": pilot.G0, "samples": pilot.samples, "meta": pilot.meta,
                   "frac_zero_std": vc.frac_zero_std, "has_scores": pilot.scores is not None},
         "n_boot": n_boot, "seed": seed,
     }
+    if group is not None:
+        results["current_group"] = group_answer(results, group, vc.replicates, vc.level)
     if exact_pm is not None:
-        ex = _plan((exact_pm.c1, exact_pm.c2, exact_pm.c3), budget)
+        ex = _plan((exact_pm.c1, exact_pm.c2, exact_pm.c3), budget, tolerance=tolerance)
         results["exact"] = {"c1": exact_pm.c1, "c2": exact_pm.c2, "c3": exact_pm.c3,
                             "g_star_continuous": ex.g_star_continuous, "g_star": ex.g_star,
-                            "g_star_paper": ex.g_star_paper, "curve": exact_curve}
+                            "g_star_paper": ex.g_star_paper, "curve": exact_curve, "band": list(ex.band)}
     return to_jsonable(results)  # what results.json holds (inf -> null), so reports read the same thing
 
 
 def _bootstrap_band(replicates: torch.Tensor, N: int, groups: Sequence[int]) -> list[tuple[float | None, float | None]]:
-    """2.5% / 97.5% quantiles of the bound over bootstrap replicates, per G (NaN-c1 rows dropped)."""
-    reps = replicates[torch.isfinite(replicates).all(dim=1)]
+    """2.5% / 97.5% quantiles of the bound over bootstrap replicates clipped at 0, per G (NaN-c1 rows dropped)."""
+    reps = replicates[torch.isfinite(replicates).all(dim=1)].clamp_min(0)  # the constants' range, as the bound
     if reps.shape[0] < 2:
         return [(None, None)] * len(groups)
     out = []
@@ -117,5 +162,3 @@ def _bootstrap_band(replicates: torch.Tensor, N: int, groups: Sequence[int]) -> 
         q = torch.quantile(vals, torch.tensor([0.025, 0.975], dtype=vals.dtype))
         out.append((float(q[0]), float(q[1])))
     return out
-
-

@@ -15,6 +15,7 @@ import torch
 
 from ugrpo.experiments.pilot_io import MIN_PILOT_GROUP
 from ugrpo.runs import RunDir
+from ugrpo.stats.budget import check_divides
 
 __all__ = ["PlanConfig", "plan_experiment", "lm_plan_experiment"]
 
@@ -41,6 +42,11 @@ class PlanConfig:
     """write the sampled pilot to this .npz (with env)"""
     theta: tuple[float, ...] | None = None
     """the pilot's parameters (with env); None = theta0"""
+    group: int | None = None
+    """the group size in use (must divide the budget): the results say how much more gradient error it costs than
+    the best G"""
+    ci_method: str = "studentized"
+    """bootstrap intervals of c1, c2, c3: studentized, studentized-equal-tailed or percentile (docs/math.md M39)"""
 
     def __post_init__(self) -> None:
         if (self.env is None) == (self.pilot is None):
@@ -59,6 +65,8 @@ class PlanConfig:
                              f"need G0 >= {MIN_PILOT_GROUP} (the unbiased c3 estimate) and B0 >= 2 (c1)")
         if self.n_boot < 0:
             raise ValueError(f"--n-boot must be >= 0, got {self.n_boot}")
+        if self.group is not None:
+            check_divides(self.budget, self.group)
 
 
 def plan_experiment(cfg: PlanConfig, out: str, *, argv: list[str] | None = None) -> dict[str, Any]:
@@ -85,10 +93,10 @@ def plan_experiment(cfg: PlanConfig, out: str, *, argv: list[str] | None = None)
     else:
         pilot = load_pilot(cfg.pilot)
     rd = RunDir(out)
-    rd.file("metrics.jsonl").unlink(missing_ok=True)
     rd.write_config({**asdict(cfg), "command": "plan", "argv": argv})
-    results = run_plan(pilot, cfg.budget, n_boot=cfg.n_boot, seed=cfg.seed, run=rd,
-                       exact_pm=exact_pm, exact_curve=curve)
+    rd.file("metrics.jsonl").unlink(missing_ok=True)
+    results = run_plan(pilot, cfg.budget, n_boot=cfg.n_boot, seed=cfg.seed, run=rd, exact_pm=exact_pm,
+                       exact_curve=curve, method=cfg.ci_method, group=cfg.group)
     write_plan_outputs(rd, results, argv)
     return results
 
@@ -100,8 +108,8 @@ def lm_plan_experiment(cfg, out: str, *, argv: list[str] | None = None) -> dict[
     from ugrpo.report.plan_report import write_lm_plan_outputs
 
     rd = RunDir(out)
-    rd.file("metrics.jsonl").unlink(missing_ok=True)
     rd.write_config({**asdict(cfg), "command": "plan", "argv": argv})
+    rd.file("metrics.jsonl").unlink(missing_ok=True)
     results = run_lm_plan(cfg, rd)
     write_lm_plan_outputs(rd, results, argv)
     return results

@@ -296,27 +296,32 @@ def _trl_answer(cfg: TrlPlanConfig, results: dict) -> dict[str, Any]:
     N, G = cfg.N, cfg.num_generations
     per_device = N // (cfg.gradient_accumulation_steps * cfg.num_processes)
     table = {c["G"]: c["predicted_mse"] for c in results["candidates"]}
-    lo, hi = results["g_star_ci"]
-    g_star = results["g_star"]
+    band = results.get("band") or {}
+    lo, hi = band.get("low"), band.get("high")
+    g_rec = results.get("g_recommended", results.get("g_star"))
     current = {"num_generations": G, "per_device_train_batch_size": cfg.per_device_train_batch_size,
                "gradient_accumulation_steps": cfg.gradient_accumulation_steps, "num_processes": cfg.num_processes,
                "prompts_per_step": cfg.step_budget // G, "predicted_mse": table.get(G) if cfg.budget is None else None}
-    inside = (lo is None or G >= lo) and (hi is None or G <= hi)
+    inside = lo is not None and hi is not None and lo <= G <= hi
     rec = None
-    if g_star is not None:
-        rec = {"num_generations": g_star, "per_device_train_batch_size": per_device,
+    if g_rec is not None:
+        rec = {"num_generations": g_rec, "per_device_train_batch_size": per_device,
                "gradient_accumulation_steps": cfg.gradient_accumulation_steps, "num_processes": cfg.num_processes,
-               "prompts_per_step": N // g_star, "predicted_mse": table.get(g_star)}
-        msg = (f"set num_generations: {g_star} with per_device_train_batch_size: {per_device} "
-               f"(N = {N} completions per step = {N // g_star} prompts x {g_star}); "
-               f"95% interval of the best num_generations: [{lo}, {hi}]")
-        msg += "; your num_generations " + (f"{G} is inside it" if inside else f"{G} is outside it")
+               "prompts_per_step": N // g_rec, "predicted_mse": table.get(g_rec)}
+        msg = (f"set num_generations: {g_rec} with per_device_train_batch_size: {per_device} "
+               f"(N = {N} completions per step = {N // g_rec} prompts x {g_rec})")
+        if lo is not None:
+            msg += (f"; 95% confidence band of near-optimal num_generations (within "
+                    f"{100 * band['tolerance']:g}% of the best predicted MSE): [{lo}, {hi}]")
+            msg += "; your num_generations " + (f"{G} is inside it" if inside else f"{G} is outside it")
     else:
         msg = f"the pilot does not pin the best num_generations down: {results['message']}"
-        if lo is not None and G < lo:
-            msg += f"; your num_generations {G} is below the lower bound {lo:.1f}: try a larger one"
-    return {"budget_N": N, "current": current, "recommended": rec, "num_generations_interval": [lo, hi],
-            "current_inside_interval": inside, "message": msg}
+    if G in table:
+        from ugrpo.experiments.plan import group_answer
+
+        msg += "; " + group_answer(results, G)["message"].replace("your G", "your num_generations")
+    return {"budget_N": N, "current": current, "recommended": rec, "num_generations_band": [lo, hi],
+            "num_generations_interval": results.get("g_star_ci"), "current_inside_band": inside, "message": msg}
 
 
 def _trl_section(trl: dict) -> str:

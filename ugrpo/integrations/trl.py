@@ -239,10 +239,19 @@ class GroupSizeMonitor(TrainerCallback):
 
     The batch TRL generated is the pilot: B prompts x G = ``num_generations`` completions, rewards as
     TRL computed them, scores ``W = grad log pi(Y|x)`` sketched to ``sketch_dim`` dimensions (unbiased
-    inner products, docs/math.md M19; a new projection seed each time, so sketch noise averages out
-    over measurements). :func:`~ugrpo.stats.components.estimate_components` gives unbiased c1, c2, c3
-    with bootstrap intervals over prompts, :func:`~ugrpo.stats.planner.plan_group_size` minimises
+    inner products, docs/math.md M19; one projection for the run, so that batches can be pooled; with
+    ``pool=1`` a new projection each time, so that sketch noise averages out over measurements).
+    Logged: ``ugrpo/c1..c3``, ``ugrpo/g_star`` (+ ``_low``/``_high``), ``ugrpo/g_recommended`` and the
+    95% band of near-optimal G, ``ugrpo/g_band_low`` / ``ugrpo/g_band_high`` (M40-M41).
+    :func:`~ugrpo.stats.components.estimate_components` gives unbiased c1, c2, c3 with bootstrap
+    intervals over prompts, :func:`~ugrpo.stats.planner.plan_group_size` minimises
     c1 G/N + c2/N + c3/(N (G-1)) over the G that divide N (and TRL's generation batch).
+
+    When one batch cannot decide (c1's interval contains 0, or its estimate is negative), the message
+    says so and the estimate is redone on the last ``pool`` measured batches pooled, so the answer
+    firms up as training goes on. The bias this brings: the pooled batches come from different
+    policies, so c2, c3 are the window's averages but c1 is biased *upward* by the spread of the mean
+    gradient over the window (docs/math.md M43), which biases G* *down*.
 
     Parameters
     ----------
@@ -253,8 +262,10 @@ class GroupSizeMonitor(TrainerCallback):
     n_boot : bootstrap replicates for the intervals
     params : which parameters the scores are taken over (default: the trainable ones; LoRA adapters
         for a peft model)
-    seed : base seed of the sketch projections and the bootstrap
-    warn : warn once when ``num_generations`` is outside the interval of G*
+    seed : seed of the sketch projection and base seed of the bootstrap
+    warn : warn once when ``num_generations`` is outside the band of near-optimal G
+    pool : batches pooled (the current one and the last ``pool - 1`` measured ones) when one batch cannot
+        decide; 1 never pools
 
     Notes
     -----
@@ -264,8 +275,9 @@ class GroupSizeMonitor(TrainerCallback):
     """
 
     def __init__(self, every: int = 10, *, budget: int | None = None, sketch_dim: int = 128, n_boot: int = 200,
-                 params: ScoreSpec = ScoreSpec(), seed: int = 0, warn: bool = True):
-        for name, v, lo in (("every", every, 1), ("sketch_dim", sketch_dim, 1), ("n_boot", n_boot, 2)):
+                 params: ScoreSpec = ScoreSpec(), seed: int = 0, warn: bool = True, pool: int = 4):
+        for name, v, lo in (("every", every, 1), ("sketch_dim", sketch_dim, 1), ("n_boot", n_boot, 2),
+                            ("pool", pool, 1)):
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
                 raise ValueError(f"GroupSizeMonitor({name}={v!r}): must be an int >= {lo}")
         if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 2):
@@ -274,7 +286,8 @@ class GroupSizeMonitor(TrainerCallback):
             raise TypeError("GroupSizeMonitor(params=...) must be a ugrpo.lm.scores.ScoreSpec, got "
                             f"{type(params).__name__}")
         self.every, self.budget, self.sketch_dim, self.n_boot = every, budget, sketch_dim, n_boot
-        self.params, self.seed, self.warn = params, seed, warn
+        self.params, self.seed, self.warn, self.pool = params, seed, warn, pool
+        self._pool: list[tuple[Tensor, Tensor]] = []  # (rewards (B, G), scores (B, G, k)) of recent measurements
         self.history: list[MonitorRecord] = []
         self.seconds: list[float] = []
         self._calls = 0
@@ -332,6 +345,12 @@ class GroupSizeMonitor(TrainerCallback):
             m["ugrpo/g_star_high"].append(float(rec.g_star_ci[1]))
         elif rec.g_star_lower_bound is not None and math.isfinite(rec.g_star_lower_bound):
             m["ugrpo/g_star_low"].append(float(rec.g_star_lower_bound))
+        if rec.g_recommended is not None:
+            m["ugrpo/g_recommended"].append(float(rec.g_recommended))
+        if rec.g_band is not None:
+            m["ugrpo/g_band_low"].append(float(rec.g_band[0]))
+            m["ugrpo/g_band_high"].append(float(rec.g_band[1]))
+        m["ugrpo/monitor_batches"].append(float(rec.n_batches))
         m["ugrpo/monitor_seconds"].append(seconds)
         self._maybe_warn(rec)
         return rec
@@ -342,13 +361,28 @@ class GroupSizeMonitor(TrainerCallback):
         model = trainer.accelerator.unwrap_model(trainer.model)
         tensors = tuple(batch[k] for k in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask"))
         with _no_activation_checkpointing(model, trainer.args):
-            local = sketch_scores(model, tensors, self.sketch_dim, seed=seed, params=self.params,
-                                  temperature=trainer.args.temperature)  # (n_local, k)
+            local = sketch_scores(model, tensors, self.sketch_dim, seed=self.seed if self.pool > 1 else seed,
+                                  params=self.params, temperature=trainer.args.temperature)  # (n_local, k)
         # (N_global, k), same S everywhere
         scores = trainer.accelerator.gather(local.float().contiguous()).double().cpu()
         B, G = rewards.shape
-        return measure(rewards, scores.view(B, G, -1), budget=self.N, candidates=self.candidates, n_boot=self.n_boot,
-                       seed=seed, step=step)  # shared with ugrpo train's monitor (ugrpo.train.monitor)
+        return self.measure_pooled(rewards.double().cpu(), scores.view(B, G, -1), step=step, seed=seed)
+
+    def measure_pooled(self, rewards: Tensor, scores: Tensor, *, step: int, seed: int) -> MonitorRecord:
+        """This batch's measurement; when it cannot decide, the pooled one of the last ``pool`` batches (pure)."""
+        self._pool = (self._pool + [(rewards, scores)])[-self.pool:]
+        rec = measure(rewards, scores, budget=self.N, candidates=self.candidates, n_boot=self.n_boot,
+                      seed=seed, step=step)  # shared with ugrpo train's monitor (ugrpo.train.monitor)
+        if rec.c1_decided or len(self._pool) < 2:
+            return rec
+        why = ("c1's estimate is negative" if rec.c1.estimate < 0 else "c1's 95% interval contains 0")
+        pooled = measure(torch.cat([p[0] for p in self._pool]), torch.cat([p[1] for p in self._pool]), budget=self.N,
+                         candidates=self.candidates, n_boot=self.n_boot, seed=seed, step=step,
+                         n_batches=len(self._pool))
+        note = (f"the batch at step {step} cannot decide ({why}: {rewards.shape[0]} prompts are too few); pooled the "
+                f"last {len(self._pool)} measured batches ({pooled.n_prompts} prompts), which biases c1 up and G* down "
+                f"by the spread of the mean gradient over those steps: ")
+        return replace(pooled, message=note + pooled.message)
 
     def _maybe_warn(self, rec: MonitorRecord) -> None:
         if not self.warn or self._warned:
@@ -357,10 +391,14 @@ class GroupSizeMonitor(TrainerCallback):
         if advice is None:
             return
         G, N = rec.num_generations, rec.budget
-        if advice.kind == "outside_interval":
-            msg = (f"num_generations = {G} is outside the 95% interval {list(advice.interval)} of the optimal group "
-                   "size "
+        if advice.kind == "outside_band":
+            msg = (f"num_generations = {G} is outside the 95% band {list(advice.interval)} of near-optimal group sizes "
                    f"at step {rec.step} (budget N = {N} completions per step): try num_generations = "
+                   f"{advice.suggestion} ({N // advice.suggestion} prompts per step, per_device_train_batch_size "
+                   "unchanged)")
+        elif advice.kind == "outside_interval":
+            msg = (f"num_generations = {G} is outside the 95% interval {list(advice.interval)} of the optimal group "
+                   f"size at step {rec.step} (budget N = {N} completions per step): try num_generations = "
                    f"{advice.suggestion} "
                    f"({N // advice.suggestion} prompts per step, per_device_train_batch_size unchanged)")
         else:

@@ -17,18 +17,22 @@ def reading(results: dict[str, Any]) -> list[str]:
     N, out = results["budget"], []
     lo, hi = results["g_star_ci"]
     G = results["g_star"]
+    band = results.get("band")
+    if band is not None:
+        rec = band["recommended"]
+        near = ", ".join(str(g) for g in band["G"])
+        out.append(f"For a budget of N={N} samples per step use G={rec} (B={N // rec}): the G that minimises the "
+                   f"expected predicted MSE over the bootstrap. Near-optimal band (within "
+                   f"{100 * band['tolerance']:g}% of the best predicted MSE): G in {{{near}}} at the estimates, "
+                   f"[{band['low']}, {band['high']}] with 95% confidence; the worst candidate G = "
+                   f"{band['worst']['G']} gives {band['worst']['ratio']:.2f}x the best.")
     if G is not None:
-        out.append(f"For a budget of N={N} samples per step the planner recommends G={G} (B={N // G}); "
-                   f"continuous optimum 1 + sqrt(c3/c1) = {fmt(results['g_star_continuous'])}, 95% bootstrap "
-                   f"interval of G* [{fmt(lo)}, {fmt(hi) if hi is not None else 'unbounded'}].")
-    else:
-        out.append(f"For a budget of N={N} the pilot does not pin G* down: {results.get('message')}.")
-    cands = [c for c in results.get("candidates", []) if c.get("predicted_mse") is not None]
-    if G is not None and len(cands) > 1:
-        best = min(c["predicted_mse"] for c in cands)
-        near = [c["G"] for c in cands if c["predicted_mse"] <= 1.05 * best]
-        out.append(f"How much the choice matters: the predicted bound is within 5% of its minimum for G in {near}, "
-                   f"and {max(c['predicted_mse'] for c in cands) / best:.2f}x the minimum at the worst candidate.")
+        out.append(f"Point estimate of G*: {G} (continuous optimum 1 + sqrt(c3/c1) = "
+                   f"{fmt(results['g_star_continuous'])}, 95% bootstrap interval of G* [{fmt(lo)}, "
+                   f"{fmt(hi) if hi is not None else 'unbounded'}]).")
+    out.append(f"Planner: {results.get('message')}.")
+    if "current_group" in results:
+        out.append(results["current_group"]["message"][0].upper() + results["current_group"]["message"][1:] + ".")
     ex = results.get("exact")
     if ex:
         parts = []
@@ -55,6 +59,10 @@ def write_plan_outputs(run: RunDir, results: dict[str, Any], argv: Sequence[str]
                      [r.get("band_low") for r in c], [r.get("band_high") for r in c], color="C0")]
     lo, hi = results["g_star_ci"]
     markers = []
+    band = results.get("band")
+    if band is not None:
+        markers.append(Marker(band["recommended"], f"G to use = {band['recommended']}; 95% band of near-optimal G",
+                              band["low"], band["high"], color="C2"))
     if results["g_star"] is not None:
         markers.append(Marker(results["g_star"], f"G* = {results['g_star']} (pilot)", lo,
                               hi if hi is not None else max(xs), color="C0"))
@@ -83,13 +91,14 @@ def write_plan_outputs(run: RunDir, results: dict[str, Any], argv: Sequence[str]
         "",
         "## Constants",
         "",
-        md_table(["constant", "pilot estimate", "95% CI", "exact"], rows),
+        md_table(["constant", "pilot estimate", f"95% CI ({results.get('interval_method', 'percentile')} bootstrap)",
+                  "exact"], rows),
         "",
         "## Candidates",
         "",
-        md_table(["G", "B", "predicted MSE", "bootstrap 95% band", "exact"],
+        md_table(["G", "B", "predicted MSE", "bootstrap 95% band", "P(in 5% band)", "exact"],
                  [[r["G"], r["B"], r["predicted_mse"], fmt_ci(r.get("band_low"), r.get("band_high")),
-                   exact_at.get(r["G"])] for r in c]),
+                   r.get("band_probability"), exact_at.get(r["G"])] for r in c]),
         "",
     ]
     run.write_report("\n".join(md))
@@ -105,9 +114,5 @@ def write_lm_plan_outputs(run: RunDir, results: dict[str, Any], argv: Sequence[s
              f"{100 * results['pilot_fraction_of_100_steps']:.1f}% of the samples of 100 training steps at N = "
              f"{results['budget']}.",
              f"One training step at N = {results['budget']}: about {sc['seconds']:.2f} s ({sc['how']}).", ""]
-    if "current_group" in results:
-        cg = results["current_group"]
-        lines.insert(0, f"- Group size in use G = {cg['G']}: predicted bound {cg['ratio_to_best']:.3f}x the best "
-                        "candidate's.\n")
     text = run.file("report.md").read_text()
     run.write_report(text.rstrip() + "\n\n" + "\n".join(lines))

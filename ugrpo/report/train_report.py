@@ -11,7 +11,7 @@ from ugrpo.report.plots import Series, line_plot
 from ugrpo.runs import RunDir
 from ugrpo.stats.intervals import wilson_interval
 
-__all__ = ["write_report"]
+__all__ = ["write_report", "monitor_section"]
 
 
 def _series(rows: list[dict], key: str, label: str) -> Series:
@@ -31,8 +31,58 @@ def _accuracy_series(rows: list[dict], key: str, label: str) -> Series:
                   high=[b[1] for b in bands])
 
 
+def _band_series(rows: list[dict], key: str, label: str, color: str | None = None) -> Series:
+    pts = [r for r in rows if r.get(key) is not None]
+    return Series(label, x=[r["step"] for r in pts], y=[r[key] for r in pts],
+                  low=[r.get(f"{key}_low") for r in pts], high=[r.get(f"{key}_high") for r in pts], color=color)
+
+
+def monitor_section(run: RunDir, rows: list[dict], group_size) -> str:
+    """The G* monitor's part of the report: monitor_g.png, monitor_c.png and a table (empty without a monitor).
+
+    The monitor's rows (``--monitor-every``, :mod:`ugrpo.train.monitor`) hold c1, c3 with 95% intervals,
+    the recommended G and the 95% band of near-optimal G (docs/math.md M39-M41).
+    """
+    mon = [r for r in rows if r.get("monitor_c1") is not None or r.get("monitor_g_recommended") is not None]
+    if not mon:
+        return ""
+    steps = [r["step"] for r in mon]
+    rec = [r for r in mon if r.get("monitor_g_recommended") is not None]
+    g_series = [Series("recommended G (95% band of near-optimal G)", x=[r["step"] for r in rec],
+                       y=[r["monitor_g_recommended"] for r in rec], low=[r.get("monitor_g_band_low") for r in rec],
+                       high=[r.get("monitor_g_band_high") for r in rec], color="C0")]
+    if group_size:
+        g_series.append(Series(f"G in use ({group_size})", x=steps, y=[group_size] * len(steps), dashed=True,
+                               color="C3"))
+    line_plot(run.file("monitor_g.png"), g_series, xlabel="step", ylabel="group size G", logy=True,
+              title="group size: recommendation and near-optimal band (Thm 7)")
+    line_plot(run.file("monitor_c.png"), [_band_series(mon, "monitor_c1", "c1 (95% CI)", "C0"),
+                                          _band_series(mon, "monitor_c3", "c3 (95% CI)", "C1")],
+              xlabel="step", ylabel="constant", title="c1, c3 of Theorem 7 at the current policy")
+    table = "\n".join(
+        f"| {r['step']} | {_f(r.get('monitor_c1'))} [{_f(r.get('monitor_c1_low'))}, {_f(r.get('monitor_c1_high'))}] | "
+        f"{_f(r.get('monitor_c3'))} [{_f(r.get('monitor_c3_low'))}, {_f(r.get('monitor_c3_high'))}] | "
+        f"{_f(r.get('monitor_g_recommended'))} | "
+        f"[{_f(r.get('monitor_g_band_low'))}, {_f(r.get('monitor_g_band_high'))}] | {_f(r.get('monitor_g_star'))} | "
+        f"{r.get('monitor_n_batches', 1)} |" for r in mon)
+    last = mon[-1].get("monitor_message") or ""
+    return f"""
+## Group size (the G* monitor)
+
+![group size](monitor_g.png)
+
+![constants](monitor_c.png)
+
+| step | c1 [95% CI] | c3 [95% CI] | recommended G | 95% band | G* (point) | batches pooled |
+|---|---|---|---|---|---|---|
+{table}
+
+Last measurement: {last}.
+"""
+
+
 def write_report(run: RunDir) -> Path:
-    """Write ``reward.png``, ``eval.png`` and ``report.md`` into the run folder; returns the report path."""
+    """Write ``reward.png``, ``eval.png`` (and the monitor's plots) and ``report.md``; returns the report path."""
     rows = run.metrics()
     cfg = run.read_config() or {}
     res = run.read_results() or {}
@@ -76,7 +126,7 @@ baseline `{cfg.get('baseline')}`, scale `{cfg.get('scale')}`, N = {N}, G = {G},
 
 Unscorable completions during training: {unscorable}. Oracle extra samples: {res.get('oracle_samples', 0)}.
 Prompts skipped as too long: {res.get('skipped_prompts', 0)}.
-"""
+{monitor_section(run, rows, budget.get('group_size'))}"""
     return run.write_report(text)
 
 

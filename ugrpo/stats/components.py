@@ -14,7 +14,11 @@ Per prompt (docs/math.md M14-M18), over ordered triples of distinct samples i, j
 * c2_b = T1 - T0, c3_b = T2 + T0; c2, c3 = their means over prompts
 * c1 = mean_b T0_b - 1/(B(B-1)) sum_{b != b'} <gbar_b, gbar_b'>, gbar_b = 1/G sum_i Z_bi W_bi
 
-Intervals: percentile bootstrap over prompts (docs/math.md M20). Cost: O(B0 G0 D) with scores
+Intervals: bootstrap over prompts (docs/math.md M20), studentised by default (symmetric bootstrap-t,
+M39: each replicate is divided by its own standard error, from the influence values; the interval
+is the estimate -+ the level-quantile of |t| times the sample's standard error), or the equal-tailed
+bootstrap-t, or percentile (``method=...``); the percentile intervals under-cover at small B0.
+Every interval is clipped to [0, inf), the range of c1, c2, c3. Cost: O(B0 G0 D) with scores
 (no (B0 G0)^2 Gram is built), O(n_boot B0^2) for the bootstrap.
 
 Deviations from the paper: the paper defines c1..c3 as suprema over theta and gives c3 only
@@ -31,7 +35,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["MIN_PILOT_GROUP", "Estimate", "VarianceComponents", "gaussian_sketch", "point_estimates",
+__all__ = ["MIN_PILOT_GROUP", "METHODS", "Estimate", "VarianceComponents", "gaussian_sketch", "point_estimates",
            "estimate_components"]
 
 MIN_PILOT_GROUP = 4
@@ -39,10 +43,14 @@ MIN_PILOT_GROUP = 4
 
 DT = torch.float64
 
+METHODS = ("studentized", "studentized-equal-tailed", "percentile")
+"""Bootstrap interval methods (docs/math.md M39): symmetric bootstrap-t (the default: it covers best at small pilots),
+equal-tailed bootstrap-t, or percentile."""
+
 
 @dataclass(frozen=True)
 class Estimate:
-    """A point estimate with its bootstrap standard error and percentile interval."""
+    """A point estimate with its bootstrap standard error and interval (clipped to [0, inf), the constants' range)."""
 
     estimate: float
     ci_low: float
@@ -66,6 +74,7 @@ class VarianceComponents:
         holds a single distinct prompt have c1 = NaN (c1's cross term is undefined there)
     level : confidence level of the intervals
     n_boot_degenerate : number of such NaN-c1 replicates (excluded from c1's interval)
+    method : "studentized" (symmetric bootstrap-t), "studentized-equal-tailed" or "percentile" (docs/math.md M39)
     """
 
     c1: Estimate
@@ -77,6 +86,7 @@ class VarianceComponents:
     replicates: Tensor
     level: float = 0.95
     n_boot_degenerate: int = 0
+    method: str = "percentile"
 
     @property
     def c1_distinguishable_from_zero(self) -> bool:
@@ -237,28 +247,80 @@ def _point(z: Tensor, diag: Tensor, M: Tensor) -> Tensor:
     return torch.stack([c1, (t1 - t0).mean(-1), (t2 + t0).mean(-1)], dim=-1)
 
 
-def _bootstrap_replicates(t0: Tensor, t1: Tensor, t2: Tensor, M: Tensor, counts: Tensor) -> Tensor:
-    """Replicates (n_boot, 3) from resample counts (n_boot, B) (docs/math.md M20).
+def _bootstrap_replicates(t0: Tensor, t1: Tensor, t2: Tensor, M: Tensor, counts: Tensor) -> tuple[Tensor, Tensor]:
+    """Replicates (n_boot, 3) and their standard errors (n_boot, 3) from resample counts (n_boot, B) (M20, M39).
 
     Per-prompt terms are averaged with the counts as weights; c1's cross term uses only pairs
-    of distinct original prompts, weighted by w_b w_b'.
+    of distinct original prompts, weighted by w_b w_b'. The standard error of a replicate is the
+    weighted standard deviation of its influence values (per-prompt terms; for c1 the U-statistic's
+    t0_b - 2 <gbar_b, mean of the other gbar>) over sqrt(B); counts = ones gives the sample's own.
     """
     B = t0.shape[0]
     w = counts.to(DT)                                            # (R, B)
     M_off = M - torch.diag(torch.diagonal(M))                    # (B, B)
-    num = torch.einsum("rb,bc,rc->r", w, M_off, w)
+    A = w @ M_off                                                # (R, B)  sum_c w_c M_bc (c != b)
+    num = (A * w).sum(1)
     den = w.sum(1) ** 2 - (w * w).sum(1)
     cross = torch.where(den > 0, num / den.clamp_min(1), torch.full_like(num, float("nan")))
     c1 = w @ t0 / B - cross
-    return torch.stack([c1, w @ (t1 - t0) / B, w @ (t2 + t0) / B], dim=1)
+    psi = t0[None, :] - 2 * B * A / den.clamp_min(1)[:, None]   # (R, B) influence values of c1
+    se = torch.stack([_c1_se(psi, t0, M_off, w, den), _weighted_se((t1 - t0).expand_as(w), w),
+                      _weighted_se((t2 + t0).expand_as(w), w)], dim=1)
+    return torch.stack([c1, w @ (t1 - t0) / B, w @ (t2 + t0) / B], dim=1), se
 
 
-def _summarise(point: float, reps: np.ndarray, level: float) -> Estimate:
-    reps = reps[np.isfinite(reps)]
-    if reps.size < 2:
+def _c1_se(psi: Tensor, t0: Tensor, M_off: Tensor, w: Tensor, den: Tensor) -> Tensor:
+    """SE of c1, a U-statistic of order 2 over prompts with kernel h_bc = (t0_b + t0_c)/2 - <gbar_b, gbar_c>.
+
+    Var = [4 (n-2) zeta1 + 2 zeta2] / (n (n-1)) (Hoeffding), zeta1 = Var(psi)/4 from the influence
+    values psi (R, B), zeta2 = Var(h) over pairs of distinct prompts, both count-weighted (docs/math.md M39).
+    The zeta2 term matters at small B0, where the first-order SE alone is too small.
+    """
+    B = psi.shape[1]
+    H = (t0[:, None] + t0[None, :]) / 2 - M_off
+    H = H - torch.diag(torch.diagonal(H))                        # pairs b != c only
+    pair_w = den.clamp_min(1)
+    m1 = torch.einsum("rb,bc,rc->r", w, H, w) / pair_w
+    m2 = torch.einsum("rb,bc,rc->r", w, H * H, w) / pair_w
+    zeta2 = (m2 - m1 * m1).clamp_min(0)
+    zeta1 = _weighted_se(psi, w) ** 2 * B / 4                    # Var(psi) / 4
+    return ((4 * (B - 2) * zeta1 + 2 * zeta2) / (B * (B - 1))).sqrt()
+
+
+def _weighted_se(x: Tensor, w: Tensor) -> Tensor:
+    """Standard error of the count-weighted mean of x (R, B): weighted sd / sqrt(B), one per row."""
+    B = x.shape[1]
+    mean = (w * x).sum(1, keepdim=True) / B
+    return ((w * (x - mean) ** 2).sum(1) / (B - 1) / B).sqrt()
+
+
+def _summarise(point: float, reps: np.ndarray, level: float, method: str = "percentile",
+               se: float = float("nan"), rep_se: np.ndarray | None = None) -> Estimate:
+    """Point, interval clipped at 0, bootstrap sd (docs/math.md M39).
+
+    Percentile: quantiles of the replicates. Bootstrap-t with t = (rep - point) / rep_se: symmetric,
+    point -+ q_level(|t|) se; equal-tailed, [point - q_hi(t) se, point - q_lo(t) se].
+    """
+    keep = np.isfinite(reps)
+    if keep.sum() < 2:
         return Estimate(point, float("nan"), float("nan"), float("nan"))
-    lo, hi = np.quantile(reps, [(1 - level) / 2, (1 + level) / 2])
-    return Estimate(point, float(lo), float(hi), float(reps.std(ddof=1)))
+    q = [(1 - level) / 2, (1 + level) / 2]
+    sd = float(reps[keep].std(ddof=1))
+    if method == "percentile":
+        lo, hi = np.quantile(reps[keep], q)
+    else:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = (reps - point) / rep_se
+        t = t[keep & np.isfinite(t)]  # a resample with one distinct prompt has SE 0: its t is undefined, dropped
+        if t.size < 2 or not se > 0:
+            return Estimate(point, max(point, 0.0), max(point, 0.0), sd)
+        if method == "studentized":  # symmetric: point -+ q_level(|t|) se (Hall 1988)
+            half = float(np.quantile(np.abs(t), level)) * se
+            lo, hi = point - half, point + half
+        else:
+            t_lo, t_hi = np.quantile(t, q)
+            lo, hi = point - t_hi * se, point - t_lo * se
+    return Estimate(point, max(float(lo), 0.0), max(float(hi), 0.0), sd)
 
 
 def point_estimates(rewards: Tensor, *, scores: Tensor | None = None, gram: Tensor | None = None) -> Tensor:
@@ -295,8 +357,9 @@ def estimate_components(
     n_boot: int = 1000,
     level: float = 0.95,
     generator: torch.Generator | None = None,
+    method: str = "studentized",
 ) -> VarianceComponents:
-    """c1, c2, c3 of Theorem 7 from a pilot, with percentile-bootstrap intervals (docs/math.md M13-M20).
+    """c1, c2, c3 of Theorem 7 from a pilot, with bootstrap intervals over prompts (docs/math.md M13-M20, M39).
 
     Parameters
     ----------
@@ -304,8 +367,10 @@ def estimate_components(
     scores : (B0, G0, D) tensor of scores W (exact or from :func:`gaussian_sketch`), or
     gram : (B0*G0, B0*G0) tensor of inner products <W_i, W_j>, b-major (row b*G0 + i)
     n_boot : bootstrap replicates over prompts; 0 skips the bootstrap (intervals are NaN)
-    level : confidence level of the percentile intervals
+    level : confidence level of the intervals
     generator : torch.Generator for the resampling (seed it for reproducible intervals)
+    method : "studentized" (symmetric bootstrap-t, the default: it covers best at small pilots, M39),
+        "studentized-equal-tailed" or "percentile"
 
     Returns
     -------
@@ -333,10 +398,12 @@ def estimate_components(
         raise ValueError(f"n_boot must be an int >= 0, got {n_boot!r}")
     if not 0 < level < 1:
         raise ValueError(f"level must be in (0, 1), got {level}")
-    return _estimate(rewards, scores, gram, n_boot, level, generator)
+    if method not in METHODS:
+        raise ValueError(f"method = {method!r} is unknown; choose one of {METHODS}")
+    return _estimate(rewards, scores, gram, n_boot, level, generator, method)
 
 
-def _estimate(rewards, scores, gram, n_boot, level, generator) -> VarianceComponents:
+def _estimate(rewards, scores, gram, n_boot, level, generator, method="studentized") -> VarianceComponents:
     z, diag, M = _reduce(rewards, scores, gram)
     _check_diag(diag)
     point = _point(z, diag, M)
@@ -345,14 +412,15 @@ def _estimate(rewards, scores, gram, n_boot, level, generator) -> VarianceCompon
     if n_boot > 0:
         idx = torch.randint(0, B0, (n_boot, B0), generator=generator)
         counts = torch.zeros(n_boot, B0, dtype=DT).scatter_add_(1, idx, torch.ones(n_boot, B0, dtype=DT))
-        reps = _bootstrap_replicates(t0, t1, t2, M, counts)
+        reps, rep_se = _bootstrap_replicates(t0, t1, t2, M, counts)
     else:
-        reps = torch.empty(0, 3, dtype=DT)
-    arr = reps.numpy()
-    est = [_summarise(float(point[i]), arr[:, i], level) for i in range(3)]
+        reps = rep_se = torch.empty(0, 3, dtype=DT)
+    se = _bootstrap_replicates(t0, t1, t2, M, torch.ones(1, B0, dtype=DT))[1][0]  # the sample's own SEs
+    arr, arr_se = reps.numpy(), rep_se.numpy()
+    est = [_summarise(float(point[i]), arr[:, i], level, method, float(se[i]), arr_se[:, i]) for i in range(3)]
     spread = rewards.max(dim=1).values - rewards.min(dim=1).values
     return VarianceComponents(
         c1=est[0], c2=est[1], c3=est[2], n_prompts=B0, group_size=G0,
         frac_zero_std=float((spread == 0).double().mean()), replicates=reps, level=level,
-        n_boot_degenerate=int(torch.isnan(reps[:, 0]).sum()),
+        n_boot_degenerate=int(torch.isnan(reps[:, 0]).sum()), method=method,
     )

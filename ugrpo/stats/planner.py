@@ -11,8 +11,12 @@ depends on N: the argmin over a fixed candidate set is the same for every N (the
 claim of Thm 7).
 
 With constants estimated from a pilot (:class:`~ugrpo.stats.components.VarianceComponents`),
-the interval of G* comes from the bootstrap replicates of (c1, c3). When c1's interval
-reaches 0, the data bound G* only from below (M24) and no point value is given.
+the answer is a band (:mod:`ugrpo.stats.band`, M40-M42): the candidates within a tolerance (5%)
+of the smallest predicted MSE, the bootstrap probability of each being in it, the G to use (the
+minimiser of the expected relative MSE over the bootstrap: it always commits, with no selection
+bias toward small G) and the pilot size that would pin the band down. ``g_star`` is the argmin at
+the point estimates, kept for compatibility, and None when c1's interval reaches 0; then the data
+bound G* from below (M24), at the stated level when the intervals are calibrated.
 
 Deviations from the paper: the paper's constants are suprema over theta; here they are the
 constants at one theta. Constants below 0 (possible for unbiased estimates) are clipped to 0
@@ -28,10 +32,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .band import DEFAULT_TOLERANCE, bootstrap_band, near_optimal_band, pilot_size_needed
 from .components import VarianceComponents
 from .exact_mse import PolicyMoments
 
-__all__ = ["GroupSizePlan", "bound", "candidate_groups", "plan_group_size"]
+__all__ = ["GroupSizePlan", "bound", "candidate_groups", "plan_group_size", "group_cost"]
 
 
 def bound(c1: float, c2: float, c3: float, N: int, G: float) -> float:
@@ -85,10 +90,24 @@ class GroupSizePlan:
     g_star_ci : percentile interval of the bootstrap argmins over the candidates (None for exact constants)
     g_star_continuous_ci : same for 1 + sqrt(c3/c1) (may reach inf)
     g_star_lower_bound : when c1 is not distinguishable from 0: 1 + sqrt(c3_lo / c1_hi), the smallest
-        continuous G* consistent with the intervals (inf if c1_hi <= 0); None otherwise
+        continuous G* consistent with both intervals (valid at ``level`` by Bonferroni when each interval
+        covers at ``level``; M24); None otherwise, or when c1_hi = 0 (no bound)
     c1_distinguishable_from_zero : True for exact constants with c1 > 0, or when c1's ci_low > 0
     level : confidence level of the intervals (None for exact constants)
-    message : one plain sentence for the user
+    message : plain sentences for the user (the G to use first)
+    g_recommended : the G to use: argmin of the expected relative MSE over the bootstrap (M41); G* for
+        exact constants
+    band : the candidates within ``tolerance`` of the smallest predicted MSE at the point estimates (M40)
+    band_probability : per candidate (as ``candidates``), the bootstrap probability of being in the band
+        (1.0 / 0.0 for exact constants)
+    g_band : (low, high) of the confidence band: candidates with band probability >= (1 - level)/2 (the
+        exact band's range for exact constants)
+    worst : (G, ratio): the candidate with the largest predicted MSE and its ratio to the smallest (estimated
+        constants: the largest expected ratio over the bootstrap, M41, so that c1 ~ 0 does not hide it)
+    expected_ratio : per candidate, the expected ratio of its MSE to the best's over the bootstrap (M41);
+        the exact ratio for exact constants
+    pilot_prompts_needed : prompts a pilot needs to pin the band down (M42); None when unknown
+    tolerance : the band's tolerance
     """
 
     N: int
@@ -105,6 +124,30 @@ class GroupSizePlan:
     c1_distinguishable_from_zero: bool
     level: float | None
     message: str
+    g_recommended: int | None = None
+    band: tuple[int, ...] = ()
+    band_probability: tuple[float, ...] = ()
+    g_band: tuple[int, int] | None = None
+    worst: tuple[int, float] | None = None
+    pilot_prompts_needed: int | None = None
+    tolerance: float = DEFAULT_TOLERANCE
+    expected_ratio: tuple[float, ...] = ()
+
+
+def group_cost(plan: GroupSizePlan, G: int) -> float:
+    """Predicted MSE at G over the smallest predicted MSE among the candidates (1.0 = the best G).
+
+    Examples
+    --------
+    >>> round(group_cost(plan_group_size((1.0, 5.0, 49.0), N=64), 16), 4)
+    1.2133
+    """
+    table = {g: v for g, _, v in plan.candidates}
+    if G not in table:
+        raise ValueError(f"G = {G} is not a candidate group size for N = {plan.N} (candidates: {sorted(table)}); "
+                         f"G must divide N")
+    best = min(table.values())
+    return table[G] / best if best > 0 else 1.0
 
 
 def _continuous(c1: float, c3: float) -> float:
@@ -133,7 +176,8 @@ def _constants(components) -> tuple[float, float, float]:
 
 
 def plan_group_size(
-    components: VarianceComponents | PolicyMoments | Sequence[float], N: int, candidates: Sequence[int] | None = None
+    components: VarianceComponents | PolicyMoments | Sequence[float], N: int, candidates: Sequence[int] | None = None,
+    *, tolerance: float = DEFAULT_TOLERANCE,
 ) -> GroupSizePlan:
     """Group size minimising the Theorem 7 bound at budget N, with its uncertainty (docs/math.md M21-M24).
 
@@ -143,6 +187,7 @@ def plan_group_size(
         (:class:`PolicyMoments` or a ``(c1, c2, c3)`` sequence)
     N : samples per step, N = B G
     candidates : group sizes to consider; each must be >= 2 and divide N (default: all such G)
+    tolerance : the band: candidates within this relative excess of the smallest predicted MSE (M40)
 
     Returns
     -------
@@ -159,11 +204,13 @@ def plan_group_size(
         raise ValueError(f"constants must be finite, got c1={c1}, c2={c2}, c3={c3}")
     cands = candidate_groups(N) if candidates is None else _check_candidates(candidates, N)
     N = int(N)
+    if not tolerance > 0:
+        raise ValueError(f"tolerance must be > 0 (e.g. 0.05 for 5%), got {tolerance}")
     if isinstance(components, VarianceComponents):
-        return _plan_estimated(components, c1, c2, c3, N, cands)
+        return _plan_estimated(components, c1, c2, c3, N, cands, tolerance)
     if c1 < 0 or c2 < 0 or c3 < 0:
         raise ValueError(f"exact constants must be >= 0, got c1={c1}, c2={c2}, c3={c3}")
-    return _plan_exact(c1, c2, c3, N, cands)
+    return _plan_exact(c1, c2, c3, N, cands, tolerance)
 
 
 def _check_candidates(candidates: Sequence[int], N: int) -> list[int]:
@@ -185,22 +232,39 @@ def _table(c1: float, c2: float, c3: float, N: int, cands: list[int]) -> tuple[t
     return tuple((g, N // g, bound(k1, k2, k3, N, g)) for g in cands)
 
 
-def _plan_exact(c1, c2, c3, N, cands) -> GroupSizePlan:
+def _worst(table) -> tuple[int, float]:
+    best = min(v for _, _, v in table)
+    g, _, v = max(table, key=lambda row: row[2])
+    return g, (v / best if best > 0 else 1.0)
+
+
+def _band_text(band, tol: float) -> str:
+    return f"G in {{{', '.join(str(g) for g in band)}}} within {100 * tol:g}% of the best predicted MSE"
+
+
+def _plan_exact(c1, c2, c3, N, cands, tol) -> GroupSizePlan:
     table = _table(c1, c2, c3, N, cands)
     g_star = min(table, key=lambda row: row[2])[0]
     cont = _continuous(c1, c3)
+    band = tuple(near_optimal_band(c1, c2, c3, N, cands, tol))
+    worst = _worst(table)
     msg = f"G* = {g_star} among the divisors of N = {N} (continuous optimum 1 + sqrt(c3/c1) = {cont:.2f})"
     if c1 == 0:
         msg = f"c1 = 0: the bound decreases in G, so the largest candidate G = {g_star} minimises it (N = {N})"
+    msg += f"; band: {_band_text(band, tol)}; the worst candidate G = {worst[0]} gives {worst[1]:.2f}x the best"
     return GroupSizePlan(
         N=N, c1=c1, c2=c2, c3=c3, g_star=g_star, g_star_continuous=cont,
         g_star_paper=math.sqrt(c3 / c1) if c1 > 0 else math.inf, candidates=table, g_star_ci=None,
         g_star_continuous_ci=None, g_star_lower_bound=None, c1_distinguishable_from_zero=c1 > 0,
-        level=None, message=msg,
+        level=None, message=msg, g_recommended=g_star, band=band,
+        band_probability=tuple(1.0 if g in band else 0.0 for g in cands), g_band=(min(band), max(band)),
+        worst=worst, pilot_prompts_needed=None, tolerance=tol,
+        expected_ratio=tuple(v / min(r[2] for r in table) if min(r[2] for r in table) > 0 else 1.0
+                             for _, _, v in table),
     )
 
 
-def _plan_estimated(vc: VarianceComponents, c1, c2, c3, N, cands) -> GroupSizePlan:
+def _plan_estimated(vc: VarianceComponents, c1, c2, c3, N, cands, tol) -> GroupSizePlan:
     if vc.replicates.shape[0] < 2:
         raise ValueError(
             "components has no bootstrap replicates (estimated with n_boot=0), so G* gets no interval; "
@@ -218,26 +282,56 @@ def _plan_estimated(vc: VarianceComponents, c1, c2, c3, N, cands) -> GroupSizePl
         cont = np.array([_continuous(a, b) for a, b in zip(reps[:, 0], reps[:, 2])])
         clo, chi = np.quantile(cont, q, method="inverted_cdf")
         cont_ci = (float(clo), float(chi))
+    else:
+        raise ValueError("fewer than 2 bootstrap replicates are finite; re-run estimate_components with more prompts")
+    # minimax range of c1 when c1* <= 0 nearly always: up to its upper limit, and at least 2 bootstrap SEs (a c1 of
+    # that size would likely have shown; the upper limit alone is 0 when the whole interval is below 0)
+    c1_up = max(vc.c1.ci_high, 2 * vc.c1.se) if math.isfinite(vc.c1.se) else vc.c1.ci_high
+    br = bootstrap_band((c1, c2, c3), reps, N, cands, tol=tol, level=vc.level, c1_upper=c1_up)
+    need = pilot_size_needed((c1, c2, c3), reps, vc.n_prompts, N, cands, tol=tol, level=vc.level)
     distinct = vc.c1_distinguishable_from_zero and c1 > 0
-    level = f"{100 * vc.level:g}%"
+    c1_hi, c3_lo = vc.c1.ci_high, vc.c3.ci_low
+    lb = _continuous(c1_hi, c3_lo) if math.isfinite(c1_hi) and c1_hi > 0 else None
     common = dict(
         N=N, c1=c1, c2=c2, c3=c3, g_star_continuous=_continuous(c1, c3),
         g_star_paper=math.sqrt(max(c3, 0.0) / c1) if c1 > 0 else math.inf, candidates=table,
         g_star_ci=g_ci, g_star_continuous_ci=cont_ci, c1_distinguishable_from_zero=distinct, level=vc.level,
+        g_recommended=br.recommended, band=br.point_band, band_probability=br.probability,
+        g_band=(br.low, br.high), pilot_prompts_needed=need, tolerance=tol, expected_ratio=br.expected_ratio,
+        worst=(br.candidates[int(np.argmax(br.expected_ratio))], float(max(br.expected_ratio))),
     )
-    if distinct:
-        g_star = min(table, key=lambda row: row[2])[0]
-        msg = (f"G* = {g_star} among the divisors of N = {N} (continuous optimum 1 + sqrt(c3/c1) = "
-               f"{common['g_star_continuous']:.2f}; {level} interval of G*: {g_ci})")
-        if common["g_star_continuous"] > cands[-1]:
-            msg += f"; the continuous optimum exceeds the largest candidate {cands[-1]}"
-        return GroupSizePlan(g_star=g_star, g_star_lower_bound=None, message=msg, **common)
-    c1_hi, c3_lo = vc.c1.ci_high, vc.c3.ci_low
-    lb = _continuous(c1_hi, c3_lo) if math.isfinite(c1_hi) else math.inf
-    why = (f"c1 is not distinguishable from 0 with B0 = {vc.n_prompts} pilot prompts "
-           f"(c1 = {c1:.3g}, {level} interval [{vc.c1.ci_low:.3g}, {c1_hi:.3g}]): use more pilot prompts")
-    if math.isfinite(lb):
-        msg = f"G* is larger than {lb:.1f}; {why}"
-    else:
-        msg = f"G* cannot be bounded from these data; {why}"
-    return GroupSizePlan(g_star=None, g_star_lower_bound=lb, message=msg, **common)
+    g_star = min(table, key=lambda row: row[2])[0] if distinct else None
+    msg = _estimated_message(vc, br, common, lb if not distinct else None, need, cands)
+    return GroupSizePlan(g_star=g_star, g_star_lower_bound=None if distinct else lb, message=msg, **common)
+
+
+def _estimated_message(vc: VarianceComponents, br, common: dict, lb: float | None, need: int | None,
+                       cands) -> str:
+    """The planner's sentences: the G to use, the band, how much the worst G costs, c1's status, pilot size."""
+    level, N, tol = f"{100 * vc.level:g}%", common["N"], br.tolerance
+    rec = br.recommended
+    p_rec = br.probability[br.candidates.index(rec)]
+    out = [f"use G = {rec} (B = {N // rec}) at N = {N}: {100 * p_rec:.0f}% of the bootstrap replicates put it within "
+           f"{100 * tol:g}% of the best predicted MSE; {level} confidence band of near-optimal G: "
+           f"[{br.low}, {br.high}]; the worst candidate G = {common['worst'][0]} gives {common['worst'][1]:.2f}x the "
+           f"best predicted MSE (bootstrap mean)"]
+    c1, lo, hi = vc.c1.estimate, vc.c1.ci_low, vc.c1.ci_high
+    if c1 < 0:
+        out.append(f"c1's estimate is negative (c1 = {c1:.3g}; the true c1 is >= 0): with B0 = {vc.n_prompts} pilot "
+                   f"prompts the differences between prompts' gradients are below the noise")
+    elif not lo > 0:
+        out.append(f"c1's {level} interval [{lo:.3g}, {hi:.3g}] contains 0 (c1 = {c1:.3g}): B0 = {vc.n_prompts} "
+                   f"pilot prompts do not tell c1 from 0")
+    if lb is not None and lb > cands[0]:  # a bound below every candidate says nothing: left out of the message
+        out.append(f"G* is larger than {lb:.1f} at the {level} level (1 + sqrt(c3_low / c1_high))")
+    elif not (lo > 0 and c1 > 0):
+        out.append("the data give no lower bound on G* (c1's interval reaches only 0)")
+    if need is None and c1 <= 0:
+        out.append(f"with c1's estimate <= 0 the pilot cannot say how many prompts would decide; try at least 4x "
+                   f"more ({4 * vc.n_prompts} prompts)")
+    elif need is None:
+        out.append(f"even a pilot of {64 * vc.n_prompts} prompts (64x this one) would not pin the band down")
+    elif need > vc.n_prompts:
+        out.append(f"a pilot of about {need} prompts (this one: {vc.n_prompts}) would decide between G = {br.low} "
+                   f"and {br.high}")
+    return "; ".join(s for s in out if s)

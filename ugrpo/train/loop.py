@@ -49,7 +49,7 @@ from ugrpo.train.checkpoint import latest_checkpoint, load_checkpoint, save_chec
 from ugrpo.train.config import TrainConfig, summary_line
 from ugrpo.train.distributed import DistContext, broadcast_params, destroy, gather_objects, init_distributed, shard
 from ugrpo.train.evaluate import evaluate
-from ugrpo.train.monitor import TrainMonitor
+from ugrpo.train.monitor import TrainMonitor, console_column
 from ugrpo.train.setup import Reference, check_prompt_lengths, make_optimizer, make_scheduler
 from ugrpo.train.update import global_denominator, rollout_logprobs, update_on_rows
 
@@ -339,6 +339,7 @@ def _line(row: dict) -> str:
     parts = [f"step {row['step']}"] + [f"{k}={row[k]:.4g}" for k in keys if isinstance(row.get(k), (int, float))]
     if row.get("eval_accuracy") is not None or row.get("eval_pass1") is not None:
         parts.append(f"eval_accuracy={_fmt(row.get('eval_accuracy'))} eval_pass1={_fmt(row.get('eval_pass1'))}")
+    parts += [c for c in [console_column(row)] if c]  # the G* monitor's column (steps it measured)
     return " ".join(parts)
 
 

@@ -7,8 +7,10 @@ the parameters that generated the samples (no extra samples are drawn):
     scores (B*G, k) = sketch_scores(model, rollout, k)          # unbiased inner products, docs/math.md M19
     -> pool with the last ``monitor_pool - 1`` monitored batches  (optional, see below)
     -> estimate_components(rewards, scores) -> c1, c2, c3 with bootstrap intervals  (docs/math.md M13-M20)
-    -> plan_group_size(components, N) -> G*, its 95% interval (Thm 7, paper eq. (11)-(12); M21-M24)
-    -> metrics row keys ``monitor_*``, and a warning, once per run, when G lies outside the interval.
+    -> plan_group_size(components, N) -> G*, its 95% interval (Thm 7, paper eq. (11)-(12); M21-M24),
+       the G to use and the 95% band of near-optimal G (M40-M41)
+    -> metrics row keys ``monitor_*`` (also in report.md, monitor_g.png, monitor_c.png and a console column),
+       and a warning, once per run, when G lies outside the band.
 
 The pure part (components -> plan -> advice) is shared with the TRL callback
 :class:`ugrpo.integrations.trl.GroupSizeMonitor`: :func:`measure` and :func:`advise`.
@@ -58,14 +60,15 @@ from ugrpo.stats.components import MIN_PILOT_GROUP, Estimate, estimate_component
 from ugrpo.stats.planner import candidate_groups, plan_group_size
 
 __all__ = [
-    "MonitorRecord", "Advice", "measure", "advise", "monitor_row", "sketch_seed", "bootstrap_seed",
+    "MonitorRecord", "Advice", "measure", "advise", "monitor_row", "console_column", "sketch_seed", "bootstrap_seed",
     "TrainMonitor", "MONITOR_KEYS",
 ]
 
 MONITOR_KEYS = (
     "monitor_c1", "monitor_c1_low", "monitor_c1_high", "monitor_c2", "monitor_c2_low", "monitor_c2_high",
     "monitor_c3", "monitor_c3_low", "monitor_c3_high", "monitor_g_star", "monitor_g_star_low",
-    "monitor_g_star_high", "monitor_message", "monitor_seconds", "monitor_n_prompts", "monitor_n_batches",
+    "monitor_g_star_high", "monitor_g_recommended", "monitor_g_band_low", "monitor_g_band_high", "monitor_message",
+    "monitor_seconds", "monitor_n_prompts", "monitor_n_batches",
 )
 """Keys every monitored step's metrics row has (``monitor_warning`` is added once, when it fires)."""
 
@@ -87,6 +90,9 @@ class MonitorRecord:
     seconds : wall time of the measurement (sketch + estimate + plan)
     n_prompts : prompts the estimate used (B times the number of pooled batches)
     n_batches : batches pooled into the estimate (1 without pooling)
+    g_recommended : the G to use (the band's recommendation, docs/math.md M41)
+    g_band : (low, high) of the 95% confidence band of near-optimal G (M40)
+    c1_decided : True when c1's interval excludes 0 (the batch decides G*)
     """
 
     step: int
@@ -102,13 +108,17 @@ class MonitorRecord:
     seconds: float
     n_prompts: int = 0
     n_batches: int = 1
+    g_recommended: int | None = None
+    g_band: tuple[int, int] | None = None
+    c1_decided: bool = True
 
 
 @dataclass(frozen=True)
 class Advice:
     """Why the current G looks wrong and which G to try (from :func:`advise`).
 
-    kind : "outside_interval" (G outside the 95% interval of G*) or "below_bound" (c1 not
+    kind : "outside_band" (G outside the 95% confidence band of near-optimal G; suggestion: the
+        recommended G), "outside_interval" (G outside the 95% interval of G*) or "below_bound" (c1 not
         distinguishable from 0, and G below the lower bound of G*)
     G : the current group size
     suggestion : the G to try (G* itself, or the smallest candidate >= the lower bound; None if none)
@@ -116,7 +126,7 @@ class Advice:
     lower_bound : the lower bound of G* ("below_bound")
     """
 
-    kind: Literal["outside_interval", "below_bound"]
+    kind: Literal["outside_band", "outside_interval", "below_bound"]
     G: int
     suggestion: int | None
     interval: tuple[int, int] | None
@@ -163,13 +173,19 @@ def measure(
         step=int(step), c1=vc.c1, c2=vc.c2, c3=vc.c3, budget=int(budget),
         num_generations=int(G if num_generations is None else num_generations), g_star=plan.g_star,
         g_star_ci=plan.g_star_ci if plan.g_star is not None else None, g_star_lower_bound=plan.g_star_lower_bound,
-        message=plan.message, seconds=0.0, n_prompts=B, n_batches=int(n_batches),
+        message=plan.message, seconds=0.0, n_prompts=B, n_batches=int(n_batches), g_recommended=plan.g_recommended,
+        g_band=plan.g_band, c1_decided=plan.c1_distinguishable_from_zero,
     )
 
 
 def advise(rec: MonitorRecord, candidates: Sequence[int]) -> Advice | None:
-    """Advice when the run's G is outside the interval of G* (or below its lower bound); else None."""
+    """Advice when the run's G is outside the confidence band of near-optimal G (records without a band: the
+    interval of G*), or below the lower bound of G*; else None."""
     G = rec.num_generations
+    if rec.g_band is not None and rec.g_recommended is not None:
+        if rec.g_band[0] <= G <= rec.g_band[1]:
+            return None
+        return Advice("outside_band", G, rec.g_recommended, tuple(rec.g_band), None)
     if rec.g_star is not None and rec.g_star_ci is not None and not rec.g_star_ci[0] <= G <= rec.g_star_ci[1]:
         return Advice("outside_interval", G, rec.g_star, tuple(rec.g_star_ci), None)
     lb = rec.g_star_lower_bound
@@ -200,6 +216,8 @@ def monitor_row(rec: MonitorRecord) -> dict:
         row["monitor_g_star_low"], row["monitor_g_star_high"] = int(rec.g_star_ci[0]), int(rec.g_star_ci[1])
     else:
         row["monitor_g_star_low"], row["monitor_g_star_high"] = _num(rec.g_star_lower_bound), None
+    row["monitor_g_recommended"] = rec.g_recommended
+    row["monitor_g_band_low"], row["monitor_g_band_high"] = rec.g_band if rec.g_band is not None else (None, None)
     row["monitor_message"] = rec.message
     row["monitor_seconds"] = float(rec.seconds)
     row["monitor_n_prompts"] = rec.n_prompts
@@ -207,11 +225,34 @@ def monitor_row(rec: MonitorRecord) -> dict:
     return row
 
 
+def console_column(row: dict) -> str | None:
+    """The console line's monitor column of a metrics row (None on steps without a measurement).
+
+    Examples
+    --------
+    >>> console_column({"monitor_c1": 0.01, "monitor_c3": 1.2, "monitor_g_recommended": 8,
+    ...                 "monitor_g_band_low": 4, "monitor_g_band_high": 16})
+    'c1=0.01 c3=1.2 G_use=8 band=[4,16]'
+    """
+    if "monitor_c1" not in row:
+        return None
+    def num(v):
+        return "-" if v is None else f"{v:.3g}"
+    lo, hi = row.get("monitor_g_band_low"), row.get("monitor_g_band_high")
+    band = f" band=[{lo},{hi}]" if lo is not None else ""
+    c1, c3, rec = num(row.get("monitor_c1")), num(row.get("monitor_c3")), row.get("monitor_g_recommended")
+    return f"c1={c1} c3={c3} G_use={rec}{band}"
+
+
 def warning_text(advice: Advice, step: int, N: int) -> str:
     """The trainer's one-time warning, naming the flag and the G to try."""
     if advice.kind == "outside_interval":
         lo, hi = advice.interval
         return (f"group_size G={advice.G} is outside the monitor's 95% interval [{lo}, {hi}] for G* "
+                f"(step {step}, N={N}); try --budget.group-size {advice.suggestion}")
+    if advice.kind == "outside_band":
+        lo, hi = advice.interval
+        return (f"group_size G={advice.G} is outside the monitor's 95% band [{lo}, {hi}] of near-optimal G "
                 f"(step {step}, N={N}); try --budget.group-size {advice.suggestion}")
     tail = (f"; try --budget.group-size {advice.suggestion}" if advice.suggestion
             else "; try a larger --budget.group-size")
@@ -286,7 +327,7 @@ class TrainMonitor:
         rec = replace(rec, seconds=time.perf_counter() - t0)
         self.history.append(rec)
         row = monitor_row(rec)
-        if rec.g_star is None and self.pool == 1:
+        if not rec.c1_decided and self.pool == 1:
             row["monitor_message"] += " (or pool monitored batches: --monitor-pool 4)"
         advice = None if self.warned else advise(rec, self.candidates)
         if advice is not None:

@@ -35,6 +35,10 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "num_processes)")
     common.add_argument("--seed", type=int, default=0, help="seeds the pilot sampling and the bootstrap")
     common.add_argument("--n-boot", type=int, default=1000, help="bootstrap replicates for the intervals")
+    common.add_argument("--group", type=int, default=None, help="the group size in use (must divide N): says how "
+                        "much more gradient error it costs than the best G")
+    common.add_argument("--ci-method", choices=("studentized", "studentized-equal-tailed", "percentile"),
+                        default="studentized", help="bootstrap intervals of c1, c2, c3 (docs/math.md M39)")
     common.add_argument("--out", required=True, help="run folder to write (results.json, plan.png, report.md)")
     pilot = p.add_argument_group("the sampled pilot (--env, --model; with --trl-config they replace the file's)")
     pilot.add_argument("--pilot-batch", type=int, default=None, help="pilot prompts B0 (>= 2)")
@@ -47,8 +51,6 @@ def configure(p: argparse.ArgumentParser) -> None:
     lm.add_argument("--task-option", action="append", default=[], metavar="NAME=VALUE",
                     help="a task option, repeatable (e.g. prompt_style=compact)")
     lm.add_argument("--sketch-dim", type=int, default=256, help="sketch dimension k of the scores")
-    lm.add_argument("--group", type=int, default=None, help="the group size in use (must divide N), compared with "
-                    "G*")
     lm.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
     lm.add_argument("--max-new-tokens", type=int, default=8, help="completion length cap")
     lm.add_argument("--chat", action="store_true", help="wrap prompts in the chat template")
@@ -74,14 +76,14 @@ def _config(args: argparse.Namespace):
                             pilot_batch=args.pilot_batch, pilot_group=args.pilot_group, budget=args.budget,
                             sketch_dim=args.sketch_dim, seed=args.seed, n_boot=args.n_boot, group=args.group,
                             temperature=args.temperature, max_new_tokens=args.max_new_tokens, chat=args.chat)
-    if args.task is not None or args.task_option or args.group is not None:
-        raise ValueError("--task, --task-option and --group need --model (a language-model pilot)")
+    if args.task is not None or args.task_option:
+        raise ValueError("--task and --task-option need --model (a language-model pilot)")
     if args.pilot is not None and args.theta is not None:
         raise ValueError("--theta only applies to --env (a pilot file was sampled at its own theta)")
     theta = None if args.theta is None else tuple(parse_float_list(args.theta, name="--theta"))
     return PlanConfig(budget=args.budget, seed=args.seed, n_boot=args.n_boot, env=args.env, pilot=args.pilot,
                       pilot_batch=args.pilot_batch, pilot_group=args.pilot_group, save_pilot=args.save_pilot,
-                      theta=theta)
+                      theta=theta, group=args.group, ci_method=args.ci_method)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -103,6 +105,8 @@ def main(args: argparse.Namespace) -> int:
     rows.append(["G*", r["g_star"], fmt_ci(*r["g_star_ci"]), ex.get("g_star")])
     print(text_table(["", "pilot", "95% CI", "exact"], rows))
     print(r["message"])
+    if "current_group" in r:
+        print(r["current_group"]["message"])
     if args.save_pilot:
         print(f"wrote pilot {args.save_pilot}")
     if "pilot_cost" in r:
