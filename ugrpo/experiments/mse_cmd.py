@@ -55,8 +55,8 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict:
                     batch=args.batch, reps=args.reps, seed=args.seed,
                     theta=None if args.theta is None else tuple(theta.tolist()))
     rd = RunDir(args.out)
-    rd.file("metrics.jsonl").unlink(missing_ok=True)  # a fresh measurement, not a resume
     rd.write_config({**asdict(cfg), "command": "mse", "argv": argv})
+    rd.file("metrics.jsonl").unlink(missing_ok=True)  # a fresh measurement, not a resume
     try:
         results = run_mse(env, theta, cfg, rd, progress=not args.no_progress)
     except KeyboardInterrupt:
@@ -80,8 +80,8 @@ def _run_model(args: argparse.Namespace, argv: list[str] | None) -> dict:
                       prompts=args.prompts, sketch_dim=args.sketch_dim, seed=args.seed, temperature=args.temperature,
                       max_new_tokens=args.max_new_tokens, chat=args.chat)
     rd = RunDir(args.out)
-    rd.file("metrics.jsonl").unlink(missing_ok=True)
     rd.write_config({**asdict(cfg), "command": "mse", "argv": argv})
+    rd.file("metrics.jsonl").unlink(missing_ok=True)
     results = run_lm_mse(cfg, rd, progress=not args.no_progress)
     write_lm_mse_outputs(rd, results, argv)
     return results

@@ -254,8 +254,8 @@ def run_trl_plan(config: str | Path | TrlPlanConfig, out: str | Path, *, argv: l
     fns = [load_reward_function(s) for s in cfg.reward_funcs]  # fail before loading the model
     ds = _dataset(cfg)
     rd = RunDir(out)
-    rd.file("metrics.jsonl").unlink(missing_ok=True)
     rd.write_config({**dataclasses.asdict(cfg), "command": "plan --trl-config", "argv": argv})
+    rd.file("metrics.jsonl").unlink(missing_ok=True)
     policy = load_policy(cfg.model_name_or_path, seed=cfg.seed)
     model, tok = policy.model, policy.tokenizer
     idx = torch.randperm(len(ds), generator=torch.Generator().manual_seed(cfg.seed))[: cfg.pilot_batch].tolist()
