@@ -74,7 +74,7 @@ def user_error_message(e: BaseException) -> str | None:
                   errno.EEXIST, errno.ENOENT, errno.ENAMETOOLONG)
     if isinstance(e, (UserError, ValueError)) or type(e).__module__.startswith("yaml"):
         pass
-    elif isinstance(e, MemoryError):
+    elif isinstance(e, MemoryError) or (isinstance(e, RuntimeError) and "can't allocate memory" in str(e)):
         return "out of memory: the inputs ask for more memory than this machine has; use smaller sizes"
     elif not (isinstance(e, OSError) and e.errno in fixable_os):
         return None

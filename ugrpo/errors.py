@@ -6,7 +6,9 @@ is a bug and keeps its traceback. Importable from every layer (stdlib only).
 
 from __future__ import annotations
 
-__all__ = ["UserError", "RunFolderError", "ResumeError", "NonFiniteError", "CheckpointError"]
+import os
+
+__all__ = ["UserError", "RunFolderError", "ResumeError", "NonFiniteError", "CheckpointError", "check_allocation"]
 
 
 class UserError(Exception):
@@ -27,3 +29,19 @@ class NonFiniteError(UserError):
 
 class CheckpointError(UserError):
     """No intact checkpoint to resume from (every one failed its checksum or could not be read)."""
+
+
+def memory_bytes() -> int | None:
+    """Physical memory of this machine, or None where the OS does not say."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_allocation(n_bytes: float, what: str, fix: str) -> None:
+    """Raise UserError before allocating ``n_bytes`` when that is more than the machine's memory."""
+    total = memory_bytes()
+    if total is not None and n_bytes > total:
+        raise UserError(f"{what} needs about {n_bytes / 1e9:,.1f} GB, more than this machine's {total / 1e9:.1f} GB "
+                        f"of memory; {fix}")

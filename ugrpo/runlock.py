@@ -95,10 +95,16 @@ def _lock(folder: Path, command: str) -> None:
     except OSError:  # a file system without flock (some network mounts): the manifest still guards
         os.close(fd)
         return
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} (ugrpo {command}, since "
-                  f"{time.strftime('%Y-%m-%d %H:%M:%S')})\n".encode(), 0)
     _HELD[key] = fd
+
+
+def _note_holder(folder: Path, command: str) -> None:
+    """Write who holds the lock into the lock file (read by a refused second writer)."""
+    fd = _HELD.get(os.path.realpath(folder))
+    if fd is not None:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} (ugrpo {command}, since "
+                      f"{time.strftime('%Y-%m-%d %H:%M:%S')})\n".encode(), 0)
 
 
 def release(folder: str | os.PathLike) -> None:
@@ -128,12 +134,16 @@ def claim(
         (``train``: a finished or interrupted run is continued, never started over)
     """
     folder = make_folder(folder)
+    held = holds_lock(folder)
     _lock(folder, command)
     try:
         _check(folder, command, config_hash(config, ignore), resume=resume, exclusive=exclusive)
     except BaseException:
-        release(folder)
+        if not held:
+            release(folder)
         raise
+    if not held:
+        _note_holder(folder, command)
     return folder
 
 

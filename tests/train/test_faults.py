@@ -11,7 +11,6 @@ import pickle
 import shutil
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
@@ -164,7 +163,7 @@ def test_item7_a_planted_pickle_in_optimizer_pt_is_refused_not_run(tmp_path, mon
     monkeypatch.setenv("UGRPO_TEST_MARKER", str(marker))
     ck = tmp_path / "ck" / "step-2"
     with open(ck / "optimizer.pt", "wb") as fh:
-        pickle.dump({"state": {}, "param_groups": [], "x": _Payload()}, fh)
+        pickle.dump({"state": {}, "param_groups": [], "x": _Payload()}, fh, protocol=2)
     state = json.loads((ck / "state.json").read_text())  # an attacker can fix the checksum too
     state["sha256"]["optimizer.pt"] = _sha256(ck / "optimizer.pt")
     (ck / "state.json").write_text(json.dumps(state))

@@ -35,6 +35,7 @@ import importlib
 import importlib.util
 import json
 import math
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -181,6 +182,8 @@ def load_reward_function(spec: str) -> Callable:
             file = Path(mod_name)
             if not file.is_file():
                 raise FileNotFoundError(file)
+            print(f"note: running the reward file {file.resolve()} named in the TRL config (its code runs in this "
+                  "process with your permissions)", file=sys.stderr, flush=True)
             sp = importlib.util.spec_from_file_location(file.stem, file)
             module = importlib.util.module_from_spec(sp)
             sp.loader.exec_module(module)
