@@ -17,15 +17,26 @@ import torch
 from safetensors.torch import load_file
 from train_helpers import small_config
 
-from ugrpo.errors import CheckpointError, NonFiniteError, ResumeError, RunFolderError
-from ugrpo.runlock import claim, release
 from ugrpo.tasks.base import get_task, score
-from ugrpo.train.checkpoint import _sha256, load_checkpoint, load_latest, save_checkpoint
+from ugrpo.train.checkpoint import load_checkpoint, save_checkpoint
 from ugrpo.train.config import config_from_dict
 from ugrpo.train.distributed import DistContext
 from ugrpo.train.loop import train
 
 CTX = DistContext()
+
+
+def errors():
+    """The error types (imported late so that each test, not the module, fails on a version without them)."""
+    import ugrpo.errors
+
+    return ugrpo.errors
+
+
+def _sha256(path):
+    import hashlib
+
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
 
 
 @pytest.fixture(scope="module")
@@ -63,12 +74,14 @@ def test_item2_second_writer_is_refused_while_the_first_lives_and_a_dead_holder_
     )
     try:
         assert holder.stdout.readline().strip() == "locked"
-        with pytest.raises(RunFolderError, match=f"in use by pid {holder.pid}"):
+        with pytest.raises(errors().RunFolderError, match=f"in use by pid {holder.pid}"):
             train(cfg, folder)
     finally:
         holder.kill()  # SIGKILL: no clean-up runs in the holder
         holder.wait()
     assert "pid" in (folder / ".lock").read_text()  # the dead holder's note is still there ...
+    from ugrpo.runlock import claim, release
+
     claim(folder, "train", {})  # ... but its lock died with it
     release(folder)
 
@@ -84,14 +97,14 @@ def test_item3_resume_with_a_changed_config_names_the_field_and_both_values(done
     for key, value, field in [("optim__lr", 5e-5, "optim.lr"), ("budget__group_size", 2, "budget.group_size"),
                               ("seed", 4, "seed")]:
         changed = config_from_dict(small_config(tiny_random_model, task_files, **{key: value}))
-        with pytest.raises(ResumeError, match=rf"{field} is {value!r} but the run .* used "):
+        with pytest.raises(errors().ResumeError, match=rf"{field} is {value!r} but the run .* used "):
             train(changed, tmp_path, resume=True)
     assert (tmp_path / "config.json").read_text() == before  # config.json still describes the run
     cosine = config_from_dict(small_config(tiny_random_model, task_files, optim__scheduler="cosine"))
-    with pytest.raises(ResumeError, match="optim.scheduler"):
+    with pytest.raises(errors().ResumeError, match="optim.scheduler"):
         train(cosine, tmp_path, resume=True)
     fewer = config_from_dict(small_config(tiny_random_model, task_files, steps=1))
-    with pytest.raises(ResumeError, match="steps=1 but the checkpoint .* is at step 2"):
+    with pytest.raises(errors().ResumeError, match="steps=1 but the checkpoint .* is at step 2"):
         train(fewer, tmp_path, resume=True)
     # the cadence may change (RESUMABLE): the run completes
     cadence = config_from_dict(small_config(tiny_random_model, task_files, eval__every=4, log_every=2))
@@ -112,7 +125,7 @@ def test_item4_nonfinite_update_stops_by_default_and_is_skipped_and_counted_on_r
                                                                                       tmp_path):
     base = dict(optim__name="sgd", optim__lr=1e30, steps=4, checkpoint_every=1)
     cfg = config_from_dict(small_config(tiny_random_model, task_files, **base))
-    with pytest.raises(NonFiniteError, match="step 3: the loss .* not finite") as e:
+    with pytest.raises(errors().NonFiniteError, match="step 3: the loss .* not finite") as e:
         train(cfg, tmp_path / "stop")
     assert "optim.nonfinite=skip" in str(e.value)
     for ckpt in (tmp_path / "stop" / "checkpoints").glob("step-*"):  # every checkpoint written is finite
@@ -145,7 +158,7 @@ def test_item4_checkpoints_carry_checksums_verified_on_load(tmp_path):
     data = bytearray(f.read_bytes())
     data[len(data) - 5] ^= 0xFF  # one flipped byte inside the tensor data: safetensors alone would not notice
     f.write_bytes(bytes(data))
-    with pytest.raises(CheckpointError, match=f"{f}.*checksum"):
+    with pytest.raises(errors().CheckpointError, match=f"{f}.*checksum"):
         load_checkpoint(tmp_path / "step-2", model, opt, sched, CTX)
 
 
@@ -167,7 +180,7 @@ def test_item7_a_planted_pickle_in_optimizer_pt_is_refused_not_run(tmp_path, mon
     state = json.loads((ck / "state.json").read_text())  # an attacker can fix the checksum too
     state["sha256"]["optimizer.pt"] = _sha256(ck / "optimizer.pt")
     (ck / "state.json").write_text(json.dumps(state))
-    with pytest.raises(CheckpointError, match="cannot be loaded safely"):
+    with pytest.raises(errors().CheckpointError, match="cannot be loaded safely"):
         load_checkpoint(ck, model, opt, sched, CTX)
     assert not marker.exists()
 
@@ -182,7 +195,7 @@ def test_item8_corrupt_latest_checkpoint_falls_back_to_the_previous_with_a_warni
     bad = run / "checkpoints" / "step-4" / "optimizer.pt"
     bad.write_bytes(bad.read_bytes()[:100])  # truncated
     model, opt, sched = _linear_checkpoint(tmp_path / "x")
-    with pytest.raises(CheckpointError):  # every checkpoint unusable for this model would be an error ...
+    with pytest.raises(errors().CheckpointError):  # every checkpoint unusable for this model would be an error ...
         load_checkpoint(run / "checkpoints" / "step-4", model, opt, sched, CTX)
     # ... the resume falls back to step 2 and reaches the uninterrupted run's step-4 weights exactly
     (run / "results.json").unlink()
@@ -197,9 +210,11 @@ def test_item8_corrupt_latest_checkpoint_falls_back_to_the_previous_with_a_warni
 
 
 def test_item8_no_intact_checkpoint_is_one_error_naming_the_files(tmp_path):
+    from ugrpo.train.checkpoint import load_latest
+
     model, opt, sched = _linear_checkpoint(tmp_path)
     (tmp_path / "step-2" / "scheduler.pt").write_bytes(b"garbage")
-    with pytest.raises(CheckpointError, match="no intact checkpoint.*scheduler.pt"):
+    with pytest.raises(errors().CheckpointError, match="no intact checkpoint.*scheduler.pt"):
         load_latest(tmp_path, model, opt, sched, CTX)
 
 
@@ -210,7 +225,7 @@ def test_item9_resume_of_a_run_without_checkpoint_starts_over_and_says_so(done_r
     cfg, out, _ = done_run
     msg = _interrupted(cfg, tmp_path, 1)  # checkpoints every 2 steps: none yet
     assert "metrics.jsonl has rows up to step 1" in msg and "no checkpoint yet" in msg
-    with pytest.raises(RunFolderError, match="--resume"):  # without --resume: refused, pointing at --resume
+    with pytest.raises(errors().RunFolderError, match="--resume"):  # without --resume: refused, pointing at --resume
         train(cfg, tmp_path)
     train(cfg, tmp_path, resume=True)  # with --resume: starts over, no contradiction
     assert "starts over from step 0" in capsys.readouterr().out
