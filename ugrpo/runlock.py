@@ -32,6 +32,12 @@ RUN_FILES = ("config.json", "metrics.jsonl", "results.json", "report.md")
 NOT_HASHED = ("argv", "command", "part", "workers", "ray", "progress", "no_progress")
 """Config keys that do not change what a run computes (the command line as typed, labels, parallelism)."""
 
+EXTENDABLE: dict[str, tuple[str, ...]] = {"sweep": ("budgets", "groups", "seeds")}
+"""Config keys a rerun may change to extend a run (a sweep's rows are keyed by (N, G, seed), so more cells or
+seeds add rows without mixing); left out of the manifest's hash."""
+LM_SWEEP_CHECKED = ("train_config", "config", "overrides", "steps", "plan_pilot")
+"""Keys of ``sweep --config`` whose training config ``lm_sweep.check_lm_resume`` compares field by field."""
+
 _HELD: dict[str, int] = {}  # real path of a locked folder -> open descriptor of its lock file
 
 
@@ -136,6 +142,9 @@ def claim(
     folder = make_folder(folder)
     held = holds_lock(folder)
     _lock(folder, command)
+    ignore = set(ignore) | set(EXTENDABLE.get(command, ()))
+    if command == "sweep" and isinstance(config, dict) and "train_config" in config:
+        ignore |= set(LM_SWEEP_CHECKED)
     try:
         _check(folder, command, config_hash(config, ignore), resume=resume, exclusive=exclusive)
     except BaseException:
@@ -145,6 +154,13 @@ def claim(
     if not held:
         _note_holder(folder, command)
     return folder
+
+
+def _has_results(folder: Path) -> bool:
+    """Whether anything measured is in the folder (a result or a metrics row): a command that failed before
+    measuring anything (bad input found late) leaves nothing that another config could lose."""
+    m = folder / "metrics.jsonl"
+    return (folder / "results.json").exists() or (m.exists() and m.stat().st_size > 0)
 
 
 def _check(folder: Path, command: str, h: str, *, resume: bool, exclusive: bool) -> None:
@@ -164,10 +180,10 @@ def _check(folder: Path, command: str, h: str, *, resume: bool, exclusive: bool)
             f"{folder} belongs to a 'ugrpo {m.get('command')}' run; 'ugrpo {command}' will not write into it: "
             "choose a new --out"
         )
-    elif not resume and (exclusive or m.get("config_hash") != h):
+    elif not resume and (exclusive or (m.get("config_hash") != h and _has_results(folder))):
         what = "a run" if m.get("config_hash") == h else "a run with another config"
         raise RunFolderError(
             f"{folder} already holds {what} of 'ugrpo {command}'; choose a new --out, or rerun with {again}"
         )
-    if m is None:
+    if m is None or m.get("config_hash") != h and not resume:  # new, or a folder with no results taken over
         atomic_write_json(folder / MANIFEST, {"format": FORMAT, "command": command, "config_hash": h})

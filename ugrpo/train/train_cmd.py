@@ -57,7 +57,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         cfg = load_config(args.config, overrides_from_args(args))
     except (ValueError, FileNotFoundError, TypeError) as e:
-        print(f"ugrpo train: {e}", file=sys.stderr)
+        print(f"ugrpo train: error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
     try:
         result = train(cfg, args.out, resume=args.resume)
