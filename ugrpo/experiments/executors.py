@@ -240,7 +240,11 @@ def import_ray():
 
 
 def local_ray_options(cpus: int | None) -> dict[str, Any]:
-    """``ray.init`` arguments of a local Ray: bound to the loopback (nothing listens on the network), no dashboard."""
+    """``ray.init`` arguments of a local Ray: no dashboard, the node advertised at the loopback address.
+
+    Not a network boundary: Ray 2.x's raylet, GCS and worker gRPC servers still listen on all interfaces (Ray
+    offers no option to bind them to the loopback), so on a shared network a firewall must keep their ports
+    closed."""
     return {"num_cpus": cpus, "include_dashboard": False, "log_to_driver": False,
             "object_store_memory": 128 * 1024 ** 2, "_node_ip_address": "127.0.0.1"}
 
