@@ -100,9 +100,9 @@ def check_context(policy, problems, max_new_tokens: int, chat: bool) -> None:
     too_long = [(p, n) for p, n in zip(problems, lengths) if n + max_new_tokens > context]
     if too_long:
         p, n = too_long[0]
-        raise ValueError(f"problem {p.id!r}: prompt has {n} tokens + --max-new-tokens {max_new_tokens} > model context "
-                         f"{context} ({len(too_long)} problem(s) too long); lower --max-new-tokens or use a model with a "
-                         "longer context")
+        raise ValueError(f"problem {p.id!r}: prompt has {n} tokens + --max-new-tokens {max_new_tokens} > model "
+                         f"context {context} ({len(too_long)} problem(s) too long); lower --max-new-tokens or use a "
+                         "model with a longer context")
 
 
 def sample_sketched(policy, task, problems, group_size: int, seeds: Sequence[int], *, k: int, sketch_seed: int,

@@ -75,7 +75,8 @@ def _run_model(args: argparse.Namespace, argv: list[str] | None) -> dict:
     if args.task is None:
         raise ValueError("--model needs --task NAME (e.g. --task arithmetic)")
     cfg = LMMSEConfig(model=args.model, task=args.task, task_options=parse_task_options(args.task_option),
-                      groups=tuple(parse_int_list("4,8,16,32,64" if args.groups is None else args.groups, name="--groups", minimum=2)),
+                      groups=tuple(parse_int_list("4,8,16,32,64" if args.groups is None else args.groups,
+                                                  name="--groups", minimum=2)),
                       batch=args.batch, reps=30 if args.reps is None else args.reps, ref_samples=args.ref_samples,
                       prompts=args.prompts, sketch_dim=args.sketch_dim, seed=args.seed, temperature=args.temperature,
                       max_new_tokens=args.max_new_tokens, chat=args.chat)

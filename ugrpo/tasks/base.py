@@ -240,7 +240,8 @@ def score(task: Task, completions: Sequence[str], problems: Sequence[Problem]) -
             if value is not None:  # NaN / inf / non-number: always an error
                 n_bad_values += 1
                 if first_bad is None:
-                    first_bad = f"completion {i}: verifier returned {value!r}, not a finite number (within float32 range)"
+                    first_bad = (f"completion {i}: verifier returned {value!r}, not a finite number "
+                                 "(within float32 range)")
         else:
             rewards.append(r)
             unscorable.append(False)
