@@ -55,10 +55,33 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(COMMANDS[command][0])
     try:
         return int(module.main(args) or 0)
+    except Exception as e:  # a user error (bad input, folder in use, full disk): one line, exit 2; a bug: traceback
+        msg = user_error_message(e)
+        if msg is None:
+            raise
+        print(f"ugrpo {command}: error: {msg}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt as e:  # a command that knows what it saved says so in the exception
         print("\n" + (str(e) if e.args else "interrupted: rows finished so far are on disk in the run folder"),
               file=sys.stderr)
         return 130
+
+
+def user_error_message(e: BaseException) -> str | None:
+    """The one-line message of an error the user can fix, or None for a bug (which keeps its traceback)."""
+    import errno
+
+    from ugrpo.errors import UserError
+
+    fixable_os = (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EISDIR,
+                  errno.EEXIST, errno.ENOENT, errno.ENAMETOOLONG)
+    if isinstance(e, (UserError, ValueError)) or type(e).__module__.startswith("yaml"):
+        pass
+    elif isinstance(e, MemoryError) or (isinstance(e, RuntimeError) and "can't allocate memory" in str(e)):
+        return "out of memory: the inputs ask for more memory than this machine has; use smaller sizes"
+    elif not (isinstance(e, OSError) and e.errno in fixable_os):
+        return None
+    return " ".join(str(e).split()) or type(e).__name__
 
 
 if __name__ == "__main__":

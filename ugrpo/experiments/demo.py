@@ -45,6 +45,7 @@ def run_demo(out: str, *, env: str = "builtin:demo", seed: int = 0, progress: bo
     from ugrpo.experiments import mse_cmd, plan_cmd, sweep_cmd
 
     settings = settings or DEMO_SETTINGS
+    RunDir(out).claim("demo", {"env": env, "seed": seed, "settings": settings})  # never into another run's folder
     mods = {"mse": mse_cmd, "plan": plan_cmd, "sweep": sweep_cmd}
     res: dict[str, Any] = {"wall_s": {}}
     for name, mod in mods.items():

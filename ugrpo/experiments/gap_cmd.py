@@ -40,9 +40,8 @@ def _main(args: argparse.Namespace) -> int:
     argv = command_line("gap", args)
     print("config:", asdict(cfg))
     rd = RunDir(args.out)
-    if rd.file("metrics.jsonl").exists():
-        rd.file("metrics.jsonl").unlink()  # a fresh run: cells are not resumable
     rd.write_config({**asdict(cfg), "checkpoints": cfg.checkpoints, "command": "gap", "argv": argv})
+    rd.file("metrics.jsonl").unlink(missing_ok=True)  # a fresh run: cells are not resumable
     t0 = time.perf_counter()
     results = run_gap(cfg, rd, progress=not args.no_progress)
     write_gap_outputs(rd, results, cfg, argv, time.perf_counter() - t0)

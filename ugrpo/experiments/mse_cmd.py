@@ -47,7 +47,7 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict:
     if args.task is not None or args.task_option:
         raise ValueError("--task and --task-option need --model (an env has no task)")
     args.env = args.env or "builtin:demo"
-    args.groups = args.groups or "2,4,8,16,32,64"
+    args.groups = "2,4,8,16,32,64" if args.groups is None else args.groups  # '' is an error, not the default
     args.reps = 1000 if args.reps is None else args.reps
     env = resolve_env(args.env)
     theta = parse_theta(args.theta, env)
@@ -55,8 +55,8 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict:
                     batch=args.batch, reps=args.reps, seed=args.seed,
                     theta=None if args.theta is None else tuple(theta.tolist()))
     rd = RunDir(args.out)
-    rd.file("metrics.jsonl").unlink(missing_ok=True)  # a fresh measurement, not a resume
     rd.write_config({**asdict(cfg), "command": "mse", "argv": argv})
+    rd.file("metrics.jsonl").unlink(missing_ok=True)  # a fresh measurement, not a resume
     try:
         results = run_mse(env, theta, cfg, rd, progress=not args.no_progress)
     except KeyboardInterrupt:
@@ -75,13 +75,14 @@ def _run_model(args: argparse.Namespace, argv: list[str] | None) -> dict:
     if args.task is None:
         raise ValueError("--model needs --task NAME (e.g. --task arithmetic)")
     cfg = LMMSEConfig(model=args.model, task=args.task, task_options=parse_task_options(args.task_option),
-                      groups=tuple(parse_int_list(args.groups or "4,8,16,32,64", name="--groups", minimum=2)),
+                      groups=tuple(parse_int_list("4,8,16,32,64" if args.groups is None else args.groups,
+                                                  name="--groups", minimum=2)),
                       batch=args.batch, reps=30 if args.reps is None else args.reps, ref_samples=args.ref_samples,
                       prompts=args.prompts, sketch_dim=args.sketch_dim, seed=args.seed, temperature=args.temperature,
                       max_new_tokens=args.max_new_tokens, chat=args.chat)
     rd = RunDir(args.out)
-    rd.file("metrics.jsonl").unlink(missing_ok=True)
     rd.write_config({**asdict(cfg), "command": "mse", "argv": argv})
+    rd.file("metrics.jsonl").unlink(missing_ok=True)
     results = run_lm_mse(cfg, rd, progress=not args.no_progress)
     write_lm_mse_outputs(rd, results, argv)
     return results

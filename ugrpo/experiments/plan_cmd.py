@@ -119,8 +119,8 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict:
     else:
         pilot = load_pilot(cfg.pilot)
     rd = RunDir(args.out)
-    rd.file("metrics.jsonl").unlink(missing_ok=True)
     rd.write_config({**asdict(cfg), "command": "plan", "argv": argv})
+    rd.file("metrics.jsonl").unlink(missing_ok=True)
     results = run_plan(pilot, cfg.budget, n_boot=cfg.n_boot, seed=cfg.seed, run=rd, exact_pm=exact_pm,
                        exact_curve=curve, method=getattr(args, "ci_method", "studentized"),
                        group=getattr(args, "group", None))
@@ -142,8 +142,8 @@ def _run_model(args: argparse.Namespace, argv: list[str] | None) -> dict:
                        sketch_dim=args.sketch_dim, seed=args.seed, n_boot=args.n_boot, group=args.group,
                        temperature=args.temperature, max_new_tokens=args.max_new_tokens, chat=args.chat)
     rd = RunDir(args.out)
-    rd.file("metrics.jsonl").unlink(missing_ok=True)
     rd.write_config({**asdict(cfg), "command": "plan", "argv": argv})
+    rd.file("metrics.jsonl").unlink(missing_ok=True)
     results = run_lm_plan(cfg, rd)
     write_lm_plan_outputs(rd, results, argv)
     return results

@@ -9,6 +9,7 @@ scalar rules. Multi-process: ``torchrun --nproc_per_node 2 -m ugrpo.cli train ..
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 
 __all__ = ["configure", "main", "overrides_from_args"]
@@ -56,9 +57,14 @@ def main(args: argparse.Namespace) -> int:
     try:
         cfg = load_config(args.config, overrides_from_args(args))
     except (ValueError, FileNotFoundError, TypeError) as e:
-        print(f"ugrpo train: {e}", file=sys.stderr)
+        print(f"ugrpo train: error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
-    result = train(cfg, args.out, resume=args.resume)
+    try:
+        result = train(cfg, args.out, resume=args.resume)
+    except KeyboardInterrupt as e:  # say what is on disk and the exact command that continues
+        again = ["ugrpo", "train", *(["--config", args.config] if args.config else []), "--out", args.out, "--resume",
+                 *overrides_from_args(args)]
+        raise KeyboardInterrupt(f"{e}\nresume with: {shlex.join(again)}") from None
     print(
         f"done: {result.steps} steps in {result.minutes:.1f} min (+ {result.load_minutes:.1f} min loading the model); "
         f"held-out greedy accuracy "
