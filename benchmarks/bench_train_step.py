@@ -60,7 +60,8 @@ from ugrpo.lm.sampling import sample_groups  # noqa: E402
 from ugrpo.lm.tiny import build_tiny_model  # noqa: E402
 from ugrpo.lm.tokenizer import build_char_tokenizer  # noqa: E402
 from ugrpo.stats.advantages import compute_advantages  # noqa: E402
-from ugrpo.tasks.base import get_task, score  # noqa: E402
+from ugrpo.tasks.base import score  # noqa: E402
+from ugrpo.tasks.registry import get_task  # noqa: E402
 from ugrpo.train.config import BudgetConfig, LossConfig, ModelConfig, OptimConfig, SamplingConfig, TrainConfig  # noqa: E402
 from ugrpo.train.distributed import DistContext  # noqa: E402
 from ugrpo.train.loop import choose_prompts, prompt_seed  # noqa: E402

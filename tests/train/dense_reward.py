@@ -13,3 +13,8 @@ def sevens(completions, answers):
 def varied(completions, answers):
     """A reward that differs between (almost) any two distinct completions: no all-equal groups."""
     return [(sum(map(ord, c)) % 7) / 6 for c in completions]
+
+
+def huge(completions, answers):
+    """Rewards beyond float32's range (1e39) for completions with a '7': they must count as unscorable."""
+    return [1e39 if "7" in c else 0.5 for c in completions]

@@ -10,6 +10,7 @@ import torch
 from safetensors.torch import load_file
 from train_helpers import small_config, write_jsonl
 
+from ugrpo.errors import RunFolderError
 from ugrpo.train.config import config_from_dict
 from ugrpo.train.loop import train
 
@@ -55,7 +56,7 @@ def test_run_folder_and_metrics(full_run):
 
 def test_existing_run_folder_needs_resume(full_run):
     cfg, out, _ = full_run
-    with pytest.raises(FileExistsError, match="--resume"):
+    with pytest.raises(RunFolderError, match="--resume"):
         train(cfg, out)
 
 

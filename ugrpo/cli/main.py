@@ -6,8 +6,9 @@ Modules are imported only when their command runs, so ``ugrpo --help`` is fast.
 
 Error policy (every command, every depth):
 
-- a user error (``ValueError``, a missing or unreadable file) raised anywhere -- while parsing, or deep
-  inside ``train()`` -- prints ``ugrpo <command>: error: <message>`` on one line to stderr and exits 2;
+- a user error (:func:`user_error_message`: ``ValueError``, :class:`ugrpo.errors.UserError`, a full disk, a
+  missing or unwritable path, out of memory) raised anywhere -- while parsing, or deep inside ``train()`` --
+  prints ``ugrpo <command>: error: <message>`` on one line to stderr and exits 2;
 - Ctrl-C exits 130; the run folder keeps what was written (a command that knows what it saved says so
   in the ``KeyboardInterrupt`` it raises);
 - anything else is a bug: Python's traceback, exit 1. ``UGRPO_DEBUG=1`` shows the traceback of user
@@ -24,12 +25,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import importlib
 import os
 import sys
 import warnings
 
-__all__ = ["COMMANDS", "USER_ERRORS", "main", "report_user_error", "choose_threads"]
+__all__ = ["COMMANDS", "main", "user_error_message", "choose_threads"]
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -50,9 +52,30 @@ COMMANDS: dict[str, tuple[str, str]] = {
                   "run the paper's experiments at the scale the machine allows; one report.html"),
 }
 
-USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, NotADirectoryError,
-                                                IsADirectoryError, PermissionError)
-"""Exceptions that mean bad input (a flag, a config field, a file): one line on stderr, exit 2."""
+FIXABLE_OS_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EISDIR,
+                     errno.EEXIST, errno.ENOENT, errno.ENAMETOOLONG)
+"""operating-system errors the user can fix (a full disk, a missing or unwritable path)"""
+
+
+def user_error_message(e: BaseException) -> str | None:
+    """The one-line message of an error the user can fix, or None for a bug (which keeps its traceback).
+
+    User errors: :class:`ugrpo.errors.UserError` (a run folder in use, a resume that cannot continue, ...),
+    ``ValueError`` (bad input anywhere: a flag, a config field, a task option), YAML parse errors, running out of
+    memory, and the operating-system errors in ``FIXABLE_OS_ERRORS`` (or raised by ugrpo with a message of its own,
+    such as a missing config file).
+    """
+    from ugrpo.errors import UserError
+
+    path_errors = (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError, FileExistsError)
+    if isinstance(e, (UserError, ValueError)) or type(e).__module__.startswith("yaml"):
+        pass
+    elif isinstance(e, MemoryError) or (isinstance(e, RuntimeError) and "can't allocate memory" in str(e)):
+        return "out of memory: the inputs ask for more memory than this machine has; use smaller sizes"
+    elif not (isinstance(e, OSError) and (e.errno in FIXABLE_OS_ERRORS
+                                          or (e.errno is None and isinstance(e, path_errors)))):
+        return None
+    return " ".join(str(e).split()) or type(e).__name__
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -153,15 +176,6 @@ def _rank() -> int:
     return 0
 
 
-def report_user_error(command: str, error: BaseException) -> int:
-    """Print ``ugrpo <command>: error: <message>`` (one line) to stderr; return the exit code 2."""
-    msg = " ".join(str(error).split()) or type(error).__name__
-    if isinstance(error, OSError) and error.filename is not None and str(error.filename) not in msg:
-        msg = f"{msg}: {error.filename}"
-    print(f"ugrpo {command}: error: {msg}", file=sys.stderr)
-    return 2
-
-
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` (default ``sys.argv[1:]``), run the command, return its exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -191,10 +205,13 @@ def main(argv: list[str] | None = None) -> int:
             print("\n" + (str(e) if e.args else "interrupted: rows finished so far are on disk in the run folder"),
                   file=sys.stderr)
             return 130
-        except USER_ERRORS as e:
-            if os.environ.get("UGRPO_DEBUG"):
+        except Exception as e:  # a user error: one line, exit 2; a bug: its traceback
+            msg = user_error_message(e)
+            if msg is None or os.environ.get("UGRPO_DEBUG"):
                 raise
-            return report_user_error(command, e) if main_rank else 2
+            if main_rank:
+                print(f"ugrpo {command}: error: {msg}", file=sys.stderr)
+            return 2
 
 
 if __name__ == "__main__":

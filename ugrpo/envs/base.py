@@ -27,6 +27,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ugrpo.errors import check_allocation
+
 from ..stats.estimators import EstimatorName
 from ..stats.exact_mse import PolicyMoments, PromptMoments, minibatch_mse, policy_moments
 
@@ -256,6 +258,9 @@ class SyntheticPolicy:
         _check_positive_int(B, "B")
         _check_positive_int(G, "G")
         theta = self._theta(theta)
+        S = theta.shape[0] if theta.ndim == 2 else 1
+        check_allocation(8.0 * S * B * G * (self.dim + 4), f"a batch of {S} x {B} prompts x {G} samples",
+                         "use a smaller batch, group size or number of repetitions")
         if theta.ndim != 2:
             raise ValueError(f"sample_many takes thetas of shape (S, {self.dim}), got {tuple(theta.shape)}")
         S = theta.shape[0]

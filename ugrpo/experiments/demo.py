@@ -9,6 +9,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ugrpo.runs import RunDir
+
 __all__ = ["DEMO_SETTINGS", "QUICK_SETTINGS", "demo_configs", "run_demo"]
 
 DEMO_SETTINGS: dict[str, dict[str, Any]] = {
@@ -46,7 +48,9 @@ def run_demo(out: str, *, env: str = "builtin:demo", seed: int = 0, progress: bo
     from ugrpo.experiments.plan_experiment import plan_experiment
     from ugrpo.experiments.sweep import sweep_experiment
 
-    cfgs = demo_configs(env, seed, settings or DEMO_SETTINGS)
+    settings = settings or DEMO_SETTINGS
+    RunDir(out).claim("demo", {"env": env, "seed": seed, "settings": settings})  # never into another run's folder
+    cfgs = demo_configs(env, seed, settings)
     res: dict[str, Any] = {"wall_s": {}}
     for name in ("mse", "plan", "sweep"):
         t0 = time.perf_counter()

@@ -30,8 +30,13 @@ from typing import Any
 
 __all__ = ["RayOptions", "Job", "run_state", "train_one", "run_jobs", "import_ray", "driver_context", "ray_train"]
 
-FORWARDED_ENV = ("HF_", "TRANSFORMERS_", "TOKENIZERS_", "UGRPO_")
-"""environment variables (by prefix) a Ray task takes from the driver where its node does not set them"""
+FORWARDED_ENV = ("HF_HOME", "HF_HUB_CACHE", "HF_DATASETS_CACHE", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE",
+                 "HF_HUB_DISABLE_PROGRESS_BARS", "TRANSFORMERS_CACHE", "TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM",
+                 "UGRPO_CACHE")
+"""environment variables a Ray task takes from the driver where its node does not set them: where models and
+data are cached and whether to go online; never credentials (``HF_TOKEN``: a node that needs one sets its own)"""
+RAY_CONNECT_TIMEOUT_S = 15.0
+"""how long ``--ray-address host:port`` may take to answer before the sweep stops with an error"""
 
 
 @dataclass(frozen=True)
@@ -123,18 +128,53 @@ def _in_process(jobs: Sequence[Job], bar) -> None:
         torch.set_num_threads(before)
 
 
-def _init_worker() -> None:
+def _init_worker(driver: int | None = None) -> None:
     import torch
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     torch.set_num_threads(1)
+    if driver is not None:
+        die_with(driver)
+
+
+def die_with(driver: int) -> None:
+    """End this process when ``driver`` (its parent) dies, even by SIGKILL: PR_SET_PDEATHSIG on Linux, and a
+    thread that checks the parent once a second everywhere (an orphaned worker would go on writing run folders)."""
+    import signal
+    import threading
+    import time
+
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # 1 = PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+
+    def watch() -> None:
+        while os.getppid() == driver:
+            time.sleep(1.0)
+        os._exit(1)
+
+    if os.getppid() != driver:  # died before the signal was armed
+        os._exit(1)
+    threading.Thread(target=watch, name="ugrpo-driver-watch", daemon=True).start()
+
+
+def make_pool(workers: int):
+    """A spawn process pool whose workers run one torch thread and die with this process."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    return ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"), initializer=_init_worker,
+                               initargs=(os.getpid(),))
 
 
 def _pool(jobs: Sequence[Job], workers: int, bar) -> None:
-    import multiprocessing as mp
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures import FIRST_COMPLETED, wait
 
-    ex = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"), initializer=_init_worker)
+    ex = make_pool(workers)
     try:
         pending = {ex.submit(train_one, j.spec, j.folder): j for j in jobs}
         while pending:
@@ -199,12 +239,41 @@ def import_ray():
     return ray
 
 
+def local_ray_options(cpus: int | None) -> dict[str, Any]:
+    """``ray.init`` arguments of a local Ray: no dashboard, the node advertised at the loopback address.
+
+    Not a network boundary: Ray 2.x's raylet, GCS and worker gRPC servers still listen on all interfaces (Ray
+    offers no option to bind them to the loopback), so on a shared network a firewall must keep their ports
+    closed."""
+    return {"num_cpus": cpus, "include_dashboard": False, "log_to_driver": False,
+            "object_store_memory": 128 * 1024 ** 2, "_node_ip_address": "127.0.0.1"}
+
+
+def check_reachable(address: str, timeout: float | None = None) -> None:
+    """A ``host:port`` or ``ray://host:port`` address must accept a TCP connection within ``timeout`` seconds
+    (``ray.init`` itself retries for minutes); ``auto`` and addresses without a port are left to Ray."""
+    import socket
+
+    from ugrpo.errors import UserError
+
+    timeout = RAY_CONNECT_TIMEOUT_S if timeout is None else timeout
+    host, sep, port = address.split("://", 1)[-1].rpartition(":")
+    if not sep or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as e:
+        raise UserError(f"--ray-address {address}: nothing answers there within {timeout:g} s ({e}); start the cluster "
+                        "(`ray start --head`), fix the address, or drop --ray-address for a local Ray") from None
+
+
 def _ray(jobs: Sequence[Job], workers: int, opts: RayOptions, bar) -> None:
     ray = import_ray()
     address = opts.address or os.environ.get("RAY_ADDRESS")
     started = not ray.is_initialized()
     if started:
         if address:  # join a running cluster; its resources set the parallelism
+            check_reachable(address)
             try:
                 ray.init(address=address, log_to_driver=False)
             except ConnectionError as e:
@@ -212,8 +281,7 @@ def _ray(jobs: Sequence[Job], workers: int, opts: RayOptions, bar) -> None:
                                  "or drop --ray-address (and unset RAY_ADDRESS) for a local Ray") from e
         else:  # a local Ray sized like the process pool would be; with GPUs per run, the GPUs set the pace
             cpus = max(1, int(workers * opts.cpus_per_run)) if opts.gpus_per_run == 0 else None
-            ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False,
-                     object_store_memory=128 * 1024 ** 2)
+            ray.init(**local_ray_options(cpus))
     try:
         gpus = float(ray.cluster_resources().get("GPU", 0))
         if gpus > 0 and opts.gpus_per_run == 0:

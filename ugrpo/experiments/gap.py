@@ -256,8 +256,8 @@ def gap_experiment(cfg: GapConfig, out: str, *, argv: list[str] | None = None, p
     from ugrpo.runs import RunDir
 
     rd = RunDir(out)
-    rd.file("metrics.jsonl").unlink(missing_ok=True)
     rd.write_config({**asdict(cfg), "checkpoints": cfg.checkpoints, "command": "gap", "argv": argv})
+    rd.file("metrics.jsonl").unlink(missing_ok=True)  # a fresh run: cells are not resumable
     t0 = time.perf_counter()
     results = run_gap(cfg, rd, progress=progress)
     write_gap_outputs(rd, results, cfg, argv, time.perf_counter() - t0)

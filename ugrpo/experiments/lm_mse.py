@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from ugrpo.experiments.lm_plan import load_lm_task, sample_sketched
+from ugrpo.experiments.lm_plan import check_context, load_lm_task, sample_sketched
 from ugrpo.experiments.mse import ESTIMATORS
 from ugrpo.runs import RunDir, to_jsonable
 from ugrpo.stats.exact_mse import hoeffding_split
@@ -194,6 +194,7 @@ def run_lm_mse(cfg: LMMSEConfig, run: RunDir, *, progress: bool = True, n_boot: 
                          f"lower --prompts or raise --task-option n_train")
     problems = problems[: cfg.prompts]
     policy = load_policy(cfg.model, seed=cfg.seed)
+    check_context(policy, problems, cfg.max_new_tokens, cfg.chat)
     idx = torch.randint(0, cfg.prompts, (cfg.reps, cfg.batch), generator=torch.Generator().manual_seed(cfg.seed))
     ref_s, ref_z, est_s, est_z, cost = _sample_pool(policy, task, problems, idx, cfg, progress)
     ref = reference_moments(ref_s, ref_z)
@@ -257,8 +258,8 @@ def lm_mse_experiment(cfg: LMMSEConfig, out: str, *, argv: list[str] | None = No
     from ugrpo.report.lm_mse_report import write_lm_mse_outputs
 
     rd = RunDir(out)
-    rd.file("metrics.jsonl").unlink(missing_ok=True)
     rd.write_config({**asdict(cfg), "command": "mse", "argv": argv})
+    rd.file("metrics.jsonl").unlink(missing_ok=True)
     results = run_lm_mse(cfg, rd, progress=progress)
     write_lm_mse_outputs(rd, results, argv)
     return results

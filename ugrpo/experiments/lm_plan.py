@@ -89,6 +89,24 @@ class SketchedSamples:
     rollout: Any = None
 
 
+def check_context(policy, problems, max_new_tokens: int, chat: bool) -> None:
+    """Every prompt + ``max_new_tokens`` must fit the model's context (as ``train`` checks): a ValueError names the
+    first problem that does not, before any sampling."""
+    from ugrpo.lm.loading import context_length, format_prompt
+
+    context = context_length(policy.model)
+    if context is None:
+        return
+    tok = policy.tokenizer
+    lengths = [len(ids) for ids in tok([format_prompt(tok, p.prompt, chat=chat) for p in problems])["input_ids"]]
+    too_long = [(p, n) for p, n in zip(problems, lengths) if n + max_new_tokens > context]
+    if too_long:
+        p, n = too_long[0]
+        raise ValueError(f"problem {p.id!r}: prompt has {n} tokens + --max-new-tokens {max_new_tokens} > model "
+                         f"context {context} ({len(too_long)} problem(s) too long); lower --max-new-tokens or use a "
+                         "model with a longer context")
+
+
 def sample_sketched(policy, task, problems, group_size: int, seeds: Sequence[int], *, k: int, sketch_seed: int,
                     temperature: float, max_new_tokens: int, chat: bool, chunk_size: int,
                     keep_rollout: bool = False) -> SketchedSamples:
@@ -191,6 +209,7 @@ def sample_lm_pilot(cfg: LMPlanConfig, *, progress: bool = True):
     if not problems:
         raise ValueError(f"task {cfg.task!r} has no training problems; check --task-option")
     policy = load_policy(cfg.model, seed=cfg.seed)
+    check_context(policy, problems, cfg.max_new_tokens, cfg.chat)
     gen = torch.Generator().manual_seed(cfg.seed)
     idx = torch.randint(0, len(problems), (cfg.pilot_batch,), generator=gen).tolist()
     drawn = [problems[i] for i in idx]

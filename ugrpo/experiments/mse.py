@@ -159,8 +159,8 @@ def mse_experiment(cfg: MSEConfig, out: str, *, argv: Sequence[str] | None = Non
     env = resolve_env(cfg.env)
     theta = resolve_theta(env, cfg.theta)
     rd = RunDir(out)
-    rd.file("metrics.jsonl").unlink(missing_ok=True)
     rd.write_config({**asdict(cfg), "command": "mse", "argv": None if argv is None else list(argv)})
+    rd.file("metrics.jsonl").unlink(missing_ok=True)  # a fresh measurement, not a resume
     try:
         results = run_mse(env, theta, cfg, rd, progress=progress)
     except KeyboardInterrupt:

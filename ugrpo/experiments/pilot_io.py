@@ -85,6 +85,8 @@ def _validate(rewards, scores, gram, *, where: str) -> None:
             f"{where}: 'scores' must have shape (B0, G0, D) = ({B0}, {G0}, D) to match 'rewards'; "
             f"got {tuple(scores.shape)}"
         )
+    if scores is not None and scores.shape[2] < 1:
+        raise ValueError(f"{where}: 'scores' has 0 score dimensions (shape {tuple(scores.shape)}); D must be >= 1")
     n = B0 * G0
     if gram is not None and tuple(gram.shape) != (n, n):
         raise ValueError(
@@ -111,8 +113,12 @@ def save_pilot(path: str | Path, pilot: Pilot, *, with_gram: bool = False) -> Pa
         arrays["gram"] = pilot.gram_matrix().double().numpy()
     arrays["meta"] = np.array(json.dumps(pilot.meta, sort_keys=True))
     tmp = path.with_name(f".{path.name}.tmp.npz")
-    np.savez(tmp, **arrays)
-    tmp.replace(path)
+    try:
+        np.savez(tmp, **arrays)
+        tmp.replace(path)
+    except BaseException:  # a full disk or Ctrl-C: leave no half-written temporary file behind
+        tmp.unlink(missing_ok=True)
+        raise
     return path
 
 

@@ -250,9 +250,8 @@ def _thm8(cfg: ReproduceConfig, plan: ScalePlan, out: Path, progress: bool) -> s
     if rd.read_results() is not None:
         return "skipped"
     gc = GapConfig(seed=cfg.seed, **plan.thm8)
-    if rd.file("metrics.jsonl").exists():
-        rd.file("metrics.jsonl").unlink()
     rd.write_config({**asdict(gc), "checkpoints": gc.checkpoints, "command": "gap", "part": "reproduce thm8"})
+    rd.file("metrics.jsonl").unlink(missing_ok=True)
     t0 = time.perf_counter()
     write_gap_outputs(rd, run_gap(gc, rd, progress=progress), gc, None, time.perf_counter() - t0)
     return "ran"

@@ -35,6 +35,7 @@ import importlib
 import importlib.util
 import json
 import math
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -187,6 +188,8 @@ def load_reward_function(spec: str) -> Callable:
             file = Path(mod_name)
             if not file.is_file():
                 raise FileNotFoundError(file)
+            print(f"note: running the reward file {file.resolve()} named in the TRL config (its code runs in this "
+                  "process with your permissions)", file=sys.stderr, flush=True)
             sp = importlib.util.spec_from_file_location(file.stem, file)
             module = importlib.util.module_from_spec(sp)
             sp.loader.exec_module(module)
@@ -262,8 +265,8 @@ def run_trl_plan(config: str | Path | TrlPlanConfig, out: str | Path, *, argv: l
     fns = [load_reward_function(s) for s in cfg.reward_funcs]  # fail before loading the model
     ds = _dataset(cfg)
     rd = RunDir(out)
-    rd.file("metrics.jsonl").unlink(missing_ok=True)
     rd.write_config({**dataclasses.asdict(cfg), "command": "plan --trl-config", "argv": argv})
+    rd.file("metrics.jsonl").unlink(missing_ok=True)
     policy = load_policy(cfg.model_name_or_path, seed=cfg.seed)
     model, tok = policy.model, policy.tokenizer
     idx = torch.randperm(len(ds), generator=torch.Generator().manual_seed(cfg.seed))[: cfg.pilot_batch].tolist()

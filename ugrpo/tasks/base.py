@@ -159,7 +159,11 @@ def _as_reward(value: Any) -> float | None:
         except (TypeError, ValueError, RuntimeError):
             return None
     value = float(value)
-    return value if math.isfinite(value) else None
+    return value if math.isfinite(value) and abs(value) <= _MAX_REWARD else None
+
+
+_MAX_REWARD = 3.4028234663852886e38
+"""float32's largest value: a larger reward overflows the float32 loss to inf, so it is unscorable too."""
 
 
 _WARNED: set[str] = set()
@@ -236,7 +240,8 @@ def score(task: Task, completions: Sequence[str], problems: Sequence[Problem]) -
             if value is not None:  # NaN / inf / non-number: always an error
                 n_bad_values += 1
                 if first_bad is None:
-                    first_bad = f"completion {i}: verifier returned {value!r}, not a finite number"
+                    first_bad = (f"completion {i}: verifier returned {value!r}, not a finite number "
+                                 "(within float32 range)")
         else:
             rewards.append(r)
             unscorable.append(False)

@@ -28,6 +28,8 @@ raises                                          whole batch unscorable (reward 0
                                                as errors, first traceback kept and logged
 returns None for an item                        unscorable, counted as a parse failure
 returns NaN, inf or a non-number for an item    unscorable, counted as an error (message kept)
+does not return within ``timeout`` seconds      whole batch unscorable, counted as timeouts
+                                               (the call goes on in a background thread)
 =============================================  =============================================
 
 Rows without the prompt or answer field raise :class:`~ugrpo.tasks.loading.RowError`
@@ -41,6 +43,7 @@ import inspect
 import math
 import numbers
 import os
+import threading
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -48,6 +51,9 @@ from typing import Any
 
 from ugrpo.tasks.base import OptionError, Problem, VerifierContractError, VerifyStats, _warn_once, check_options
 from ugrpo.tasks.loading import BadRow, BadRowPolicy, RowError, read_rows, text_field
+
+DEFAULT_TIMEOUT_S = 300.0
+"""seconds one reward-function call (one batch) may take by default"""
 
 __all__ = ["CustomTask", "load_reward_fn", "make_custom"]
 
@@ -116,6 +122,9 @@ class CustomTask:
         Keep the first ``limit`` usable rows of each file.
     on_bad_row : {"error", "skip"}
         What a row without the prompt or answer field does.
+    timeout : float or None
+        Seconds one call of the reward function (one batch) may take; a call that takes longer
+        scores the batch as unscorable (counted as timeouts). None: wait forever.
     """
 
     data_path: str
@@ -125,6 +134,7 @@ class CustomTask:
     eval_path: str | None = None
     limit: int | None = None
     on_bad_row: BadRowPolicy = "error"
+    timeout: float | None = DEFAULT_TIMEOUT_S
     name: str = field(default="custom", init=False)
 
     def __post_init__(self) -> None:
@@ -139,6 +149,9 @@ class CustomTask:
             raise ValueError(f"custom: limit must be a positive int or None, got {self.limit!r}")
         if self.on_bad_row not in ("error", "skip"):
             raise ValueError(f"custom: on_bad_row must be 'error' or 'skip', got {self.on_bad_row!r}")
+        if self.timeout is not None and (isinstance(self.timeout, bool) or not isinstance(self.timeout, (int, float))
+                                         or not self.timeout > 0):
+            raise ValueError(f"custom: timeout must be a positive number of seconds or None, got {self.timeout!r}")
         object.__setattr__(self, "_fn", load_reward_fn(self.reward_fn))
         object.__setattr__(self, "_cache", {})
 
@@ -195,7 +208,14 @@ class CustomTask:
         kwargs = {k: columns[k] for k in _accepted_kwargs(fn, list(columns))}
         stats = VerifyStats()
         try:
-            raw = fn(list(completions), [p.answer for p in problems], **kwargs)
+            raw = _call_with_timeout(fn, (list(completions), [p.answer for p in problems]), kwargs, self.timeout)
+        except TimeoutError:
+            _warn_once(self, f"reward_fn {self.reward_fn!r} did not return within {self.timeout:g} s; the batch's {n} "
+                             "completions are unscorable (counted as timeouts); raise task.options.timeout if it "
+                             "is just slow")
+            stats.n_timeouts = n
+            stats.first_error = f"reward_fn {self.reward_fn!r} timed out after {self.timeout:g} s"
+            return [None] * n, stats
         except Exception:
             tb = traceback.format_exc()
             _warn_once(self, f"reward_fn {self.reward_fn!r} raised; {n} completions unscorable\n{tb}")
@@ -235,7 +255,30 @@ class CustomTask:
         return self.verify_with_stats(completions, problems)[0]
 
 
-_OPTIONS = ("data_path", "reward_fn", "prompt_field", "answer_field", "eval_path", "limit", "on_bad_row")
+_OPTIONS = ("data_path", "reward_fn", "prompt_field", "answer_field", "eval_path", "limit", "on_bad_row", "timeout")
+
+
+def _call_with_timeout(fn: Callable, args: tuple, kwargs: dict, timeout: float | None) -> Any:
+    """``fn(*args, **kwargs)``, or TimeoutError after ``timeout`` s (the call runs on in a daemon thread: Python
+    cannot stop a function from outside, but the run goes on and exits normally)."""
+    if timeout is None:
+        return fn(*args, **kwargs)
+    box: dict[str, Any] = {}
+
+    def call() -> None:
+        try:
+            box["value"] = fn(*args, **kwargs)
+        except BaseException as e:  # handed to the caller's thread
+            box["error"] = e
+
+    t = threading.Thread(target=call, name="ugrpo-reward-fn", daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        raise TimeoutError
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def make_custom(**options: Any) -> CustomTask:

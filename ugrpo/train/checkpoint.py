@@ -1,21 +1,29 @@
 """Checkpoints ``checkpoints/step-K/``: trainable weights, optimizer, scheduler, every RNG state.
 
 A checkpoint is written into a temporary folder and renamed into place, so a run killed
-while writing never leaves a half checkpoint that ``--resume`` would trust. Contents:
+while writing never leaves a half checkpoint that ``--resume`` would trust (a temporary folder
+left by such a kill is removed by the next save). Contents:
 
 * ``model.safetensors``   the trainable parameters by ``named_parameters`` name (the whole
   model under full fine-tuning, the adapter under LoRA)
 * ``optimizer.pt``, ``scheduler.pt``
 * ``rng-rank{r}.pt``      python, numpy and torch (and CUDA) RNG states of each process
-* ``state.json``          ``{"step": K}``
+* ``state.json``          ``{"step": K, "world_size": W, "sha256": {file: digest}}``, written last
+
+Loading is safe for files from others (run folders on shared storage): tensors come from
+safetensors or ``torch.load(weights_only=True)`` (tensors and plain containers only, never code),
+the rest is JSON. Every file's sha256 is checked first; a checkpoint that fails (a flipped byte, a
+truncated file) is skipped with a warning naming the file, and the previous one is used.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -23,13 +31,20 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from ugrpo.errors import CheckpointError, ResumeError
 from ugrpo.train.distributed import DistContext, barrier, gather_objects
 
-__all__ = ["save_checkpoint", "load_checkpoint", "latest_checkpoint", "rng_state", "set_rng_state"]
+__all__ = [
+    "save_checkpoint", "load_checkpoint", "load_latest", "latest_checkpoint", "checkpoints", "verify_checkpoint",
+    "rng_state", "set_rng_state",
+]
 
 
 def rng_state() -> dict:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """RNG states as tensors and plain containers (numpy's key array as a list), loadable with weights_only."""
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    state = {"python": random.getstate(), "numpy": (kind, keys.tolist(), pos, has_gauss, gauss),
+             "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -37,7 +52,8 @@ def rng_state() -> dict:
 
 def set_rng_state(state: dict) -> None:
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    kind, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, gauss))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -47,13 +63,25 @@ def _trainable(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {n: p for n, p in model.named_parameters() if p.requires_grad}
 
 
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def save_checkpoint(root: Path, step: int, model, optimizer, scheduler, ctx: DistContext) -> Path | None:
     """Write ``root/step-{step}`` atomically (rank 0 writes; every rank contributes its RNG state)."""
+    from ugrpo.runs import follow_umask
+
     rngs = gather_objects(rng_state(), ctx)
     final = Path(root) / f"step-{step}"
     if ctx.is_main:
         root = Path(root)
         root.mkdir(parents=True, exist_ok=True)
+        for stale in root.glob(".step-*.tmp"):  # left by a run killed mid-save (the run folder is locked: not ours)
+            shutil.rmtree(stale, ignore_errors=True)
         tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".step-{step}.", suffix=".tmp"))
         try:
             tensors = {n: p.detach().cpu().contiguous().clone() for n, p in _trainable(model).items()}
@@ -62,7 +90,10 @@ def save_checkpoint(root: Path, step: int, model, optimizer, scheduler, ctx: Dis
             torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
             for r, state in enumerate(rngs):
                 torch.save(state, tmp / f"rng-rank{r}.pt")
-            (tmp / "state.json").write_text(json.dumps({"step": step, "world_size": ctx.world_size}) + "\n")
+            sums = {p.name: _sha256(p) for p in sorted(tmp.iterdir())}
+            state = {"step": step, "world_size": ctx.world_size, "sha256": sums}
+            (tmp / "state.json").write_text(json.dumps(state, indent=1) + "\n")
+            follow_umask(tmp)  # mkdtemp makes 0700 and safetensors 0600: follow the umask like any file
             if final.exists():
                 shutil.rmtree(final)
             os.rename(tmp, final)
@@ -73,42 +104,97 @@ def save_checkpoint(root: Path, step: int, model, optimizer, scheduler, ctx: Dis
     return final
 
 
-def latest_checkpoint(root: Path) -> Path | None:
-    """The complete ``step-K`` folder with the largest K, or None."""
+def checkpoints(root: Path) -> list[Path]:
+    """Complete ``step-K`` folders (a ``state.json``), newest (largest K) first."""
     root = Path(root)
-    if not root.is_dir():
-        return None
-    best: tuple[int, Path] | None = None
-    for d in root.iterdir():
-        if d.is_dir() and d.name.startswith("step-") and (d / "state.json").is_file():
-            try:
-                k = int(d.name[5:])
-            except ValueError:
-                continue
-            if best is None or k > best[0]:
-                best = (k, d)
-    return None if best is None else best[1]
+    found: list[tuple[int, Path]] = []
+    if root.is_dir():
+        for d in root.iterdir():
+            if d.is_dir() and d.name.startswith("step-") and d.name[5:].isdigit() and (d / "state.json").is_file():
+                found.append((int(d.name[5:]), d))
+    return [d for _, d in sorted(found, reverse=True)]
 
 
-def load_checkpoint(path: Path, model, optimizer, scheduler, ctx: DistContext) -> int:
-    """Restore a checkpoint in place; returns its step."""
+def latest_checkpoint(root: Path) -> Path | None:
+    """The complete ``step-K`` folder with the largest K, or None (not verified: see :func:`load_latest`)."""
+    found = checkpoints(root)
+    return found[0] if found else None
+
+
+def verify_checkpoint(path: Path) -> dict:
+    """``state.json`` of a checkpoint whose files all match their sha256; raises CheckpointError naming the file."""
     path = Path(path)
-    state = json.loads((path / "state.json").read_text())
-    tensors = load_file(str(path / "model.safetensors"))
+    try:
+        state = json.loads((path / "state.json").read_text())
+        int(state["step"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise CheckpointError(f"{path / 'state.json'} is unreadable ({e})") from e
+    for name, digest in state.get("sha256", {}).items():
+        f = path / name
+        if not f.is_file():
+            raise CheckpointError(f"{f} is missing")
+        if _sha256(f) != digest:
+            raise CheckpointError(f"{f} fails its sha256 checksum (corrupt)")
+    return state
+
+
+def _read(path: Path, rank: int) -> tuple[dict, dict[str, torch.Tensor], dict, dict, dict | None]:
+    """Every part of a verified checkpoint, read into memory (tensors only; nothing that runs code)."""
+    state = verify_checkpoint(path)
+    try:
+        tensors = load_file(str(path / "model.safetensors"))
+        opt = torch.load(path / "optimizer.pt", weights_only=True)
+        sched = torch.load(path / "scheduler.pt", weights_only=True)
+        rng_file = path / f"rng-rank{rank}.pt"
+        rng = torch.load(rng_file, weights_only=True) if rng_file.exists() else None
+    except Exception as e:  # a truncated file, or a pickle that is more than tensors and containers
+        raise CheckpointError(f"a file in {path} cannot be loaded safely ({type(e).__name__}: {str(e)[:200]})") from e
+    return state, tensors, opt, sched, rng
+
+
+def _apply(path: Path, parts, model, optimizer, scheduler) -> int:
+    state, tensors, opt, sched, rng = parts
     params = _trainable(model)
     missing = sorted(set(params) - set(tensors))
     extra = sorted(set(tensors) - set(params))
     if missing or extra:
-        raise ValueError(
+        raise ResumeError(
             f"checkpoint {path} does not match the model: missing {missing[:3]}, unexpected {extra[:3]}; "
             "resume with the same model and LoRA settings as the run that wrote it"
         )
     with torch.no_grad():
         for n, p in params.items():
             p.copy_(tensors[n].to(p.device, p.dtype))
-    optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=False))
-    scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=False))
-    rng_file = path / f"rng-rank{ctx.rank}.pt"
-    if rng_file.exists():
-        set_rng_state(torch.load(rng_file, weights_only=False))
+    optimizer.load_state_dict(opt)
+    scheduler.load_state_dict(sched)
+    if rng is not None:
+        set_rng_state(rng)
     return int(state["step"])
+
+
+def load_checkpoint(path: Path, model, optimizer, scheduler, ctx: DistContext) -> int:
+    """Verify and restore one checkpoint in place; returns its step (CheckpointError if corrupt)."""
+    path = Path(path)
+    return _apply(path, _read(path, ctx.rank), model, optimizer, scheduler)
+
+
+def load_latest(root: Path, model, optimizer, scheduler, ctx: DistContext) -> tuple[int, Path] | None:
+    """Restore the newest intact checkpoint under ``root``: (step, folder), or None when there is none.
+
+    A checkpoint that fails its checksum or cannot be read is skipped with a warning naming the
+    file; if every checkpoint fails, CheckpointError lists them.
+    """
+    failures = []
+    for path in checkpoints(root):
+        try:
+            parts = _read(path, ctx.rank)
+        except CheckpointError as e:
+            failures.append(str(e))
+            if ctx.is_main:
+                print(f"warning: {e}; falling back to the previous checkpoint", file=sys.stderr, flush=True)
+            continue
+        return _apply(path, parts, model, optimizer, scheduler), path
+    if failures:
+        raise CheckpointError(f"no intact checkpoint in {root}: {'; '.join(failures)}; "
+                              "start the run over in a new --out")
+    return None

@@ -29,7 +29,7 @@ Run: ``ugrpo train --config examples/arith-tiny.yaml --out runs/x [--resume] [--
 
 from __future__ import annotations
 
-import json
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -39,17 +39,28 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from ugrpo.errors import NonFiniteError, ResumeError
 from ugrpo.lm.loading import LoraSettings, context_length, format_prompt, load_policy
 from ugrpo.lm.sampling import sample_groups
-from ugrpo.runs import RunDir, atomic_write_text, read_jsonl
+from ugrpo.runlock import claim, release
+from ugrpo.runs import RunDir, follow_umask, read_jsonl, repair_metrics
 from ugrpo.stats.advantages import compute_advantages
 from ugrpo.tasks.base import score
 from ugrpo.tasks.registry import get_task
-from ugrpo.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from ugrpo.train.checkpoint import latest_checkpoint, load_latest, save_checkpoint
 from ugrpo.train.config import TrainConfig, summary_line
-from ugrpo.train.distributed import DistContext, broadcast_params, destroy, gather_objects, init_distributed, shard
+from ugrpo.train.distributed import (
+    DistContext,
+    barrier,
+    broadcast_params,
+    destroy,
+    gather_objects,
+    init_distributed,
+    shard,
+)
 from ugrpo.train.evaluate import evaluate
 from ugrpo.train.monitor import TrainMonitor, console_column
+from ugrpo.train.resume import check_resume_config, finished_result, hashed_config
 from ugrpo.train.setup import Reference, check_prompt_lengths, make_optimizer, make_scheduler
 from ugrpo.train.update import global_denominator, rollout_logprobs, update_on_rows
 
@@ -100,10 +111,47 @@ def train(
     resume : continue from the last checkpoint in ``out_dir`` (metrics rows after it are dropped)
     on_step : called as ``on_step(step, row)`` after each step's row is logged (tests use it to
         interrupt a run)
+
+    Rank 0 locks ``out`` for the run's life and checks its manifest (:mod:`ugrpo.runlock`): a folder
+    of another command is refused, and an existing run is only ever continued with ``resume``, whose
+    config may differ only in :data:`ugrpo.train.resume.RESUMABLE`. A resume of a finished run
+    returns its saved result and rewrites nothing.
     """
-    t_start = time.time()
-    ctx = init_distributed()
     out = Path(out_dir)
+    ctx = init_distributed()
+    if ctx.is_main:
+        claim(out, "train", hashed_config(cfg), resume=resume, exclusive=True)
+    try:
+        return _train(cfg, out, ctx, resume=resume, on_step=on_step)
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(_saved_state(out)) from None
+    finally:
+        if ctx.is_main:
+            release(out)
+
+
+def _saved_state(out: Path) -> str:
+    """What an interrupted run left on disk, read back from the folder (never assumed)."""
+    steps = [r.get("step") for r in read_jsonl(out / "metrics.jsonl") if isinstance(r.get("step"), int)]
+    ckpt = latest_checkpoint(out / "checkpoints")
+    rows = f"metrics.jsonl has rows up to step {max(steps)}" if steps else "no metrics rows were written"
+    if ckpt is None:
+        return f"interrupted: {rows}; no checkpoint yet, so a resume starts over from step 0"
+    return f"interrupted: {rows}; the last checkpoint is {ckpt}, where a resume restarts"
+
+
+def _train(cfg: TrainConfig, out: Path, ctx: DistContext, *, resume: bool, on_step) -> TrainResult:
+    t_start = time.time()
+    if resume:
+        check_resume_config(RunDir(out).read_config(), cfg, out)
+        done = finished_result(out, cfg.steps)
+        last = latest_checkpoint(out / "checkpoints")
+        if done is not None and last is not None and last.name == f"step-{cfg.steps}":
+            if ctx.is_main:
+                print(f"{out}: the run is finished ({cfg.steps} steps); nothing to resume, report.md left as it is "
+                      "(to train further, resume with a larger --steps)", flush=True)
+            destroy(ctx)
+            return TrainResult(**{f: done.get(f) for f in TrainResult.__dataclass_fields__})
     run = RunDir(out) if ctx.is_main else None
     # ---------------------------------------------------------------- setup
     device = _device(cfg, ctx)
@@ -137,18 +185,22 @@ def train(
                          "lower G")
 
     start, initial, logged = 0, {}, []
-    if resume:
-        ckpt = latest_checkpoint(out / "checkpoints")
-        if ckpt is None:
-            raise FileNotFoundError(f"--resume: no checkpoint in {out / 'checkpoints'}; start the run without --resume")
-        start = load_checkpoint(ckpt, model, optimizer, scheduler, ctx)
+    loaded = load_latest(out / "checkpoints", model, optimizer, scheduler, ctx) if resume else None
+    if loaded is not None:
+        start, ckpt = loaded
+        if start > cfg.steps:
+            raise ResumeError(f"--resume: steps={cfg.steps} but the checkpoint {ckpt} is at step {start}; "
+                              f"resume with --steps {start} or more")
+        if run is not None:
+            _repair_metrics(out, start)
+            (out / "results.json").unlink(missing_ok=True)  # the run goes on: its old result no longer holds
+            print(f"resuming from step {start} ({ckpt}); steps {start + 1}..{cfg.steps} to go", flush=True)
+        barrier(ctx)
         logged = [r for r in read_jsonl(out / "metrics.jsonl") if r.get("step", 0) <= start]
         initial = next((r for r in logged if r["step"] == 0), {})
-        if ctx.is_main:  # drop the rows logged after the checkpoint: they are recomputed
-            atomic_write_text(out / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in logged))
-    elif (out / "metrics.jsonl").exists():  # checked on every rank, before rank 0 writes any row
-        raise FileExistsError(f"{out} already holds a run (metrics.jsonl); pass --resume to continue it or choose a "
-                              "new --out")
+    elif resume and run is not None:  # died before its first checkpoint: nothing to continue, start over
+        print(f"resuming: {out} has no checkpoint yet, so the run starts over from step 0", flush=True)
+        (out / "metrics.jsonl").unlink(missing_ok=True)
     if run is not None:
         run.write_config({**asdict(cfg), "derived": {"prompts_per_step": B, "world_size": ctx.world_size}})
         print(f"{summary_line(cfg)}; full config: {run.file('config.json')}", flush=True)
@@ -225,6 +277,7 @@ def train(
             ))
         lr = scheduler.get_last_lr()[0]
         scheduler.step()
+        n_nonfinite = sum(u.skipped for u in updates)  # updates dropped: NaN/inf loss or gradient
         # ------------------------------------------------------------ 6. metrics (all processes), eval, checkpoint
         row = _step_metrics(step, rewards, adv.n_zero_std, sc, rollout, updates, lr, ctx)
         row["s_per_step"] = time.time() - t0
@@ -232,11 +285,16 @@ def train(
         row["tokens_per_s"] = row.pop("_tokens") / max(row["s_per_step"], 1e-9)
         row["oracle_samples"] = B * cfg.oracle_samples if cfg.baseline == "oracle" else 0
         row.update(monitored)
+        row["n_nonfinite_updates"] = n_nonfinite
+        if n_nonfinite and cfg.optim.nonfinite == "stop":
+            log(row)
+            raise NonFiniteError(_nonfinite_message(step, updates, out))
         if step == cfg.steps or (cfg.eval.every and step % cfg.eval.every == 0):
             last_eval = run_eval()
             row.update(last_eval)
         log(row)
         if step == cfg.steps or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
+            _check_finite_weights(params, step, out)
             save_checkpoint(out / "checkpoints", step, model, optimizer, scheduler, ctx)
         bar.set_postfix(reward=f"{row['reward_mean']:.3f}", acc=_fmt(last_eval.get("eval_accuracy")))
         if ctx.is_main and step % cfg.log_every == 0:
@@ -253,10 +311,12 @@ def train(
         oracle_samples=cfg.steps * B * cfg.oracle_samples if cfg.baseline == "oracle" else 0,
         skipped_prompts=skipped, load_minutes=(t_loaded - t_start) / 60,
     )
+    _check_finite_weights(params, cfg.steps, out)
     if run is not None:
         run.write_results(result)
         model.save_pretrained(out / "final_model", safe_serialization=True)
         tok.save_pretrained(out / "final_model")
+        follow_umask(out / "final_model")
         from ugrpo.report.train_report import write_report
 
         write_report(run)
@@ -327,6 +387,35 @@ def _step_metrics(step, rewards, n_zero_std, sc, rollout, updates, lr, ctx) -> d
         "first_error": next((p["first_error"] for p in parts if p["first_error"]), None),
         "_tokens": float(lengths.sum()),
     }
+
+
+def _repair_metrics(out: Path, start: int) -> None:
+    """Cut metrics.jsonl back to the checkpoint (torn line, later rows); warn about steps it lost before it."""
+    rep = repair_metrics(out / "metrics.jsonl", start)
+    if rep.torn_line_dropped:
+        print(f"warning: {out / 'metrics.jsonl'}: a torn last line (a crash mid-write) was dropped", file=sys.stderr)
+    if rep.missing_steps:
+        k = rep.missing_steps
+        ranges = f"{k[0]}..{k[-1]}" if len(k) == k[-1] - k[0] + 1 else ", ".join(map(str, k[:10]))
+        print(f"warning: {out / 'metrics.jsonl'} has no rows for {len(k)} step(s) before the checkpoint at step "
+              f"{start} ({ranges}): the weights resume exactly, but those rows are lost", file=sys.stderr)
+
+
+def _nonfinite_message(step: int, updates, out: Path) -> str:
+    loss = [u.loss for u in updates]
+    norm = [u.grad_norm for u in updates]
+    return (f"step {step}: the loss ({loss}) or gradient norm ({norm}) is not finite; the update was not made "
+            f"and the last checkpoint in {out / 'checkpoints'} is intact. Lower optim.lr, set optim.grad_clip or check "
+            "the rewards; or set optim.nonfinite=skip to skip such steps (counted as n_nonfinite_updates)")
+
+
+def _check_finite_weights(params, step: int, out: Path) -> None:
+    """Never write a NaN model: non-finite weights stop the run before any checkpoint or final model."""
+    bad = sum(int((~torch.isfinite(p.detach())).sum()) for p in params)
+    if bad:
+        raise NonFiniteError(f"after step {step} {bad} weight(s) are NaN/inf (an update overflowed); nothing was "
+                             f"written for this step and earlier checkpoints in {out / 'checkpoints'} are intact. "
+                             "Lower optim.lr or set optim.grad_clip")
 
 
 def _fmt(v) -> str:

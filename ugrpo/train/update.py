@@ -13,6 +13,7 @@ splits groups (still correct, less sharing).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -37,6 +38,8 @@ class UpdateStats:
     clip_frac: float
     ratio_mean: float
     grad_norm: float
+    skipped: bool = False
+    """the loss or the gradient was not finite: no update was made (the gradient was dropped)"""
 
 
 def _chunks(rows: Tensor, size: int, group_size: int = 1) -> list[Tensor]:
@@ -129,8 +132,11 @@ def update_on_rows(
     all_reduce_grads(params, ctx)
     max_norm = cfg.optim.grad_clip if cfg.optim.grad_clip is not None else float("inf")
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
-    optimizer.step()
+    loss, kl, clipped, ratio, tokens = reduce_sum(sums, ctx)  # global, so every process decides alike
+    skipped = not (math.isfinite(loss) and math.isfinite(grad_norm))
+    if not skipped:  # a NaN/inf gradient never reaches the weights (or the optimizer's moments)
+        optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    loss, kl, clipped, ratio, tokens = reduce_sum(sums, ctx)
     tokens = max(tokens, 1.0)
-    return UpdateStats(loss=loss, kl=kl, clip_frac=clipped / tokens, ratio_mean=ratio / tokens, grad_norm=grad_norm)
+    return UpdateStats(loss=loss, kl=kl, clip_frac=clipped / tokens, ratio_mean=ratio / tokens, grad_norm=grad_norm,
+                       skipped=skipped)

@@ -51,7 +51,8 @@ def _config(args: argparse.Namespace):
         if args.task is None:
             raise ValueError("--model needs --task NAME (e.g. --task arithmetic)")
         return LMMSEConfig(model=args.model, task=args.task, task_options=parse_task_options(args.task_option),
-                           groups=tuple(parse_int_list(args.groups or "4,8,16,32,64", name="--groups", minimum=2)),
+                           groups=tuple(parse_int_list("4,8,16,32,64" if args.groups is None else args.groups,
+                                                       name="--groups", minimum=2)),
                            batch=args.batch, reps=30 if args.reps is None else args.reps,
                            ref_samples=args.ref_samples, prompts=args.prompts, sketch_dim=args.sketch_dim,
                            seed=args.seed, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
@@ -62,7 +63,8 @@ def _config(args: argparse.Namespace):
         raise ValueError("--task and --task-option need --model (an env has no task)")
     theta = None if args.theta is None else tuple(parse_float_list(args.theta, name="--theta"))
     return MSEConfig(env=args.env or "builtin:demo",
-                     groups=tuple(parse_int_list(args.groups or "2,4,8,16,32,64", name="--groups", minimum=2)),
+                     groups=tuple(parse_int_list("2,4,8,16,32,64" if args.groups is None else args.groups,
+                                                 name="--groups", minimum=2)),  # '' is an error, not the default
                      batch=args.batch, reps=1000 if args.reps is None else args.reps, seed=args.seed, theta=theta)
 
 

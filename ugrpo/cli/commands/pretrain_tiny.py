@@ -54,7 +54,9 @@ def main(args: argparse.Namespace) -> int:
             print((paths[args.strength] / "ugrpo_tiny.json").read_text())
         return 0
     from ugrpo.lm.pretrain import pretrain_tiny
+    from ugrpo.runlock import claim
 
+    claim(args.out, "pretrain-tiny", {k: v for k, v in vars(args).items() if k not in ("out", "cache")})
     r = pretrain_tiny(
         args.out, strength=args.strength, target_accuracy=args.target_accuracy, steps=args.steps,
         batch_size=args.batch_size,

@@ -12,6 +12,7 @@ Parsing only: the flags become a ``TrainConfig`` (:func:`ugrpo.train.config.load
 from __future__ import annotations
 
 import argparse
+import shlex
 
 from ugrpo.cli.options import add_override_flags
 
@@ -32,7 +33,12 @@ def main(args: argparse.Namespace) -> int:
     from ugrpo.train.loop import train
 
     cfg = load_config(args.config, args.overrides)
-    result = train(cfg, args.out, resume=args.resume)
+    try:
+        result = train(cfg, args.out, resume=args.resume)
+    except KeyboardInterrupt as e:  # say what is on disk and the exact command that continues
+        again = ["ugrpo", "train", *(["--config", args.config] if args.config else []), "--out", args.out, "--resume",
+                 *args.overrides]
+        raise KeyboardInterrupt(f"{e}\nresume with: {shlex.join(str(a) for a in again)}") from None
     print(
         f"done: {result.steps} steps in {result.minutes:.1f} min (+ {result.load_minutes:.1f} min loading the model); "
         f"held-out greedy accuracy "

@@ -186,10 +186,14 @@ class OptimConfig:
     """lr schedule after warmup: constant (paper A5(a)), linear or cosine decay to 0 at the last step"""
     warmup_steps: int = 0
     """linear warmup from 0 over this many steps"""
+    nonfinite: Literal["stop", "skip"] = "stop"
+    """a step whose loss or gradient is NaN/inf: stop (an error naming the step; the last checkpoint stays
+    intact) or skip (no update, counted as n_nonfinite_steps); a NaN model is never written either way"""
 
     def __post_init__(self) -> None:
         _choice("optim.", "name", self.name, ("sgd", "adamw"))
         _choice("optim.", "scheduler", self.scheduler, ("constant", "linear", "cosine"))
+        _choice("optim.", "nonfinite", self.nonfinite, ("stop", "skip"))
         _positive("optim.", "lr", self.lr)
         _positive("optim.", "weight_decay", self.weight_decay, strict=False)
         _positive("optim.", "warmup_steps", self.warmup_steps, strict=False)

@@ -1,0 +1,248 @@
+"""Run folders, workers and inputs under faults (issue 14 items 1, 5, 6, 10, 11, 12, 13).
+
+Each test names the numbered item of the issue it shows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from tests.experiments.conftest import metrics, run_cli
+
+MSE = ["mse", "--env", "builtin:demo", "--groups", "2,4", "--batch", "4", "--reps", "20", "--no-progress"]
+SWEEP = ["sweep", "--env", "builtin:demo", "--budget", "32", "--groups", "4,8", "--steps", "10", "--lr", "0.5",
+         "--seeds", "2", "--checkpoints", "5,10", "--no-progress"]
+
+
+@pytest.fixture
+def train_folder(tmp_path):
+    """A folder that a training run owns: its manifest, config and metrics (the lock released)."""
+    from ugrpo.runlock import claim, release
+
+    folder = tmp_path / "train-run"
+    claim(folder, "train", {"optim": {"lr": 1e-3}})
+    release(folder)
+    (folder / "config.json").write_text('{"optim": {"lr": 0.001}}\n')
+    (folder / "metrics.jsonl").write_text('{"step": 0}\n{"step": 1}\n')
+    return folder
+
+
+# ---------------------------------------------------------------------- item 1: no command overwrites another's folder
+
+
+def test_item1_measurements_refuse_a_training_run_folder_and_leave_it_intact(train_folder, tmp_path, capsys,
+                                                                            tiny_model_dir):
+    before = {p.name: p.read_bytes() for p in train_folder.iterdir()}
+    for argv in (MSE + ["--out", train_folder],
+                 ["plan", "--env", "builtin:demo", "--pilot-batch", "8", "--pilot-group", "4", "--budget", "32",
+                  "--n-boot", "10", "--out", train_folder],
+                 ["gap", "--groups", "4", "--runs", "8", "--steps", "5", "--no-progress", "--out", train_folder],
+                 ["demo", "--quick", "--no-progress", "--out", train_folder],
+                 ["pretrain-tiny", "--steps", "1", "--out", train_folder]):
+        rc, out, err = run_cli(argv, capsys)
+        assert rc == 2, (argv[0], err)
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and "error:" in lines[0] and str(train_folder) in lines[0], (argv[0], err)
+        assert "belongs to a 'ugrpo train' run" in lines[0] and "new --out" in lines[0]
+    assert {p.name: p.read_bytes() for p in train_folder.iterdir()} == before
+    # a folder of files without a manifest (another tool, an older ugrpo) is refused too
+    legacy = tmp_path / "legacy"
+    legacy.mkdir()
+    (legacy / "metrics.jsonl").write_text('{"step": 0}\n')
+    rc, _, err = run_cli(MSE + ["--out", legacy], capsys)
+    assert rc == 2 and "without a run manifest" in err and (legacy / "metrics.jsonl").read_text() == '{"step": 0}\n'
+
+
+def test_item1_same_command_other_config_is_refused_same_config_reruns(tmp_path, capsys):
+    out = tmp_path / "mse"
+    assert run_cli(MSE + ["--out", out], capsys)[0] == 0
+    assert json.loads((out / "run.json").read_text())["command"] == "mse"
+    rc, _, err = run_cli([a if a != "20" else "30" for a in MSE] + ["--out", out], capsys)
+    assert rc == 2 and "another config" in err and "choose a new --out" in err
+    assert run_cli(MSE + ["--out", out], capsys)[0] == 0  # the same measurement again: fine
+
+
+# ---------------------------------------------------------------------- item 5: sweeps never append to a torn line
+
+
+def test_item5_sweep_rerun_after_a_torn_last_line_keeps_metrics_valid(tmp_path, capsys):
+    out = tmp_path / "sweep"
+    assert run_cli(SWEEP + ["--out", out], capsys)[0] == 0
+    m = out / "metrics.jsonl"
+    lines = m.read_text().splitlines(keepends=True)
+    m.write_text("".join(lines[:-1]) + lines[-1][:40])  # the last row cut off mid-write (a full disk)
+    (out / "results.json").unlink()
+    assert run_cli(SWEEP + ["--out", out], capsys)[0] == 0  # reruns the lost run, appends after a clean line end
+    rows = metrics(out)  # every line parses (raises on a bad line)
+    assert len(rows) == len(lines)
+    assert run_cli(SWEEP + ["--out", out], capsys)[0] == 0  # and later reruns read it fine
+    rc, _, err = run_cli([a if a != "0.5" else "0.7" for a in SWEEP] + ["--out", out], capsys)
+    assert rc == 2 and "lr" in err  # another lr would mix rows of two settings under one (N, G, seed)
+
+
+# ---------------------------------------------------------------------- item 6: pool workers die with their driver
+
+
+DRIVER = """
+import os, sys, time
+from ugrpo.experiments.executors import make_pool
+ex = make_pool(1)
+print(ex.submit(os.getpid).result(), flush=True)
+ex.submit(time.sleep, 120)
+time.sleep(120)
+"""
+
+
+def test_item6_pool_workers_die_when_their_driver_is_killed():
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER], stdout=subprocess.PIPE, text=True, env=env)
+    worker = int(driver.stdout.readline())
+    os.kill(worker, 0)  # alive while the driver lives
+    driver.send_signal(signal.SIGKILL)
+    driver.wait()
+    for _ in range(100):  # at most 10 s
+        try:
+            os.kill(worker, 0)
+        except ProcessLookupError:
+            break
+        if open(f"/proc/{worker}/stat").read().split()[2] == "Z":  # a zombie waiting for its reaper is dead
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(worker, signal.SIGKILL)
+        pytest.fail(f"pool worker {worker} outlived its killed driver")
+
+
+# ---------------------------------------------------------------------- item 10: nothing waits forever
+
+
+def test_item10_a_hanging_reward_function_times_out_and_is_counted(tmp_path):
+    from ugrpo.tasks.base import score
+    from ugrpo.tasks.registry import get_task
+
+    data = tmp_path / "t.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{i}+1=", "answer": "1"}) + "\n" for i in range(3)))
+    task = get_task("custom", data_path=str(data), reward_fn="tests.experiments.test_run_safety:hangs", timeout=0.5)
+    sc = score(task, ["a", "b", "c"], task.train_problems())
+    assert sc.unscorable == [True, True, True] and sc.n_timeouts == 3 and "timed out after 0.5 s" in sc.first_error
+    with pytest.raises(ValueError, match="timeout must be a positive number"):
+        get_task("custom", data_path=str(data), reward_fn="tests.experiments.test_run_safety:hangs", timeout=0)
+
+
+def hangs(completions, answers):
+    time.sleep(30)
+    return [1.0] * len(completions)
+
+
+def test_item10_ray_address_with_nothing_listening_is_one_quick_error():
+    from ugrpo.errors import UserError
+    from ugrpo.experiments.executors import RayOptions, run_jobs
+
+    pytest.importorskip("ray")
+    import socket
+
+    with socket.socket() as s:  # a port with nothing behind it
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(UserError, match=f"--ray-address 127.0.0.1:{port}: nothing answers there"):
+        run_jobs([], workers=1, ray=RayOptions(address=f"127.0.0.1:{port}"), bar=None)
+
+
+# ---------------------------------------------------------------------- item 11: one error line, exit 2
+
+
+def test_item11_user_errors_are_one_error_line_with_exit_2(tmp_path, capsys, tiny_model_dir):
+    bad_yaml = tmp_path / "bad.yaml"
+    bad_yaml.write_text("steps: [1, 2\noptim: {lr: 1e-3\n")
+    a_file = tmp_path / "file.txt"
+    a_file.write_text("x")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    cases = [
+        ["train", "--config", bad_yaml, "--out", tmp_path / "t1"],
+        MSE + ["--out", a_file],
+        ["train", "--out", a_file, "--model.name", tiny_model_dir],
+        ["plan", "--env", "builtin:demo", "--pilot-batch", "100000000000", "--pilot-group", "4", "--budget", "64",
+         "--out", tmp_path / "huge"],
+        # an error raised inside training (not in the config): the prompt does not fit the model's context
+        ["train", "--out", tmp_path / "t2", "--model.name", tiny_model_dir, "--sampling.max_new_tokens", "100000"],
+    ]
+    if os.geteuid() != 0:  # root writes anywhere
+        cases.append(MSE + ["--out", ro / "sub"])
+    for argv in cases:
+        rc, _, err = run_cli(argv, capsys)
+        lines = [x for x in err.strip().splitlines() if "error:" in x]  # (Hugging Face's loading bar aside)
+        assert rc == 2 and len(lines) == 1 and "Traceback" not in err, (argv, rc, err)
+    assert "more than this machine's" in run_cli(cases[3], capsys)[2]
+
+
+# ---------------------------------------------------------------------- item 12: leftovers
+
+
+def test_item12_interrupted_writes_leave_no_temporary_files(tmp_path, monkeypatch):
+    from ugrpo.experiments.pilot_io import Pilot, save_pilot
+    from ugrpo.train.checkpoint import save_checkpoint
+    from ugrpo.train.distributed import DistContext
+
+    stale = tmp_path / "ck" / ".step-3.x1y2.tmp"  # left by a run killed while writing step 3
+    stale.mkdir(parents=True)
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: 1.0)
+    save_checkpoint(tmp_path / "ck", 4, model, opt, sched, DistContext())
+    assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["step-4"]
+
+    pilot = Pilot(rewards=torch.rand(3, 4, dtype=torch.float64), scores=torch.rand(3, 4, 2, dtype=torch.float64))
+
+    def full_disk(path, **arrays):
+        open(path, "wb").write(b"PK\x03\x04 half")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(np, "savez", full_disk)
+    with pytest.raises(OSError):
+        save_pilot(tmp_path / "pilot.npz", pilot)
+    assert list(tmp_path.glob("*pilot*")) == [] and list(tmp_path.glob(".*pilot*")) == []
+
+
+def test_item12_empty_groups_zero_dimension_scores_and_too_long_samples_are_errors(tmp_path, capsys, tiny_model_dir,
+                                                                                  task_args):
+    from ugrpo.experiments.pilot_io import load_pilot
+
+    rc, _, err = run_cli(["mse", "--env", "builtin:demo", "--groups", "", "--out", tmp_path / "g"], capsys)
+    assert rc == 2 and "--groups is empty" in err
+    np.savez(tmp_path / "p.npz", rewards=np.random.rand(3, 4), scores=np.zeros((3, 4, 0)))
+    with pytest.raises(ValueError, match="0 score dimensions"):
+        load_pilot(tmp_path / "p.npz")
+    for cmd in (["plan", "--pilot-batch", "4", "--pilot-group", "4", "--budget", "16"],
+                ["mse", "--reps", "2", "--prompts", "8"]):
+        rc, _, err = run_cli([*cmd, "--model", tiny_model_dir, *task_args, "--max-new-tokens", "100000",
+                              "--out", tmp_path / cmd[0]], capsys)
+        assert rc == 2 and "> model context" in err and "--max-new-tokens" in err, (cmd, err)
+
+
+# ---------------------------------------------------------------------- item 13: exposure
+
+
+def test_item13_no_credentials_forwarded_to_ray_tasks_and_reward_file_announced(tmp_path, monkeypatch, capsys):
+    from ugrpo.experiments.executors import driver_context
+    from ugrpo.experiments.trl_plan import load_reward_function
+
+    monkeypatch.setenv("HF_TOKEN", "hf_secret")
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    env = driver_context()["env"]
+    assert "HF_TOKEN" not in env and env["HF_HOME"] == str(tmp_path)
+    assert not [k for k in env if k.endswith(("_TOKEN", "_KEY", "_SECRET"))]
+    f = tmp_path / "my_reward.py"
+    f.write_text("def acc(completions, **kw):\n    return [1.0] * len(completions)\n")
+    assert load_reward_function(f"{f}:acc")(["a"]) == [1.0]
+    assert f"running the reward file {f}" in capsys.readouterr().err

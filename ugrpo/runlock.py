@@ -1,0 +1,186 @@
+"""What a run folder is and who writes it: the manifest ``run.json`` and the lock ``.lock``.
+
+* The manifest is written first: the command, a hash of its config and the folder format. A
+  command refuses a folder that another command or another config wrote (the error names the
+  folder and the fix: a new ``--out``, or ``--resume`` with the same config), so a measurement
+  can never delete a training run's files, and two configs never mix in one ``metrics.jsonl``.
+* The lock is an exclusive ``flock`` on ``.lock`` held for the life of the process (or until
+  :func:`release`): the kernel drops it on any exit, kill -9 included, so a lock left by a dead
+  process is never in the way; the file names the last holder (pid, host, command) for the error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from ugrpo.errors import RunFolderError
+from ugrpo.fileio import atomic_write_json, to_jsonable
+
+__all__ = ["MANIFEST", "FORMAT", "config_hash", "claim", "release", "read_manifest", "holds_lock", "make_folder"]
+
+MANIFEST = "run.json"
+LOCK = ".lock"
+FORMAT = 1
+RUN_FILES = ("config.json", "metrics.jsonl", "results.json", "report.md")
+"""Files that mark a folder as holding a run's outputs."""
+NOT_HASHED = ("argv", "command", "part", "workers", "ray", "progress", "no_progress")
+"""Config keys that do not change what a run computes (the command line as typed, labels, parallelism)."""
+
+EXTENDABLE: dict[str, tuple[str, ...]] = {"sweep": ("budgets", "groups", "seeds")}
+"""Config keys a rerun may change to extend a run (a sweep's rows are keyed by (N, G, seed), so more cells or
+seeds add rows without mixing); left out of the manifest's hash."""
+LM_SWEEP_CHECKED = ("train_config", "config", "overrides", "steps", "plan_pilot")
+"""Keys of ``sweep --config`` whose training config ``lm_sweep.check_lm_resume`` compares field by field."""
+
+_HELD: dict[str, int] = {}  # real path of a locked folder -> open descriptor of its lock file
+
+
+def config_hash(config: Any, ignore: Iterable[str] = ()) -> str:
+    """sha256 (16 hex digits) of a config's canonical JSON, top-level keys in ``ignore`` left out."""
+    cfg = to_jsonable(config)
+    if isinstance(cfg, dict):
+        skip = set(NOT_HASHED) | set(ignore)
+        cfg = {k: v for k, v in cfg.items() if k not in skip}
+    return hashlib.sha256(json.dumps(cfg, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def read_manifest(folder: str | os.PathLike) -> dict | None:
+    p = Path(folder) / MANIFEST
+    if not p.exists():
+        return None
+    try:
+        m = json.loads(p.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise RunFolderError(f"{p} is not a readable run manifest ({e}); choose a new --out") from e
+    return m if isinstance(m, dict) else None
+
+
+def make_folder(folder: str | os.PathLike) -> Path:
+    """Create the run folder; a file in the way or no permission is a :class:`RunFolderError`."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise RunFolderError(f"--out {folder} is a file, not a folder; choose a new --out")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise RunFolderError(f"cannot create the run folder {folder} ({e.strerror}); choose a writable --out") from e
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise RunFolderError(f"the run folder {folder} is not writable; choose a writable --out")
+    return folder
+
+
+def holds_lock(folder: str | os.PathLike) -> bool:
+    return os.path.realpath(folder) in _HELD
+
+
+def _lock(folder: Path, command: str) -> None:
+    key = os.path.realpath(folder)
+    if key in _HELD:  # this process holds it already (e.g. a sweep that runs its cells in-process)
+        return
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock, the manifest still guards against mixing
+        return
+    fd = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 400, 0).decode(errors="replace").strip() or "another process"
+        os.close(fd)
+        raise RunFolderError(
+            f"the run folder {folder} is in use by {holder}; wait for it to finish, or choose another --out"
+        ) from None
+    except OSError:  # a file system without flock (some network mounts): the manifest still guards
+        os.close(fd)
+        return
+    _HELD[key] = fd
+
+
+def _note_holder(folder: Path, command: str) -> None:
+    """Write who holds the lock into the lock file (read by a refused second writer)."""
+    fd = _HELD.get(os.path.realpath(folder))
+    if fd is not None:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} (ugrpo {command}, since "
+                      f"{time.strftime('%Y-%m-%d %H:%M:%S')})\n".encode(), 0)
+
+
+def release(folder: str | os.PathLike) -> None:
+    """Drop this process's lock on ``folder`` (no-op if not held). Process exit drops it too."""
+    fd = _HELD.pop(os.path.realpath(folder), None)
+    if fd is not None:
+        os.close(fd)  # closing the descriptor releases the flock
+
+
+def claim(
+    folder: str | os.PathLike,
+    command: str,
+    config: Any,
+    *,
+    resume: bool = False,
+    exclusive: bool = False,
+    ignore: Iterable[str] = (),
+) -> Path:
+    """Lock ``folder`` and make sure it is ``command``'s with this config; write the manifest.
+
+    Parameters
+    ----------
+    command : the command that writes the folder ("train", "mse", ...)
+    config : its config (a dict or dataclass); hashed without ``argv`` and the keys in ``ignore``
+    resume : the caller continues the run and compares configs itself (``train --resume``)
+    exclusive : an existing run of the same command and config is refused too unless ``resume``
+        (``train``: a finished or interrupted run is continued, never started over)
+    """
+    folder = make_folder(folder)
+    held = holds_lock(folder)
+    _lock(folder, command)
+    ignore = set(ignore) | set(EXTENDABLE.get(command, ()))
+    if command == "sweep" and isinstance(config, dict) and "train_config" in config:
+        ignore |= set(LM_SWEEP_CHECKED)
+    try:
+        _check(folder, command, config_hash(config, ignore), resume=resume, exclusive=exclusive)
+    except BaseException:
+        if not held:
+            release(folder)
+        raise
+    if not held:
+        _note_holder(folder, command)
+    return folder
+
+
+def _has_results(folder: Path) -> bool:
+    """Whether anything measured is in the folder (a result or a metrics row): a command that failed before
+    measuring anything (bad input found late) leaves nothing that another config could lose."""
+    m = folder / "metrics.jsonl"
+    return (folder / "results.json").exists() or (m.exists() and m.stat().st_size > 0)
+
+
+def _check(folder: Path, command: str, h: str, *, resume: bool, exclusive: bool) -> None:
+    m = read_manifest(folder)
+    again = "--resume with the same config" if exclusive else "the same config"
+    if m is None:
+        present = [f for f in RUN_FILES if (folder / f).exists()]
+        if present and not (resume and (folder / "config.json").exists()):
+            raise RunFolderError(
+                f"{folder} already holds {', '.join(present)} without a run manifest ({MANIFEST}: written by another "
+                f"tool or an older ugrpo); choose a new --out"
+            )
+    elif m.get("command") != command:
+        raise RunFolderError(
+            f"{folder} belongs to a 'ugrpo {m.get('command')}' run; 'ugrpo {command}' will not write into it: "
+            "choose a new --out"
+        )
+    elif not resume and (exclusive or (m.get("config_hash") != h and _has_results(folder))):
+        what = "a run" if m.get("config_hash") == h else "a run with another config"
+        raise RunFolderError(
+            f"{folder} already holds {what} of 'ugrpo {command}'; choose a new --out, or rerun with {again}"
+        )
+    if m is None or m.get("config_hash") != h and not resume:  # new, or a folder with no results taken over
+        atomic_write_json(folder / MANIFEST, {"format": FORMAT, "command": command, "config_hash": h})
