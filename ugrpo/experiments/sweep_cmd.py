@@ -53,6 +53,12 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="steps at which the gap is recorded, comma-separated (default: steps/4, steps/2, 3 steps/4, steps)")
     p.add_argument("--out", required=True, help="run folder (resumed if it holds a sweep with the same settings)")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--allocation", default=None, metavar="RULE[,RULE...]", help="per-prompt G_b rules "
+                   "(uniform,vip,knapsack,ustat) at equal N: gap vs samples per rule (docs/math.md M39)")
+    p.add_argument("--allocation-moments", default="false", help="with --allocation: true = exact per-prompt "
+                   "moments at the current theta (the ceiling); false = the run's own history")
+    p.add_argument("--g-min", type=int, default=2, help="with --allocation: smallest G_b")
+    p.add_argument("--g-max", type=int, default=64, help="with --allocation: largest G_b")
 
 
 def default_checkpoints(steps: int) -> tuple[int, ...]:
@@ -177,8 +183,12 @@ def _main_lm(args: argparse.Namespace) -> int:
 def _main(args: argparse.Namespace) -> int:
     from ugrpo.report.markdown import text_table
 
-    if args.config is not None:
+    if args.config is not None and args.allocation is None:
         return _main_lm(args)
+    if args.allocation is not None:
+        from ugrpo.experiments.sweep_alloc import main_from_args
+
+        return main_from_args(args, command_line("sweep", args))
     results = run(args, command_line("sweep", args))
     last = max(r["checkpoint"] for r in results["rows"])
     rows = [[r["budget"], r["G"], r["B"], r["gap_mean"],
