@@ -82,12 +82,15 @@ def test_samples_to_reach_and_verdicts():
     (["--allocation", "ustat", "--groups", 64, "--g-max", 32], r"exceeds B \* g_max = 1 \* 32"),
     (["--allocation", "ustat", "--baseline", "vanilla"], "uses the LOO baseline"),
     (["--allocation", "ustat", "--allocation-moments", "maybe"], "give true"),
+    (["--g-min", 3], r"--g-min only apply with --allocation"),
+    (["--allocation", "ustat", "--lr", "1,2"], "give one --lr"),
 ])
 def test_bad_input_fails_before_any_work(tmp_path, capsys, extra, match):
     import re
 
     out = tmp_path / "bad"
-    rc, _, err = run_cli(["sweep", "--env", "builtin:demo", "--budget", 64, *FAST, *extra, "--out", out], capsys)
+    fast = [a for i, a in enumerate(FAST) if "--lr" not in (FAST[i], FAST[i - 1])] if "--lr" in extra else FAST
+    rc, _, err = run_cli(["sweep", "--env", "builtin:demo", "--budget", 64, *fast, *extra, "--out", out], capsys)
     assert rc == 2
     assert re.search(match, err), err
     assert not (out / "metrics.jsonl").exists()

@@ -216,12 +216,21 @@ def sweep_allocation(env, cfg: AllocSweepConfig, out: str, argv: Sequence[str] |
     return results
 
 
-def main_from_args(args, argv: Sequence[str] | None) -> int:
-    """``ugrpo sweep --allocation ...`` from parsed ``sweep`` args: validate, run, print the comparison."""
-    from ugrpo.experiments.common import parse_int_list, resolve_env
+def main_from_args(args, argv: Sequence[str] | None) -> int | None:
+    """``ugrpo sweep --allocation ...`` from parsed ``sweep`` args: validate, run, print the comparison.
+
+    Returns None without ``--allocation`` (after checking that none of its own flags was given).
+    """
+    from ugrpo.experiments.common import parse_float_list, parse_int_list, resolve_env
     from ugrpo.experiments.sweep_cmd import default_checkpoints
     from ugrpo.report.markdown import fmt_ci, text_table
 
+    if getattr(args, "allocation", None) is None:
+        own = [f"--{n.replace('_', '-')}" for n in ("allocation_moments", "g_min", "g_max")
+               if getattr(args, n, None) is not None]
+        if own:
+            raise ValueError(f"{', '.join(own)} only apply with --allocation RULE[,RULE...]; add it or drop them")
+        return None
     other = [f"--{n.replace('_', '-')}" for n in ("config", "set", "plan_pilot", "workers", "ray_address")
              if getattr(args, n, None) is not None] + (["--ray"] if getattr(args, "ray", False) else [])
     if other:
@@ -232,7 +241,7 @@ def main_from_args(args, argv: Sequence[str] | None) -> int:
     budgets = parse_int_list(args.budget, name="--budget")
     if len(budgets) != 1:
         raise ValueError(f"--allocation compares rules at one budget; give one --budget, got {budgets}")
-    moments = {"false": "history", "true": "exact"}.get(str(args.allocation_moments).lower())
+    moments = {"false": "history", "true": "exact"}.get(str(args.allocation_moments or "false").lower())
     if moments is None:
         raise ValueError(f"--allocation-moments {args.allocation_moments!r}: give true (exact moments, the ceiling) "
                          "or false (the run's own history)")
@@ -241,11 +250,11 @@ def main_from_args(args, argv: Sequence[str] | None) -> int:
         env=args.env or "builtin:demo", budget=budgets[0],
         rules=tuple(r.strip() for r in str(args.allocation).split(",") if r.strip()),
         groups=tuple(parse_int_list(args.groups, name="--groups")), steps=steps,
-        lr=float(args.lr) if args.lr is not None else 1.0, seeds=args.seeds,
+        lr=_one_lr(parse_float_list(args.lr, name="--lr")) if args.lr is not None else 1.0, seeds=args.seeds,
         checkpoints=(tuple([0, *default_checkpoints(steps)]) if args.checkpoints is None
                      else tuple(parse_int_list(args.checkpoints, name="--checkpoints", minimum=0))),
-        lr_schedule=args.lr_schedule or "constant", seed=args.seed, moments=moments, g_min=args.g_min,
-        g_max=args.g_max)
+        lr_schedule=args.lr_schedule or "constant", seed=args.seed, moments=moments,
+        g_min=2 if args.g_min is None else args.g_min, g_max=64 if args.g_max is None else args.g_max)
     env = resolve_env(cfg.env)
     uniform_group(env, cfg)  # budget errors before any work
     res = sweep_allocation(env, cfg, args.out, argv, progress=not args.no_progress)
@@ -258,3 +267,9 @@ def main_from_args(args, argv: Sequence[str] | None) -> int:
         print(f"{v['rule']}: {v['verdict']}")
     print(f"wrote {args.out}/results.json, allocation_sweep.png, report.md")
     return 0
+
+
+def _one_lr(values: list[float]) -> float:
+    if len(values) != 1:
+        raise ValueError(f"--allocation runs one budget: give one --lr, got {values}")
+    return values[0]

@@ -55,10 +55,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--allocation", default=None, metavar="RULE[,RULE...]", help="per-prompt G_b rules "
                    "(uniform,vip,knapsack,ustat) at equal N: gap vs samples per rule (docs/math.md M39)")
-    p.add_argument("--allocation-moments", default="false", help="with --allocation: true = exact per-prompt "
-                   "moments at the current theta (the ceiling); false = the run's own history")
-    p.add_argument("--g-min", type=int, default=2, help="with --allocation: smallest G_b")
-    p.add_argument("--g-max", type=int, default=64, help="with --allocation: largest G_b")
+    p.add_argument("--allocation-moments", default=None, help="with --allocation: true = exact per-prompt "
+                   "moments at the current theta (the ceiling); false (default) = the run's own history")
+    p.add_argument("--g-min", type=int, default=None, help="with --allocation: smallest G_b (default 2)")
+    p.add_argument("--g-max", type=int, default=None, help="with --allocation: largest G_b (default 64)")
 
 
 def default_checkpoints(steps: int) -> tuple[int, ...]:
@@ -183,12 +183,13 @@ def _main_lm(args: argparse.Namespace) -> int:
 def _main(args: argparse.Namespace) -> int:
     from ugrpo.report.markdown import text_table
 
-    if args.config is not None and args.allocation is None:
-        return _main_lm(args)
-    if args.allocation is not None:
-        from ugrpo.experiments.sweep_alloc import main_from_args
+    from ugrpo.experiments.sweep_alloc import main_from_args
 
-        return main_from_args(args, command_line("sweep", args))
+    rc = main_from_args(args, command_line("sweep", args))  # None without --allocation
+    if rc is not None:
+        return rc
+    if args.config is not None:
+        return _main_lm(args)
     results = run(args, command_line("sweep", args))
     last = max(r["checkpoint"] for r in results["rows"])
     rows = [[r["budget"], r["G"], r["B"], r["gap_mean"],
