@@ -209,7 +209,7 @@ def sweep_allocation(env, cfg: AllocSweepConfig, out: str, argv: Sequence[str] |
     rd.write_config({**new, "argv": list(argv) if argv else None})
     runs, B = run_alloc_sweep(env, cfg, rd, progress=progress)
     rows = aggregate_alloc(runs, cfg.budget)
-    results = {"config": asdict(cfg), "B": B, "G_uniform": runs[0]["G_uniform"], "env_name": env.name,
+    results = {"config": asdict(cfg), "B": B, "G_uniform": runs[0]["G_uniform"], "env_name": env.name or cfg.env,
                "j_star_exact": bool(env.j_star_exact), "rows": rows, "versus_uniform": compare_to_uniform(rows),
                "runs": len(runs)}
     write_alloc_sweep_outputs(rd, results, argv)
