@@ -53,6 +53,12 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="steps at which the gap is recorded, comma-separated (default: steps/4, steps/2, 3 steps/4, steps)")
     p.add_argument("--out", required=True, help="run folder (resumed if it holds a sweep with the same settings)")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--allocation", default=None, metavar="RULE[,RULE...]", help="per-prompt G_b rules "
+                   "(uniform,vip,knapsack,ustat) at equal N: gap vs samples per rule (docs/math.md M44)")
+    p.add_argument("--allocation-moments", default=None, help="with --allocation: true = exact per-prompt "
+                   "moments at the current theta (the ceiling); false (default) = the run's own history")
+    p.add_argument("--g-min", type=int, default=None, help="with --allocation: smallest G_b (default 2)")
+    p.add_argument("--g-max", type=int, default=None, help="with --allocation: largest G_b (default 64)")
 
 
 def default_checkpoints(steps: int) -> tuple[int, ...]:
@@ -177,6 +183,11 @@ def _main_lm(args: argparse.Namespace) -> int:
 def _main(args: argparse.Namespace) -> int:
     from ugrpo.report.markdown import text_table
 
+    from ugrpo.experiments.sweep_alloc import main_from_args
+
+    rc = main_from_args(args, command_line("sweep", args))  # None without --allocation
+    if rc is not None:
+        return rc
     if args.config is not None:
         return _main_lm(args)
     results = run(args, command_line("sweep", args))
