@@ -19,7 +19,15 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from ugrpo.stats.allocation import RULES, PromptStats, allocate, best_uniform, prompt_error
+from ugrpo.stats.allocation import (
+    RULES,
+    PromptStats,
+    allocate,
+    bernoulli_stats,
+    best_uniform,
+    history_stats,
+    prompt_error,
+)
 from ugrpo.stats.intervals import normal_interval
 
 __all__ = ["AllocateConfig", "Lab", "build_lab", "bernoulli_stats", "predicted_stats", "run_allocate", "ratio_ci",
@@ -109,20 +117,6 @@ def _sample_prompts(env, prompts: torch.Tensor, G: int, gen: torch.Generator) ->
     return rewards, W[prompts.unsqueeze(1), act]                               # (n, G), (n, G, D)
 
 
-def bernoulli_stats(p_moments: tuple[np.ndarray, np.ndarray, np.ndarray], m1: np.ndarray, m0: np.ndarray,
-                    g2: np.ndarray) -> PromptStats:
-    """Per-prompt (p, c2, c3) for Bernoulli rewards from E p^k (k = 1, 2, 3) and E[||W||^2 | Z = z] (M38).
-
-    With m_z = E[||W||^2 | Z = z]: E||W (Z - p)||^2 = p(1-p)^2 m1 + (1-p) p^2 m0 and
-    E||W||^2 Var(Z) = (p m1 + (1-p) m0) p(1-p); both are polynomials in p, so their posterior means need only
-    E p, E p^2, E p^3. c2 = E||W(Z-p)||^2 - ||g||^2 (clipped at 0), c3 = E||W||^2 Var(Z) + ||g||^2.
-    """
-    e1, e2, e3 = p_moments
-    e_w2v2 = m1 * (e1 - 2 * e2 + e3) + m0 * (e2 - e3)
-    m2_var = m1 * (e2 - e3) + m0 * (e1 - 2 * e2 + e3)
-    return PromptStats(value=e1, c2=np.clip(e_w2v2 - g2, 0.0, None), c3=m2_var + g2, g_norm2=g2)
-
-
 def predicted_stats(env, cfg: AllocateConfig, gen: torch.Generator) -> tuple[PromptStats, dict]:
     """Per-prompt moments predicted from a simulated history (docs/math.md M38) and how well they predict."""
     P, Gh = env.n_prompts, cfg.history_group
@@ -135,24 +129,11 @@ def predicted_stats(env, cfg: AllocateConfig, gen: torch.Generator) -> tuple[Pro
     idx = prompts.numpy()
     zf, w2f = z.numpy(), w2.numpy()
     visits = np.bincount(idx, minlength=P).astype(float)
-    succ = np.bincount(idx, weights=zf.sum(1), minlength=P)
-    k1 = np.bincount(idx, weights=zf.sum(1), minlength=P)
-    k0 = visits * Gh - k1
-    s1 = np.bincount(idx, weights=(zf * w2f).sum(1), minlength=P)
-    s0 = np.bincount(idx, weights=((1 - zf) * w2f).sum(1), minlength=P)
-    t0s = np.bincount(idx, weights=t0.numpy(), minlength=P)
-    pool1 = s1.sum() / max(k1.sum(), 1.0)
-    pool0 = s0.sum() / max(k0.sum(), 1.0)
-    pool_g = max(t0s.sum() / max(visits.sum(), 1.0), 0.0)
-    kap = cfg.shrink
-    m1 = (s1 + kap * pool1) / (k1 + kap) if kap > 0 else np.where(k1 > 0, s1 / np.maximum(k1, 1), pool1)
-    m0 = (s0 + kap * pool0) / (k0 + kap) if kap > 0 else np.where(k0 > 0, s0 / np.maximum(k0, 1), pool0)
-    g2 = np.clip((t0s + kap * pool_g) / (visits + kap) if kap > 0 else t0s / np.maximum(visits, 1), 0.0, None)
-    a, b = cfg.prior_a + succ, cfg.prior_b + visits * Gh - succ
-    e1 = a / (a + b)                                                            # E p
-    e2 = e1 * (a + 1) / (a + b + 1)                                             # E p^2
-    e3 = e2 * (a + 2) / (a + b + 2)                                             # E p^3
-    pred = bernoulli_stats((e1, e2, e3), m1, m0, g2)
+    pred = history_stats(visits, visits * Gh, np.bincount(idx, weights=zf.sum(1), minlength=P),
+                         np.bincount(idx, weights=(zf * w2f).sum(1), minlength=P),
+                         np.bincount(idx, weights=((1 - zf) * w2f).sum(1), minlength=P),
+                         np.bincount(idx, weights=t0.numpy(), minlength=P),
+                         prior_a=cfg.prior_a, prior_b=cfg.prior_b, shrink=cfg.shrink)
     hist = {"history_samples": int(visits.sum()) * Gh, "prompts_never_visited": int((visits == 0).sum()),
             "mean_visits": float(visits.mean())}
     return pred, hist

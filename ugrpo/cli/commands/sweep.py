@@ -56,6 +56,12 @@ def configure(p: argparse.ArgumentParser) -> None:
                    "steps)")
     p.add_argument("--out", required=True, help="run folder (resumed if it holds a sweep with the same settings)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    p.add_argument("--allocation", default=None, metavar="RULE[,RULE...]", help="per-prompt G_b rules "
+                   "(uniform,vip,knapsack,ustat) at equal N: gap vs samples per rule (docs/math.md M44)")
+    p.add_argument("--allocation-moments", default=None, help="with --allocation: true = exact per-prompt "
+                   "moments at the current theta (the ceiling); false (default) = the run's own history")
+    p.add_argument("--g-min", type=int, default=None, help="with --allocation: smallest G_b (default 2)")
+    p.add_argument("--g-max", type=int, default=None, help="with --allocation: largest G_b (default 64)")
     from ugrpo.experiments.lm_sweep import SWEEP_KEYS
 
     # the sweep sets SWEEP_KEYS itself (--budget, --groups, --seed, --steps); --baseline is the synthetic sweep's
@@ -146,6 +152,12 @@ def main(args: argparse.Namespace) -> int:
     from ugrpo.experiments.sweep import sweep_experiment
     from ugrpo.report.markdown import text_table
 
+    if args.allocation is not None:
+        return _main_alloc(args)
+    own = [f"--{n.replace('_', '-')}" for n in ("allocation_moments", "g_min", "g_max")
+           if getattr(args, n, None) is not None]
+    if own:
+        raise ValueError(f"{', '.join(own)} only apply with --allocation RULE[,RULE...]; add it or drop them")
     if args.config is not None:
         return _main_lm(args)
     results = sweep_experiment(_env_config(args), args.out, argv=command_line("sweep", args),
@@ -163,3 +175,52 @@ def main(args: argparse.Namespace) -> int:
     print(f"wrote {args.out}/results.json, sweep.png, report.md")
     return 0
 
+
+def _alloc_config(args: argparse.Namespace):
+    """The flags of ``sweep --allocation`` -> ``AllocSweepConfig`` (an exact env, one budget, the LOO baseline)."""
+    from ugrpo.experiments.sweep import default_checkpoints
+    from ugrpo.experiments.sweep_alloc import AllocSweepConfig
+
+    other = [f"--{n.replace('_', '-')}" for n in ("config", "set", "plan_pilot", "workers", "ray_address")
+             if getattr(args, n, None) is not None] + (["--ray"] if args.ray else []) + list(args.overrides[:1])
+    if other:
+        raise ValueError(f"--allocation runs on an exact env (--env); drop {', '.join(other)}")
+    if (args.baseline or "grpo") != "grpo":
+        raise ValueError(f"--allocation uses the LOO baseline (grpo), unbiased for any G_b >= 2 (docs/math.md M32); "
+                         f"drop --baseline {args.baseline}")
+    budgets = parse_int_list(args.budget, name="--budget")
+    if len(budgets) != 1:
+        raise ValueError(f"--allocation compares rules at one budget; give one --budget, got {budgets}")
+    moments = {"false": "history", "true": "exact"}.get(str(args.allocation_moments or "false").lower())
+    if moments is None:
+        raise ValueError(f"--allocation-moments {args.allocation_moments!r}: give true (exact moments, the ceiling) "
+                         "or false (the run's own history)")
+    lrs = parse_float_list(args.lr, name="--lr") if args.lr is not None else [1.0]
+    if len(lrs) != 1:
+        raise ValueError(f"--allocation runs one budget: give one --lr, got {lrs}")
+    steps = 200 if args.steps is None else args.steps
+    return AllocSweepConfig(
+        env=args.env or "builtin:demo", budget=budgets[0],
+        rules=tuple(r.strip() for r in str(args.allocation).split(",") if r.strip()),
+        groups=tuple(parse_int_list(args.groups, name="--groups")), steps=steps, lr=lrs[0], seeds=args.seeds,
+        checkpoints=(tuple([0, *default_checkpoints(steps)]) if args.checkpoints is None
+                     else tuple(parse_int_list(args.checkpoints, name="--checkpoints", minimum=0))),
+        lr_schedule=args.lr_schedule or "constant", seed=args.seed, moments=moments,
+        g_min=2 if args.g_min is None else args.g_min, g_max=64 if args.g_max is None else args.g_max)
+
+
+def _main_alloc(args: argparse.Namespace) -> int:
+    from ugrpo.experiments.sweep_alloc import allocation_sweep_experiment
+    from ugrpo.report.markdown import fmt_ci, text_table
+
+    cfg = _alloc_config(args)
+    res = allocation_sweep_experiment(cfg, args.out, argv=command_line("sweep", args), progress=not args.no_progress)
+    last = max(r["checkpoint"] for r in res["rows"])
+    print(f"gap at step {last} (N={cfg.budget}, B={res['B']}; mean over seeds, 95% CI):")
+    print(text_table(["rule", "gap", "95% CI", "seeds"],
+                     [[r["rule"], r["gap_mean"], "-" if r["ci_low"] is None else fmt_ci(r["ci_low"], r["ci_high"]),
+                       r["seeds"]] for r in res["rows"] if r["checkpoint"] == last]))
+    for v in res["versus_uniform"]:
+        print(f"{v['rule']}: {v['verdict']}")
+    print(f"wrote {args.out}/results.json, allocation_sweep.png, report.md")
+    return 0

@@ -1,0 +1,96 @@
+"""``ugrpo sweep --allocation``: run folder on the demo and on a heterogeneous make-env instance, the metrics rows
+equal direct runs, resume, interpolation of samples-to-reach, and bad inputs that fail before any work."""
+
+from __future__ import annotations
+
+import pytest
+
+from ugrpo.envs.io import builtin_env, load_env
+from ugrpo.envs.sgd_alloc import run_algorithm1_alloc
+from ugrpo.experiments.sweep_alloc import compare_to_uniform, samples_to_reach
+
+from .conftest import assert_png, metrics, results, run_cli
+
+FAST = ["--steps", 6, "--lr", 2, "--seeds", 2, "--checkpoints", "0,3,6", "--no-progress"]
+
+
+def test_demo_run_folder_and_rows(tmp_path, capsys):
+    out = tmp_path / "alloc"
+    rc, stdout, err = run_cli(["sweep", "--env", "builtin:demo", "--budget", 64, "--groups", 8,
+                               "--allocation", "uniform,vip,knapsack,ustat", *FAST, "--out", out], capsys)
+    assert rc == 0, err
+    for f in ("config.json", "metrics.jsonl", "results.json", "allocation_sweep.png", "report.md"):
+        assert (out / f).exists(), f
+    assert_png(out / "allocation_sweep.png")
+    res = results(out)
+    assert res["G_uniform"] == 8 and res["B"] == 8
+    assert len(res["rows"]) == 4 * 3 and len(metrics(out)) == 4 * 2
+    assert {v["rule"] for v in res["versus_uniform"]} == {"vip", "knapsack", "ustat"}
+    env = builtin_env("demo")
+    for r in res["rows"]:
+        assert r["samples"] == 64 * r["checkpoint"]
+        if r["checkpoint"] == 0:
+            assert r["gap_mean"] == pytest.approx(env.gap(), abs=1e-12)
+        assert r["ci_low"] is None or 0.0 <= r["ci_low"] <= r["gap_mean"] <= r["ci_high"]
+    m = next(r for r in metrics(out) if (r["rule"], r["seed"]) == ("ustat", 1))
+    direct = run_algorithm1_alloc(env, rule="ustat", N=64, B=8, steps=6, lr=2.0, seeds=[1], checkpoints=[0, 3, 6])
+    assert m["gaps"] == pytest.approx(direct.gaps[0].tolist(), abs=1e-12)
+    assert "ustat" in stdout and "report.md" in stdout
+    assert "cannot tell" in (out / "report.md").read_text() or "than uniform" in (out / "report.md").read_text()
+    before = (out / "metrics.jsonl").read_text()
+    rc, _, err = run_cli(["sweep", "--env", "builtin:demo", "--budget", 64, "--groups", 8,
+                          "--allocation", "uniform,vip,knapsack,ustat", *FAST, "--out", out], capsys)
+    assert rc == 0, err
+    assert (out / "metrics.jsonl").read_text() == before  # resumed: nothing re-run
+
+
+def test_heterogeneous_instance_with_exact_moments(tmp_path, capsys):
+    env_path = tmp_path / "het.json"
+    rc, _, err = run_cli(["make-env", "--kind", "softmax_bandit", "--prompts", 12, "--actions", 4,
+                          "--extreme-fraction", 0.75, "--score-reward-corr", -0.8, "--seed", 7, "--out", env_path],
+                         capsys)
+    assert rc == 0, err
+    out = tmp_path / "het"
+    rc, _, err = run_cli(["sweep", "--env", env_path, "--budget", 48, "--allocation", "uniform,ustat",
+                          "--allocation-moments", "true", *FAST, "--out", out], capsys)
+    assert rc == 0, err
+    res = results(out)
+    env = load_env(env_path)
+    pm = env.exact().policy_moments
+    best = min([2, 4, 8, 16], key=lambda G: (pm.c1 + pm.c2 / G + pm.c3 / (G * (G - 1))) * G / 48)
+    assert res["G_uniform"] == best and res["config"]["moments"] == "exact"
+    assert all(r["frac_samples_zero_std"] >= 0 for r in res["rows"])
+
+
+def test_samples_to_reach_and_verdicts():
+    assert samples_to_reach([(0, 1.0), (100, 0.5), (200, 0.2)], 0.35) == pytest.approx(150.0)
+    assert samples_to_reach([(0, 1.0), (100, 0.5)], 0.1) is None
+    rows = [{"rule": rule, "checkpoint": c, "samples": 10 * c, "gap_mean": g, "se": 0.01, "ci_low": g - 0.02,
+             "ci_high": g + 0.02, "seeds": 16}
+            for rule, gs in (("uniform", (1.0, 0.5)), ("ustat", (1.0, 0.3)), ("vip", (1.0, 0.49)))
+            for c, g in zip((0, 10), gs)]
+    v = {r["rule"]: r for r in compare_to_uniform(rows)}
+    assert v["ustat"]["verdict"] == "lower gap than uniform"
+    assert v["ustat"]["samples_to_uniform_final"] == pytest.approx(100 * 0.5 / 0.7)
+    assert v["vip"]["verdict"].startswith("cannot tell")
+
+
+@pytest.mark.parametrize("extra,match", [
+    (["--allocation", "uniform,dynamic"], r"unknown rule\(s\) \['dynamic'\]; choose among \['uniform', 'vip'"),
+    (["--allocation", "ustat", "--groups", 2, "--g-min", 3], r"budget N = 64 is below B \* g_min = 32 \* 3"),
+    (["--allocation", "ustat", "--g-min", 4, "--g-max", 3], r"need 2 <= g_min <= g_max"),
+    (["--allocation", "ustat", "--groups", 64, "--g-max", 32], r"exceeds B \* g_max = 1 \* 32"),
+    (["--allocation", "ustat", "--baseline", "vanilla"], "uses the LOO baseline"),
+    (["--allocation", "ustat", "--allocation-moments", "maybe"], "give true"),
+    (["--g-min", 3], r"--g-min only apply with --allocation"),
+    (["--allocation", "ustat", "--lr", "1,2"], "give one --lr"),
+])
+def test_bad_input_fails_before_any_work(tmp_path, capsys, extra, match):
+    import re
+
+    out = tmp_path / "bad"
+    fast = [a for i, a in enumerate(FAST) if "--lr" not in (FAST[i], FAST[i - 1])] if "--lr" in extra else FAST
+    rc, _, err = run_cli(["sweep", "--env", "builtin:demo", "--budget", 64, *fast, *extra, "--out", out], capsys)
+    assert rc == 2
+    assert re.search(match, err), err
+    assert not (out / "metrics.jsonl").exists()
