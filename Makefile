@@ -25,8 +25,9 @@ demo: $(STAMP)
 	$(VENV)/bin/ugrpo demo --out runs/demo
 
 test: $(STAMP)
+	$(VENV)/bin/ruff check ugrpo tests benchmarks examples
 	$(PY) -m pytest -q tests
-	$(PY) -m pytest -q --doctest-modules ugrpo/stats
+	$(PY) -m pytest -q --doctest-modules ugrpo
 
 # Results go to benchmarks/results/local/ (untracked); the committed reference results stay in benchmarks/results/.
 bench: $(STAMP)

@@ -119,7 +119,8 @@ def bench_model(size: str, args, tokenizer) -> dict:
     n_sub = min(args.per_sample_rows, args.rows)
     sub = tuple(x[:n_sub] for x in batch)
     scaled = {f"per_sample_backward_k{args.k[-1]}", "exact"}
-    fns[f"per_sample_backward_k{args.k[-1]}"] = lambda: sketch_scores(model, sub, args.k[-1], seed=0, method="per_sample_backward")
+    fns[f"per_sample_backward_k{args.k[-1]}"] = lambda: sketch_scores(model, sub, args.k[-1], seed=0,
+                                                                      method="per_sample_backward")
     if size == "1m":
         fns["exact"] = lambda: per_sample_scores(model, sub)
     times = time_alternating(fns, repeats=args.repeats, warmup=1)
@@ -153,7 +154,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", type=int, default=64, help="N completions (B*G)")
     ap.add_argument("--prompt-len", type=int, default=8)
     ap.add_argument("--completion-len", type=int, default=8)
-    ap.add_argument("--k", type=int, nargs="+", default=[64, 256], help="sketch dimensions (the last also for per-sample backward)")
+    ap.add_argument("--k", type=int, nargs="+", default=[64, 256], help="sketch dimensions (the last also for "
+                    "per-sample backward)")
     ap.add_argument("--per-sample-rows", type=int, default=16, help="rows timed for the per-row methods (scaled to N)")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
@@ -165,7 +167,8 @@ def main(argv=None) -> int:
     for r in results:
         print(f"{r['size']}: D={r['params_D']:,} N={r['rows_N']} tokens={r['real_tokens']}")
         for name, m in r["methods"].items():
-            print(f"  {name:28s} {m['median_s']:8.3f} s  {m['per_row_s'] * 1e3:7.2f} ms/row  time x{m['time_ratio']:5.2f}  "
+            print(f"  {name:28s} {m['median_s']:8.3f} s  {m['per_row_s'] * 1e3:7.2f} ms/row  time "
+                  f"x{m['time_ratio']:5.2f}  "
                   f"peak +{m['peak_extra_mb']:7.1f} MB  mem x{m['mem_ratio']:5.2f}")
     path = write_result("bench_scores", {
         "load_average": os.getloadavg(), "threads": args.threads, "repeats": args.repeats,

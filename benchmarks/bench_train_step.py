@@ -60,7 +60,8 @@ from ugrpo.lm.sampling import sample_groups  # noqa: E402
 from ugrpo.lm.tiny import build_tiny_model  # noqa: E402
 from ugrpo.lm.tokenizer import build_char_tokenizer  # noqa: E402
 from ugrpo.stats.advantages import compute_advantages  # noqa: E402
-from ugrpo.tasks.base import get_task, score  # noqa: E402
+from ugrpo.tasks.base import score  # noqa: E402
+from ugrpo.tasks.registry import get_task  # noqa: E402
 from ugrpo.train.config import BudgetConfig, LossConfig, ModelConfig, OptimConfig, SamplingConfig, TrainConfig  # noqa: E402
 from ugrpo.train.distributed import DistContext  # noqa: E402
 from ugrpo.train.loop import choose_prompts, prompt_seed  # noqa: E402
@@ -80,9 +81,11 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--size", choices=["1m", "4m"], default="1m", help="tiny model size")
     p.add_argument("--lr", type=float, default=1e-5, help="AdamW learning rate (both trainers)")
     p.add_argument("--threads", type=int, default=1,
-                   help="torch.set_num_threads (default 1: on a shared 2-core machine more threads oversubscribe; 0 = torch's default)")
+                   help="torch.set_num_threads (default 1: on a shared 2-core machine more threads oversubscribe; 0 = "
+                   "torch's default)")
     p.add_argument("--budget-s", type=float, default=150.0,
-                   help="stop after the step that crosses this many seconds of stepping (the repeats done are reported)")
+                   help="stop after the step that crosses this many seconds of stepping (the repeats done are "
+                   "reported)")
     p.add_argument("--out", type=Path, default=RESULTS, help="where to write the JSON")
     a = p.parse_args(argv)
     for name in ("prompts", "group_size", "max_new_tokens", "repeats"):
@@ -113,7 +116,8 @@ class UgrpoStep:
         idx = choose_prompts(len(self.problems), B, cfg.seed, step)  # (B,)
         problems = [self.problems[i] for i in idx]
         rollout = sample_groups(
-            self.model, self.tok, [p.prompt for p in problems], G, seeds=[prompt_seed(cfg.seed, step, b) for b in range(B)],
+            self.model, self.tok, [p.prompt for p in problems], G, seeds=[prompt_seed(cfg.seed, step,
+                                                                                      b) for b in range(B)],
             temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p, max_new_tokens=cfg.sampling.max_new_tokens,
         )
         t1 = time.perf_counter()
@@ -199,7 +203,8 @@ def build_trl(model, tok, task, problems, args, n_steps: int, out_dir: Path, *, 
         seed=0,
     )
     data = Dataset.from_dict({"prompt": [p.prompt for p in problems], "pid": list(range(len(problems)))})
-    return GRPOTrainer(model=model, reward_funcs=arithmetic_reward, args=config, train_dataset=data, processing_class=tok)
+    return GRPOTrainer(model=model, reward_funcs=arithmetic_reward, args=config, train_dataset=data,
+                       processing_class=tok)
 
 
 def _median(xs: list[float]) -> float:
@@ -240,7 +245,8 @@ def main(argv: list[str] | None = None) -> dict:
         set_seed(0)
         tmp = tempfile.TemporaryDirectory(prefix="ugrpo-bench-trl-")
         trainer = build_trl(
-            copy.deepcopy(base), tok, task, problems, args, n_steps, Path(tmp.name), gradient_checkpointing=gradient_checkpointing
+            copy.deepcopy(base), tok, task, problems, args, n_steps, Path(tmp.name),
+            gradient_checkpointing=gradient_checkpointing
         )
         bar = tqdm(total=n_steps, desc=f"train-step bench ({name})", unit="step")
         t_pass = time.perf_counter()
@@ -263,7 +269,8 @@ def main(argv: list[str] | None = None) -> dict:
                 times["floor_fwd_bwd"].append(fwd_bwd)
                 times["floor"].append(gen + fwd_bwd)
                 bar.update(1)
-                bar.set_postfix(trl=f"{times['trl'][-1]:.3f}s", ugrpo=f"{times['ugrpo'][-1]:.3f}s", floor=f"{times['floor'][-1]:.3f}s")
+                bar.set_postfix(trl=f"{times['trl'][-1]:.3f}s", ugrpo=f"{times['ugrpo'][-1]:.3f}s",
+                                floor=f"{times['floor'][-1]:.3f}s")
                 if time.perf_counter() - t_pass > budget_s and self.k >= args.warmup + 1:
                     control.should_training_stop = True  # out of time: keep what was measured, say so in the JSON
                 self.t = time.perf_counter()
@@ -274,7 +281,8 @@ def main(argv: list[str] | None = None) -> dict:
         tmp.cleanup()
         W = args.warmup
         if len(times["ugrpo"]) - W < args.repeats:
-            print(f"warning ({name}): time budget reached after {len(times['ugrpo']) - W} of {args.repeats} timed repeats")
+            print(f"warning ({name}): time budget reached after {len(times['ugrpo']) - W} of {args.repeats} timed "
+                  "repeats")
         return times
 
     # main pass: TRL configured like ugrpo (no gradient checkpointing); second pass: TRL's default checkpointing on
@@ -336,7 +344,8 @@ def main(argv: list[str] | None = None) -> dict:
     keys = ("speedup_vs_trl", "overhead_vs_floor", "trl_overhead_vs_floor", "median_step_s", "ugrpo_stage_median_s")
     print(json.dumps({k: result[k] for k in keys}, indent=2))
     if result["trl_gradient_checkpointing"]:
-        print("vs TRL with gradient_checkpointing=True: speedup", round(result["trl_gradient_checkpointing"]["speedup_vs_trl"], 3))
+        print("vs TRL with gradient_checkpointing=True: "
+              "speedup", round(result["trl_gradient_checkpointing"]["speedup_vs_trl"], 3))
     print(f"wrote {args.out}")
     return result
 

@@ -1,4 +1,4 @@
-"""Test-wide settings: no network, deterministic torch."""
+"""Test-wide settings (no network, deterministic torch) and the one tiny model every test package shares."""
 
 import os
 
@@ -20,3 +20,33 @@ def _one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    """The character tokenizer of the built-in tiny models."""
+    from ugrpo.lm.tokenizer import build_char_tokenizer
+
+    return build_char_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def model(tokenizer):
+    """A randomly initialised ~1 M-parameter tiny Qwen2 (seed 0), in memory, in eval mode."""
+    from ugrpo.lm.tiny import build_tiny_model
+
+    m = build_tiny_model(tokenizer, seed=0)
+    m.eval()
+    return m
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, tokenizer) -> str:
+    """Folder of the same random tiny model (seed 0; no warm-up, no cache) with a 64-token context, saved with
+    ``save_pretrained`` next to its tokenizer: what ``--model`` / ``model.name`` take."""
+    from ugrpo.lm.tiny import build_tiny_model
+
+    folder = tmp_path_factory.mktemp("tiny-random")
+    build_tiny_model(tokenizer, seed=0, max_position_embeddings=64).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)

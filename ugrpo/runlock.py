@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ugrpo.errors import RunFolderError
+from ugrpo.fileio import atomic_write_json, to_jsonable
 
 __all__ = ["MANIFEST", "FORMAT", "config_hash", "claim", "release", "read_manifest", "holds_lock", "make_folder"]
 
@@ -43,8 +44,6 @@ _HELD: dict[str, int] = {}  # real path of a locked folder -> open descriptor of
 
 def config_hash(config: Any, ignore: Iterable[str] = ()) -> str:
     """sha256 (16 hex digits) of a config's canonical JSON, top-level keys in ``ignore`` left out."""
-    from ugrpo.runs import to_jsonable
-
     cfg = to_jsonable(config)
     if isinstance(cfg, dict):
         skip = set(NOT_HASHED) | set(ignore)
@@ -164,8 +163,6 @@ def _has_results(folder: Path) -> bool:
 
 
 def _check(folder: Path, command: str, h: str, *, resume: bool, exclusive: bool) -> None:
-    from ugrpo.runs import atomic_write_json
-
     m = read_manifest(folder)
     again = "--resume with the same config" if exclusive else "the same config"
     if m is None:

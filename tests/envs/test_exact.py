@@ -99,7 +99,8 @@ def test_grad_J_is_finite_difference_gradient(kind):
     env = ENVS[kind]()
     theta = env.theta0 + 0.2
     h = 1e-6
-    fd = torch.tensor([(env.J(theta + h * e) - env.J(theta - h * e)) / (2 * h) for e in torch.eye(env.dim, dtype=F64)], dtype=F64)
+    fd = torch.tensor([(env.J(theta + h * e) - env.J(theta - h * e)) / (2 * h) for e in torch.eye(env.dim, dtype=F64)],
+                      dtype=F64)
     torch.testing.assert_close(env.grad_J(theta), fd, rtol=1e-7, atol=1e-9)
     torch.testing.assert_close(env.exact(theta).g, env.grad_J(theta), rtol=1e-13, atol=1e-15)
 

@@ -5,8 +5,16 @@ import json
 import pytest
 import torch
 
-from ugrpo.envs import (EnvFormatError, LinearSoftmax, SoftmaxBandit, builtin_env, list_builtin_envs, load_env,
-                        random_env, save_env)
+from ugrpo.envs import (
+    EnvFormatError,
+    LinearSoftmax,
+    SoftmaxBandit,
+    builtin_env,
+    list_builtin_envs,
+    load_env,
+    random_env,
+    save_env,
+)
 
 GOOD_BANDIT = {"kind": "softmax_bandit", "prompts": [{"logits": [0.0, 1.0], "reward_mean": [0.2, 0.7]},
                                                     {"logits": [0.1, 0.2, 0.3], "reward_mean": [0.5, 0.5, 0.9]}]}
@@ -44,12 +52,14 @@ CASES = [
     ("NaN logit", "NAN", ["prompts[0].logits[1]", "not finite"]),
     ("string reward", _edit(GOOD_BANDIT, _set(["prompts", 0, "reward_mean", 1], "0.5")),
      ["prompts[0].reward_mean[1]", "not a number"]),
-    ("bool logit", _edit(GOOD_BANDIT, _set(["prompts", 0, "logits", 0], True)), ["prompts[0].logits[0]", "not a number"]),
+    ("bool logit", _edit(GOOD_BANDIT, _set(["prompts", 0, "logits", 0], True)), ["prompts[0].logits[0]",
+                                                                                 "not a number"]),
     ("one arm", _edit(GOOD_BANDIT, _set(["prompts", 0], {"logits": [0.0], "reward_mean": [0.5]})),
      ["prompts[0].logits", "at least 2"]),
     ("missing logits", _edit(GOOD_BANDIT, _set(["prompts", 1], {"reward_mean": [0.5, 0.5]})),
      ["prompts[1].logits", "missing"]),
-    ("unknown prompt key", _edit(GOOD_BANDIT, _set(["prompts", 0, "answer"], 3)), ["prompts[0]", "answer", "not allowed"]),
+    ("unknown prompt "
+     "key", _edit(GOOD_BANDIT, _set(["prompts", 0, "answer"], 3)), ["prompts[0]", "answer", "not allowed"]),
     ("empty prompts", _edit(GOOD_BANDIT, _set(["prompts"], [])), ["prompts", "non-empty"]),
     ("prompt not object", _edit(GOOD_BANDIT, _set(["prompts", 1], [1, 2])), ["prompts[1]", "object"]),
     ("linear no theta", _edit(GOOD_LINEAR, lambda d: d.pop("theta")), ["theta", "missing"]),
@@ -57,7 +67,8 @@ CASES = [
      ["prompts[1].features[2]", "3 entries, expected 2"]),
     ("linear K mismatch", _edit(GOOD_LINEAR, _set(["prompts", 0, "reward_mean"], [0.3])),
      ["prompts[0].reward_mean", "1 entries", "prompts[0].features has 2"]),
-    ("linear logits key", _edit(GOOD_LINEAR, _set(["prompts", 0, "logits"], [0.0, 1.0])), ["prompts[0]", "logits", "not allowed"]),
+    ("linear logits "
+     "key", _edit(GOOD_LINEAR, _set(["prompts", 0, "logits"], [0.0, 1.0])), ["prompts[0]", "logits", "not allowed"]),
     ("bandit theta key", _edit(GOOD_BANDIT, _set(["theta"], [0.0])), ["theta", "not allowed"]),
     ("name not string", _edit(GOOD_BANDIT, _set(["name"], 3)), ["name", "string"]),
     ("not an object", [1, 2, 3], ["top level", "JSON object"]),

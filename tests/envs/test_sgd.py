@@ -18,7 +18,7 @@ def demo():
 
 
 def test_g_not_dividing_n_raises(demo):
-    with pytest.raises(ValueError, match=r"G = 6 does not divide the budget N = 256"):
+    with pytest.raises(ValueError, match=r"G=6 does not divide the budget N=256"):
         run_algorithm1(demo, N=256, G=6, steps=1, lr=1.0)
 
 

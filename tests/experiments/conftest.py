@@ -58,18 +58,7 @@ def starts_with_digit(completions, answers):
 def task_args(tmp_path_factory) -> list[str]:
     """A custom task of 20 arithmetic prompts whose reward a random model earns often (rewards vary)."""
     path = tmp_path_factory.mktemp("task") / "train.jsonl"
-    path.write_text("".join(json.dumps({"prompt": f"{i}+{i + 1}=", "answer": str(2 * i + 1)}) + "\n" for i in range(20)))
+    path.write_text("".join(json.dumps({"prompt": f"{i}+{i + 1}=",
+                                        "answer": str(2 * i + 1)}) + "\n" for i in range(20)))
     return ["--task", "custom", "--task-option", f"data_path={path}",
             "--task-option", "reward_fn=tests.experiments.conftest:starts_with_digit"]
-
-
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory) -> Path:
-    """A randomly initialised tiny Qwen2 + character tokenizer saved with save_pretrained."""
-    from ugrpo.lm import build_char_tokenizer, build_tiny_model
-
-    path = tmp_path_factory.mktemp("models") / "rand"
-    tok = build_char_tokenizer()
-    build_tiny_model(tok, seed=0).save_pretrained(path)
-    tok.save_pretrained(path)
-    return path

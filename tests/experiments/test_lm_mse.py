@@ -10,10 +10,11 @@ import pytest
 import torch
 
 from ugrpo.envs.generate import random_env
-from ugrpo.experiments.lm_mse import _components, block_squared_errors, reference_moments
+from ugrpo.experiments.lm_mse import _components
 from ugrpo.experiments.mse import ESTIMATORS
 from ugrpo.stats.advantages import compute_advantages
 from ugrpo.stats.estimator import prompt_gradients
+from ugrpo.stats.mc_mse import block_squared_errors, reference_moments
 
 from .conftest import assert_png, metrics, results, run_cli
 
@@ -71,7 +72,8 @@ def test_reference_corrections_unbiased_against_exact_mse():
         w_ref = float(ref.within_ref_err(idx).mean())
         for e in ESTIMATORS:
             corrected[e].append(float(err[e].mean()) - ref.ref_err - (extra if e == "oracle" else 0.0))
-            corrected[f"within_{e}"].append(float(err[f"within_{e}"].mean()) - w_ref - (extra if e == "oracle" else 0.0))
+            corrected[f"within_{e}"].append(float(err[f"within_{e}"].mean()) - w_ref - (extra if e == "oracle"
+                                                                                        else 0.0))
         corrected["residual"].append(float(err["residual"].mean()) - extra)
         raw["grpo"].append(float(err["grpo"].mean()))
         raw["oracle_ref_only"].append(float(err["oracle"].mean()) - ref.ref_err)
@@ -121,8 +123,8 @@ def test_reference_moments_match_brute_force():
     torch.testing.assert_close(ref.v_ref, z.mean(1))
     tr_cov = sum(float(((wz[p] - wz[p].mean(0)) ** 2).sum()) / (M - 1) for p in range(P))
     assert ref.ref_err == pytest.approx(tr_cov / M / P**2, rel=1e-12)
-    t2 = [sum(float((s[p, i] ** 2).sum()) * float(z[p, j] - z[p, l]) ** 2 / 2
-              for i, j, l in itertools.permutations(range(M), 3)) / (M * (M - 1) * (M - 2)) for p in range(P)]
+    t2 = [sum(float((s[p, i] ** 2).sum()) * float(z[p, j] - z[p, k]) ** 2 / 2
+              for i, j, k in itertools.permutations(range(M), 3)) / (M * (M - 1) * (M - 2)) for p in range(P)]
     assert ref.wvar == pytest.approx(sum(t2) / P, rel=1e-12)
     assert ref.oracle_extra(2, 4) == pytest.approx(ref.wvar / (2 * 4 * M))
 
@@ -141,8 +143,9 @@ def test_block_squared_errors_match_prompt_gradients():
         for j in range(2):
             sl = slice(j * G, (j + 1) * G)
 
-            def ghat(est):
-                adv = torch.stack([compute_advantages(z[r, :, sl], baseline=est, values=v[r] if est == "oracle" else None
+            def ghat(est, sl=sl):
+                adv = torch.stack([compute_advantages(z[r, :, sl], baseline=est,
+                                                      values=v[r] if est == "oracle" else None
                                                       ).advantages for r in range(R)])
                 return torch.stack([prompt_gradients(s[r, :, sl], adv[r]).mean(0) for r in range(R)])
 
@@ -164,7 +167,8 @@ def test_block_squared_errors_match_prompt_gradients():
 
 def test_lm_mse_end_to_end(tmp_path, capsys, tiny_model_dir, task_args):
     out = tmp_path / "m"
-    rc, stdout, err = run_cli(["mse", "--model", tiny_model_dir, *task_args, "--groups", "4,8", "--batch", 2, "--reps", 3,
+    rc, stdout, err = run_cli(["mse", "--model", tiny_model_dir, *task_args, "--groups", "4,8", "--batch", 2, "--reps",
+                               3,
                                "--ref-samples", 8, "--prompts", 4, "--sketch-dim", 16, "--max-new-tokens", 4,
                                "--seed", 3, "--out", out, "--no-progress"], capsys)
     assert rc == 0, err
@@ -214,6 +218,8 @@ def test_lm_mse_bad_inputs_exit_2(tmp_path, capsys, tiny_model_dir):
     ]
     for extra, msg in cases:
         rc, _, err = run_cli([*base, *extra], capsys)
-        assert rc == 2 and err.startswith("error:") and msg in err and len(err.strip().splitlines()) == 1, (extra, err)
-    rc, _, err = run_cli(["mse", "--model", tmp_path / "missing", *TASK, "--prompts", 4, "--out", tmp_path / "o"], capsys)
+        assert rc == 2 and err.startswith("ugrpo mse: "
+                                          "error:") and msg in err and len(err.strip().splitlines()) == 1, (extra, err)
+    rc, _, err = run_cli(["mse", "--model", tmp_path / "missing", *TASK, "--prompts", 4, "--out", tmp_path / "o"],
+                         capsys)
     assert rc == 2 and "missing" in err and len(err.strip().splitlines()) == 1

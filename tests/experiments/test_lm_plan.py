@@ -28,7 +28,8 @@ def test_lm_plan_and_pilot_roundtrip(tmp_path, capsys, tiny_model_dir, task_args
         assert (out / f).exists(), f
     assert_png(out / "plan.png")
     res = results(out)
-    assert {"c1", "c2", "c3", "g_star", "g_star_ci", "candidates", "budget", "pilot", "pilot_cost", "step_cost"} <= set(res)
+    assert {"c1", "c2", "c3", "g_star", "g_star_ci", "candidates", "budget", "pilot", "pilot_cost",
+            "step_cost"} <= set(res)
     assert res["pilot"]["B0"] == 6 and res["pilot"]["G0"] == 8 and res["pilot"]["samples"] == 48
     pc, sc = res["pilot_cost"], res["step_cost"]
     assert pc["samples"] == 48 and pc["seconds"] > 0 and pc["seconds_sketch"] > 0
@@ -69,7 +70,8 @@ def test_lm_plan_bad_inputs_exit_2(tmp_path, capsys, tiny_model_dir):
     ]
     for extra, msg in cases:
         rc, _, err = run_cli([*base, *extra], capsys)
-        assert rc == 2 and err.startswith("error:") and msg in err and len(err.strip().splitlines()) == 1, (extra, err)
+        assert rc == 2 and err.startswith("ugrpo plan: "
+                                          "error:") and msg in err and len(err.strip().splitlines()) == 1, (extra, err)
     rc, _, err = run_cli(["plan", "--env", "builtin:demo", "--pilot-batch", 8, "--pilot-group", 4, "--budget", 32,
                           "--task", "arithmetic", "--out", tmp_path / "o"], capsys)
     assert rc == 2 and "need --model" in err

@@ -23,17 +23,11 @@ SWEEP = ["--budget", "8", "--groups", "2,4", "--steps", "4", "--no-progress"]
 
 
 @pytest.fixture(scope="module")
-def lm_config(tmp_path_factory) -> Path:
+def lm_config(tmp_path_factory, tiny_model_dir) -> Path:
     """A YAML config: random tiny model, dense-reward custom task, eval at steps 0, 2, 4, checkpoints every 2."""
-    from ugrpo.lm.tiny import build_tiny_model
-    from ugrpo.lm.tokenizer import build_char_tokenizer
-
     d = tmp_path_factory.mktemp("lmsweep")
-    tok = build_char_tokenizer()
-    build_tiny_model(tok, seed=0, max_position_embeddings=64).save_pretrained(d / "model")
-    tok.save_pretrained(d / "model")
     files = write_jsonl(d / "train.jsonl", TRAIN_PROMPTS), write_jsonl(d / "eval.jsonl", EVAL_PROMPTS)
-    cfg = small_config(str(d / "model"), files, eval__pass1_samples=2)
+    cfg = small_config(tiny_model_dir, files, eval__pass1_samples=2)
     path = d / "cfg.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
@@ -57,7 +51,8 @@ def test_lm_sweep_files_aggregate_and_resume(tmp_path, capsys, lm_config):
     for n in names:
         cfg = json.loads((out / "runs" / n / "config.json").read_text())
         G, s = int(n.split("-")[1][1:]), int(n[-1])
-        assert (cfg["budget"]["samples_per_step"], cfg["budget"]["group_size"], cfg["seed"], cfg["steps"]) == (8, G, s, 4)
+        assert (cfg["budget"]["samples_per_step"], cfg["budget"]["group_size"], cfg["seed"], cfg["steps"]) == (8, G, s,
+                                                                                                               4)
         assert (out / "runs" / n / "results.json").exists()
     res = results(out)
     assert res["checkpoints"] == [0, 2, 4]
@@ -91,9 +86,25 @@ def test_lm_sweep_files_aggregate_and_resume(tmp_path, capsys, lm_config):
     assert rc == 2 and "optim.lr = 0.01" in err and "optim.lr = 0.5" in err and "new --out" in err, err
 
 
+def test_lm_sweep_takes_dotted_overrides(tmp_path, capsys, lm_config):
+    """``ugrpo sweep --config FILE --optim.lr 0.05``: the same override syntax as ``ugrpo train``, applied to every
+    run (and ``--set`` still works); an unknown dotted field is an error naming the closest one."""
+    out = tmp_path / "dot"
+    argv = ["sweep", "--config", lm_config, "--budget", "8", "--groups", "4", "--seeds", "1", "--steps", "1",
+            "--no-progress", "--out", out]
+    rc, _, err = run_cli([*argv, "--optim.lr", "0.05", "--eval.every", "0", "--set", "optim.grad_clip=2.5"], capsys)
+    assert rc == 0, err
+    cfg = json.loads((out / "runs" / "N8-G4-s0" / "config.json").read_text())
+    assert cfg["optim"]["lr"] == 0.05 and cfg["optim"]["grad_clip"] == 2.5 and cfg["eval"]["every"] == 0
+    rc, _, err = run_cli([*argv[:-1], tmp_path / "bad", "--optim.lrr", "1"], capsys)
+    assert rc == 2 and "unknown config key 'optim.lrr'" in err and "optim.lr" in err, err
+    rc, _, err = run_cli([*argv[:-1], tmp_path / "bad", "--budget.group_size", "2"], capsys)
+    assert rc == 2 and "the sweep sets budget.group_size itself" in err, err
+
+
 def test_lm_sweep_resumes_interrupted_run(tmp_path, capsys, lm_config):
     """A run killed after its step-2 checkpoint resumes from it and ends as if never interrupted."""
-    from ugrpo.train.config_load import load_config
+    from ugrpo.train.config import load_config
     from ugrpo.train.loop import train
 
     pairs = [("steps", 4), ("budget.samples_per_step", 8), ("budget.group_size", 4), ("seed", 0)]
@@ -186,7 +197,7 @@ def test_ray_flags_and_missing_ray(tmp_path, capsys, lm_config, monkeypatch):
 )
 def test_lm_sweep_bad_inputs_before_any_work(tmp_path, capsys, lm_config, extra, expect):
     rc, _, err = run_cli(["sweep", "--config", lm_config, *extra, "--no-progress", "--out", tmp_path / "o"], capsys)
-    assert rc == 2 and err.startswith("error:") and expect in err, err
+    assert rc == 2 and err.startswith("ugrpo sweep: error:") and expect in err, err
     assert not (tmp_path / "o" / "runs").exists()  # nothing trained
 
 
@@ -226,8 +237,8 @@ def test_lm_sweep_planner(tmp_path, capsys, lm_config):
 
 def test_table2_and_t_interval_closed_forms():
     """Table 2 marks the best G per budget at the last checkpoint; the t-interval matches scipy's formula."""
-    from ugrpo.experiments.lm_sweep import t_interval
     from ugrpo.report.lm_sweep_report import table2
+    from ugrpo.stats.intervals import t_interval
 
     rows = [{"budget": N, "G": G, "checkpoint": c, "metric": "eval_accuracy", "mean": v}
             for N, G, c, v in [(8, 2, 0, 0.9), (8, 4, 0, 0.1), (8, 2, 5, 0.25), (8, 4, 5, 0.5),
@@ -245,8 +256,8 @@ def test_table2_and_t_interval_closed_forms():
 def test_best_g_overlap_and_table():
     """The best G per (N, checkpoint) lists exactly the G whose 95% interval overlaps its own; the per-checkpoint
     table drops step 0 and carries the planner's G* among the swept G."""
-    from ugrpo.experiments.lm_sweep import best_lm_groups, swept_g_star
-    from ugrpo.report.lm_sweep_report import best_g_table
+    from ugrpo.experiments.lm_sweep import best_lm_groups
+    from ugrpo.report.lm_sweep_report import best_g_table, swept_g_star
 
     def row(G, c, mean, lo, hi):
         return {"budget": 8, "G": G, "checkpoint": c, "metric": "eval_accuracy", "mean": mean, "ci_low": lo,

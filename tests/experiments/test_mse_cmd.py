@@ -58,13 +58,13 @@ def test_squared_errors_use_common_samples():
     g0 = torch.zeros(env.dim, dtype=torch.float64)  # error against 0 = squared norm of the estimate
     err = squared_errors(batch, g0, B)
     assert set(err) == {*ESTIMATORS, "residual"}
-    # with g = 0 the squared error is ||ghat||^2, and ghat_mean = (G-1)/G ghat_grpo exactly (NOTES.md sec. 3)
+    # with g = 0 the squared error is ||ghat||^2, and ghat_mean = (G-1)/G ghat_grpo exactly (docs/paper.md sec. 3)
     torch.testing.assert_close(err["grpo_mean"], ((G - 1) / G) ** 2 * err["grpo"])
 
 
 def test_mse_bad_inputs_exit_2(tmp_path, capsys, bandit_env_path):
     rc, _, err = run_cli(["mse", "--env", tmp_path / "nope.json", "--out", tmp_path / "o"], capsys)
-    assert rc == 2 and err.startswith("error:") and "nope.json" in err and len(err.strip().splitlines()) == 1
+    assert rc == 2 and err.startswith("ugrpo mse: error:") and "nope.json" in err and len(err.strip().splitlines()) == 1
     rc, _, err = run_cli(["mse", "--env", bandit_env_path, "--groups", "1,4", "--out", tmp_path / "o"], capsys)
     assert rc == 2 and "--groups: 1 is below the minimum 2" in err
     rc, _, err = run_cli(["mse", "--env", bandit_env_path, "--groups", "2,x", "--out", tmp_path / "o"], capsys)

@@ -91,7 +91,7 @@ def test_pilot_roundtrip_same_results(tmp_path, capsys, bandit_env_path):
 def _bad(tmp_path, capsys, pilot, *expect):
     rc, out, err = run_cli(["plan", "--pilot", pilot, "--budget", 64, "--out", tmp_path / "o"], capsys)
     assert rc == 2, (out, err)
-    assert err.startswith("error:") and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("ugrpo plan: error:") and len(err.strip().splitlines()) == 1, err
     for e in expect:
         assert e in err, (e, err)
 

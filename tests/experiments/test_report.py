@@ -63,8 +63,8 @@ def test_read_run(tmp_path):
 
 def test_report_sentences_name_values_not_python_lists():
     """'at G in []' was a raw Python list in a sentence: the readings name the values, or say 'no G'."""
-    from ugrpo.experiments.sweep import reading as sweep_reading
     from ugrpo.report.lm_sweep_report import reading as lm_reading
+    from ugrpo.report.sweep_report import reading as sweep_reading
 
     best = {"budget": 8, "checkpoint": 5, "metric": "eval_accuracy", "G": 4, "mean": 0.5, "tied": [8],
             "overlapping": [2, 8], "seeds": 3, "ci_low": 0.4, "ci_high": 0.6}

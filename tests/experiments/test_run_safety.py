@@ -126,7 +126,8 @@ def test_item6_pool_workers_die_when_their_driver_is_killed():
 
 
 def test_item10_a_hanging_reward_function_times_out_and_is_counted(tmp_path):
-    from ugrpo.tasks.base import get_task, score
+    from ugrpo.tasks.base import score
+    from ugrpo.tasks.registry import get_task
 
     data = tmp_path / "t.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"{i}+1=", "answer": "1"}) + "\n" for i in range(3)))

@@ -93,7 +93,7 @@ def test_sweep_ctrl_c_keeps_rows_and_resumes(tmp_path, capsys, bandit_env_path, 
 )
 def test_sweep_bad_inputs(tmp_path, capsys, bandit_env_path, extra, expect):
     rc, _, err = run_cli(["sweep", "--env", bandit_env_path, *extra, "--out", tmp_path / "o"], capsys)
-    assert rc == 2 and err.startswith("error:") and expect in err, err
+    assert rc == 2 and err.startswith("ugrpo sweep: error:") and expect in err, err
     assert len(err.strip().splitlines()) == 1
 
 

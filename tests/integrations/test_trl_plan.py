@@ -10,19 +10,16 @@ trl = pytest.importorskip("trl", reason="the TRL integration needs `trl` (pip in
 
 from tests.integrations.trl_helpers import PROMPTS  # noqa: E402
 from ugrpo.experiments.trl_plan import load_reward_function, load_trl_config, run_trl_plan  # noqa: E402
-from ugrpo.lm.tiny import build_tiny_model  # noqa: E402
-from ugrpo.lm.tokenizer import build_char_tokenizer  # noqa: E402
 
 REWARD = "tests.integrations.trl_helpers:first_digit_reward"
 
 
 @pytest.fixture(scope="module")
-def files(tmp_path_factory):
+def files(tmp_path_factory, tiny_model_dir):
     root = tmp_path_factory.mktemp("trlplan")
-    tok = build_char_tokenizer()
-    build_tiny_model(tok, size="1m", seed=0).save_pretrained(root / "model")
-    tok.save_pretrained(root / "model")
-    (root / "prompts.jsonl").write_text("".join(json.dumps({"prompt": p, "idx": i}) + "\n" for i, p in enumerate(PROMPTS)))
+    (root / "model").symlink_to(tiny_model_dir, target_is_directory=True)
+    (root / "prompts.jsonl").write_text("".join(json.dumps({"prompt": p, "idx": i}) + "\n" for i,
+                                                p in enumerate(PROMPTS)))
     return root
 
 
@@ -45,7 +42,8 @@ def test_trl_config_plan_writes_trl_answer(files, tmp_path):
         assert (tmp_path / "run" / name).exists(), name
     trl_ = on_disk["trl"]
     assert on_disk["budget"] == trl_["budget_N"] == 64  # 32 per device x 2 accumulation x 1 process
-    assert trl_["current"] == {"num_generations": 4, "per_device_train_batch_size": 32, "gradient_accumulation_steps": 2,
+    assert trl_["current"] == {"num_generations": 4, "per_device_train_batch_size": 32,
+                               "gradient_accumulation_steps": 2,
                                "num_processes": 1, "prompts_per_step": 16,
                                "predicted_mse": next(c["predicted_mse"] for c in on_disk["candidates"] if c["G"] == 4)}
     assert on_disk["pilot"]["B0"] == 64 and on_disk["pilot"]["G0"] == 4
@@ -66,7 +64,8 @@ def test_budget_override_gives_per_device_batch(files, tmp_path):
 
 
 def test_bad_trl_configs_are_clear_errors(files, tmp_path):
-    with pytest.raises(ValueError, match=r"6 \* 1 \* 1 = 6 completions per step is not divisible by num_generations = 4"):
+    with pytest.raises(ValueError, match=r"6 \* 1 \* 1 = 6 completions per step is not divisible by num_generations = "
+                       r"4"):
         load_trl_config(_write(files, "bad1.json", per_device_train_batch_size=6, gradient_accumulation_steps=1))
     with pytest.raises(ValueError, match="has no function 'nope'"):
         run_trl_plan(_write(files, "bad2.json", reward_funcs=["tests.integrations.trl_helpers:nope"]), tmp_path / "r")
@@ -110,13 +109,15 @@ def test_cli_entry_prints_trl_answer(files, tmp_path, capsys):
             "--pilot-batch", "8", "--pilot-group", "4", "--sketch-dim", "999"]
     assert main(argv) == 0
     res = json.loads((tmp_path / "cli" / "results.json").read_text())
-    assert res["pilot"]["B0"] == 8 and res["pilot"]["meta"]["sketch_dim"] == 64 and res["trl"]["message"] in capsys.readouterr().out
+    assert res["pilot"]["B0"] == 8 and res["pilot"]["meta"]["sketch_dim"] == 64
+    assert res["trl"]["message"] in capsys.readouterr().out
 
 
 def test_cli_trl_config_with_another_source_is_an_error(files, tmp_path, capsys):
     from ugrpo.cli import main
 
-    argv = ["plan", "--trl-config", str(_write(files, "cli2.json")), "--env", "builtin:demo", "--out", str(tmp_path / "x")]
+    argv = ["plan", "--trl-config", str(_write(files, "cli2.json")), "--env", "builtin:demo", "--out",
+            str(tmp_path / "x")]
     assert main(argv) == 2
     assert "--trl-config takes the model and data from the TRL config; drop --env" in capsys.readouterr().err
 
@@ -124,5 +125,6 @@ def test_cli_trl_config_with_another_source_is_an_error(files, tmp_path, capsys)
 def test_cli_plan_without_budget_is_an_error(tmp_path, capsys):
     from ugrpo.cli import main
 
-    assert main(["plan", "--env", "builtin:demo", "--pilot-batch", "8", "--pilot-group", "4", "--out", str(tmp_path)]) == 2
+    assert main(["plan", "--env", "builtin:demo", "--pilot-batch", "8", "--pilot-group", "4", "--out",
+                 str(tmp_path)]) == 2
     assert "--budget N is required" in capsys.readouterr().err

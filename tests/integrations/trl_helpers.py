@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import random
 
-PROMPTS = [f"{a}+{b}=" for a, b in random.Random(0).sample([(a, b) for a in range(10, 100) for b in range(10, 100)], 64)]
+PROMPTS = [f"{a}+{b}=" for a, b in random.Random(0).sample([(a, b) for a in range(10, 100) for b in range(10, 100)],
+                                                           64)]
 
 
 def digit_reward(prompts, completions, **kwargs):

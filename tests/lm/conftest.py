@@ -1,22 +1,9 @@
-"""Shared fixtures: a randomly initialised tiny model and its tokenizer (no downloads)."""
+"""Fixtures of the lm tests (``tokenizer`` and ``model`` come from tests/conftest.py)."""
 
 import pytest
 import torch
 
 from ugrpo.lm.tiny import build_tiny_model
-from ugrpo.lm.tokenizer import build_char_tokenizer
-
-
-@pytest.fixture(scope="session")
-def tokenizer():
-    return build_char_tokenizer()
-
-
-@pytest.fixture(scope="session")
-def model(tokenizer):
-    m = build_tiny_model(tokenizer, seed=0)
-    m.eval()
-    return m
 
 
 @pytest.fixture(scope="session")

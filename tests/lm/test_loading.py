@@ -111,6 +111,7 @@ def test_format_prompt(tokenizer):
     assert format_prompt(tokenizer, "12+7=", chat=True) == "12+7="  # no template: unchanged
     assert format_prompt(tokenizer, "12+7=", chat=False) == "12+7="
     tok = __import__("copy").deepcopy(tokenizer)
-    tok.chat_template = "{% for m in messages %}U:{{ m['content'] }}{% endfor %}{% if add_generation_prompt %}A:{% endif %}"
+    tok.chat_template = ("{% for m in messages %}U:{{ m['content'] }}{% endfor %}"
+                         "{% if add_generation_prompt %}A:{% endif %}")
     assert format_prompt(tok, "12+7=", chat=True) == "U:12+7=A:"
     assert format_prompt(tok, "12+7=", chat=False) == "12+7="

@@ -32,7 +32,8 @@ def _slow_reference(model, rollout, temperature=1.0):
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_equals_unpadded_per_sequence_reference(model, rollout, temperature):
     r = rollout
-    fast = completion_logprobs(model, r.prompt_ids, r.prompt_mask, r.completion_ids, r.completion_mask, temperature=temperature)
+    fast = completion_logprobs(model, r.prompt_ids, r.prompt_mask, r.completion_ids, r.completion_mask,
+                               temperature=temperature)
     ref = _slow_reference(model, r, temperature)
     assert fast.shape == r.completion_ids.shape
     assert (fast[r.completion_mask == 0] == 0).all()
@@ -103,12 +104,14 @@ def test_shared_prompt_path_equals_plain_path_values_and_gradients(tokenizer, te
     assert r.prompt_mask.sum(1).unique().numel() == len(PROMPTS)  # three prompt lengths: real left padding
     assert r.completion_mask.sum(1).unique().numel() > 1  # completions of different lengths: right padding
     batches: list[int] = []  # the default is the plain path: one activation row per sequence (what sketch hooks need)
-    hook = m.model.register_forward_pre_hook(lambda mod, a, kw: batches.append(kw["input_ids"].shape[0]), with_kwargs=True)
+    hook = m.model.register_forward_pre_hook(lambda mod, a, kw: batches.append(kw["input_ids"].shape[0]),
+                                             with_kwargs=True)
     plain, g_plain = _logp_and_grads(m, args, temperature=temperature, chunk_size=chunk_size)
     hook.remove()
     assert batches == ([12] if chunk_size is None else [5, 5, 2])
     batches = []  # rows of each forward: the shared path runs 3 distinct prompts, then 12 completions
-    hook = m.model.register_forward_pre_hook(lambda mod, a, kw: batches.append(kw["input_ids"].shape[0]), with_kwargs=True)
+    hook = m.model.register_forward_pre_hook(lambda mod, a, kw: batches.append(kw["input_ids"].shape[0]),
+                                             with_kwargs=True)
     shared, g_shared = _logp_and_grads(m, args, temperature=temperature, chunk_size=chunk_size, share_prompts=True)
     hook.remove()
     assert batches == ([3, 12] if chunk_size is None else [2, 5, 2, 5, 1, 2])
@@ -129,7 +132,9 @@ def test_shared_path_with_uneven_runs_and_one_token_completions(model, tokenizer
     p_ids, p_mask = enc["input_ids"][rows], enc["attention_mask"][rows]
     g = torch.Generator().manual_seed(0)
     c_ids = torch.randint(4, len(tokenizer), (6, 5), generator=g)  # ordinary (non-special) tokens
-    c_mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 1, 1, 0, 0], [1, 0, 0, 0, 0], [1, 1, 1, 1, 0], [1, 1, 1, 1, 1]])
+    c_mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 1, 1, 0, 0], [1, 0, 0, 0, 0], [1, 1, 1, 1, 0], [1, 1,
+                                                                                                                 1, 1,
+                                                                                                                 1]])
     for T in (5, 1):
         a = (p_ids, p_mask, c_ids[:, :T], c_mask[:, :T])
         plain = completion_logprobs(model, *a, share_prompts=False)
@@ -148,7 +153,8 @@ def test_gradient_checkpointing_falls_back_to_plain_path(tokenizer, rollout):
     r = rollout
     args = (r.prompt_ids, r.prompt_mask, r.completion_ids, r.completion_mask)
     batches: list[int] = []
-    hook = m.model.register_forward_pre_hook(lambda mod, a, kw: batches.append(kw["input_ids"].shape[0]), with_kwargs=True)
+    hook = m.model.register_forward_pre_hook(lambda mod, a, kw: batches.append(kw["input_ids"].shape[0]),
+                                             with_kwargs=True)
     shared, g_shared = _logp_and_grads(m, args, share_prompts=True)
     hook.remove()
     assert batches == [len(r.texts)]  # one plain forward over all rows
@@ -165,7 +171,8 @@ def test_shared_path_through_a_lora_wrapper(tokenizer, rollout):
     from ugrpo.lm.tiny import build_tiny_model
 
     torch.manual_seed(0)
-    m = get_peft_model(build_tiny_model(tokenizer, seed=6), LoraConfig(r=4, lora_alpha=8.0, target_modules=["q_proj", "v_proj", "down_proj"]))
+    lora = LoraConfig(r=4, lora_alpha=8.0, target_modules=["q_proj", "v_proj", "down_proj"])
+    m = get_peft_model(build_tiny_model(tokenizer, seed=6), lora)
     with torch.no_grad():  # lora_B starts at 0: make the adapters matter
         for n, p in m.named_parameters():
             if "lora_B" in n:

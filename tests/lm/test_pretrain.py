@@ -42,7 +42,8 @@ def test_a_few_steps_write_a_loadable_folder(tmp_path):
 
 
 def test_training_lowers_the_loss(tmp_path):
-    r = pretrain_tiny(tmp_path / "t", target_accuracy=1.0, steps=16, batch_size=16, eval_every=8, eval_samples=1, progress=False)
+    r = pretrain_tiny(tmp_path / "t", target_accuracy=1.0, steps=16, batch_size=16, eval_every=8, eval_samples=1,
+                      progress=False)
     first, last = r.history[0]["loss"], r.history[-1]["loss"]
     assert last < first < 3.0  # log(22) = 3.09 at random init
 
@@ -59,7 +60,8 @@ def test_bad_arguments(tmp_path):
 def test_cli_runs_and_prints_accuracies(tmp_path, capsys):
     from ugrpo.cli import main
 
-    rc = main(["pretrain-tiny", "--out", str(tmp_path / "cli"), "--steps", "2", "--batch-size", "8", "--eval-every", "2",
+    rc = main(["pretrain-tiny", "--out", str(tmp_path / "cli"), "--steps", "2", "--batch-size", "8", "--eval-every",
+               "2",
                "--target-accuracy", "1.0"])
     out = capsys.readouterr().out
     assert rc == 0 and "sampled accuracy" in out and "greedy accuracy" in out and "NOT reached" in out
@@ -84,7 +86,8 @@ def test_warmup_stream_avoids_every_eval_problem_and_has_correct_answers():
             assert p.endswith("=") and int(a) == _value(p[:-1])
     assert not seen & evals
     assert any("*" in p for p in seen) and any("/" in p for p in seen)
-    assert _training_batch(generate_problems, 128, 0, 7, excluded) == _training_batch(generate_problems, 128, 0, 7, excluded)
+    assert _training_batch(generate_problems, 128, 0, 7, excluded) == _training_batch(generate_problems, 128, 0, 7,
+                                                                                      excluded)
 
 
 def _value(text: str) -> int:

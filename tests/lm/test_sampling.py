@@ -125,7 +125,8 @@ def test_top_p_filter_matches_brute_force(p):
 
 
 def _first_token_counts(model, tokenizer, prompt, n, temperature, top_p):
-    r = sample_groups(model, tokenizer, [prompt], n, seeds=[2024], temperature=temperature, top_p=top_p, max_new_tokens=1)
+    r = sample_groups(model, tokenizer, [prompt], n, seeds=[2024], temperature=temperature, top_p=top_p,
+                      max_new_tokens=1)
     return torch.bincount(r.completion_ids[:, 0], minlength=len(tokenizer)).double()
 
 
@@ -186,13 +187,15 @@ def test_shared_prompt_prefill_gives_the_same_tokens(model, tokenizer, batch_siz
     plain = sample_groups(model, tokenizer, PROMPTS, G, share_prompts=False, **args)
     prefill_rows: list[int] = []  # the shared prefill is the only forward with more than one input column per row
     hook = model.model.register_forward_pre_hook(
-        lambda mod, a, k: prefill_rows.append(k["input_ids"].shape[0]) if k["input_ids"].shape[1] > 1 else None, with_kwargs=True
+        lambda mod, a, k: prefill_rows.append(k["input_ids"].shape[0]) if k["input_ids"].shape[1] > 1 else None,
+        with_kwargs=True
     )
     try:
         shared = sample_groups(model, tokenizer, PROMPTS, G, **args)
     finally:
         hook.remove()
-    # distinct prompts per generate call (rows 0-6, 7-13, 14-19 hold 2, 3, 2 prompts); generate itself then runs 1 column
+    # distinct prompts per generate call (rows 0-6, 7-13, 14-19 hold 2, 3, 2 prompts); generate itself then runs 1
+    # column
     assert prefill_rows == ([len(PROMPTS)] if batch_size is None else [2, 3, 2])
     assert torch.equal(shared.completion_ids, plain.completion_ids)
     assert torch.equal(shared.completion_mask, plain.completion_mask) and shared.texts == plain.texts

@@ -23,7 +23,8 @@ N = B * G
 def _small_model(tokenizer, seed=0):
     cfg = Qwen2Config(
         vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id,
+        num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
     )
     with torch.random.fork_rng(devices=[]):
@@ -64,7 +65,8 @@ def _make_batch(tokenizer):
             c_mask[n, :clen] = 1
             c_ids[n, clen - 1] = tokenizer.eos_token_id
             c_ids[n, clen:] = tokenizer.pad_token_id
-    c_ids[1, 0] = tokenizer.pad_token_id  # a real (unmasked) pad token: its embedding row gets no gradient (padding_idx)
+    c_ids[1,
+          0] = tokenizer.pad_token_id  # a real (unmasked) pad token: its embedding row gets no gradient (padding_idx)
     assert c_mask[1, 0] == 1 and c_ids[1, -1] == tokenizer.eos_token_id
     return p_ids, p_mask, c_ids, c_mask
 
@@ -188,7 +190,8 @@ def test_components_from_sketches_agree_with_exact(small, batch, exact):
 def test_lora_selection_and_linear_trick(tokenizer, batch):
     peft = pytest.importorskip("peft")
     base = _small_model(tokenizer, seed=1)
-    model = peft.get_peft_model(base, peft.LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"], lora_dropout=0.0))
+    model = peft.get_peft_model(base, peft.LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"],
+                                                      lora_dropout=0.0))
     with torch.no_grad():
         for n, p in model.named_parameters():
             if "lora_B" in n:
@@ -214,7 +217,8 @@ def test_state_restored_and_no_grad_written(tokenizer, batch):
     assert [p.requires_grad for p in m.parameters()] == flags and m.training
     assert all(p.grad is None for p in m.parameters())
     # a frozen block can still be selected explicitly
-    W = per_sample_scores(m, tuple(t[:2] for t in batch), params=ScoreSpec(select="modules", patterns=("model.layers.0.*",)))
+    W = per_sample_scores(m, tuple(t[:2] for t in batch), params=ScoreSpec(select="modules",
+                                                                           patterns=("model.layers.0.*",)))
     assert W.abs().sum() > 0
 
 

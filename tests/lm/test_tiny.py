@@ -22,7 +22,8 @@ def test_param_count_in_range(tokenizer, size, lo, hi):
     assert lo <= n <= hi, n
     c = m.config
     assert (c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, c.tie_word_embeddings) == (4, 4, 4, True)
-    assert c.vocab_size == len(tokenizer) and c.eos_token_id == tokenizer.eos_token_id and c.pad_token_id == tokenizer.pad_token_id
+    assert c.vocab_size == len(tokenizer)
+    assert c.eos_token_id == tokenizer.eos_token_id and c.pad_token_id == tokenizer.pad_token_id
 
 
 def test_seeded_and_leaves_global_rng_alone(tokenizer):
@@ -65,7 +66,8 @@ def test_cache_builds_once_atomically_even_when_racing(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(pretrain_mod, "pretrain_tiny", _fake_pretrain(calls, delay=0.5))
     results = []
-    threads = [threading.Thread(target=lambda: results.append(tiny_model_path("base", cache_dir=tmp_path))) for _ in range(3)]
+    threads = [threading.Thread(target=lambda: results.append(tiny_model_path("base",
+                                                                              cache_dir=tmp_path))) for _ in range(3)]
     for t in threads:
         t.start()
     for t in threads:

@@ -5,7 +5,8 @@ from ugrpo.lm.tokenizer import DEFAULT_CHARS, SPECIAL_TOKENS, build_char_tokeniz
 
 
 def test_special_ids_and_padding_side(tokenizer):
-    assert (tokenizer.pad_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.unk_token_id) == (0, 1, 2, 3)
+    assert (tokenizer.pad_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.unk_token_id) == (0, 1,
+                                                                                                                2, 3)
     assert tokenizer.padding_side == "left"
     assert len(tokenizer) == len(SPECIAL_TOKENS) + len(DEFAULT_CHARS)
 
@@ -28,7 +29,8 @@ def test_every_arithmetic_character_is_in_the_vocabulary(tokenizer):
 
 
 def test_unknown_character_maps_to_unk(tokenizer):
-    assert tokenizer("1a", add_special_tokens=False)["input_ids"] == [tokenizer.convert_tokens_to_ids("1"), tokenizer.unk_token_id]
+    assert tokenizer("1a", add_special_tokens=False)["input_ids"] == [tokenizer.convert_tokens_to_ids("1"),
+                                                                      tokenizer.unk_token_id]
 
 
 def test_batch_is_left_padded(tokenizer):

@@ -118,7 +118,8 @@ def test_oracle_and_registry():
 def test_errors_name_the_problem():
     with pytest.raises(ValueError, match="G >= 2, got G = 1"):
         compute_advantages(torch.zeros(3, 1), baseline="grpo")
-    bad = torch.zeros(2, 3); bad[1, 2] = float("nan")
+    bad = torch.zeros(2, 3)
+    bad[1, 2] = float("nan")
     with pytest.raises(ValueError, match=r"non-finite value\(s\), first at \[prompt 1, sample 2\]"):
         compute_advantages(bad)
     with pytest.raises(ValueError, match=r"shape \(B, G\).*got shape \(6,\)"):

@@ -9,9 +9,17 @@ import torch
 from scipy import integrate, linalg, stats
 
 from ugrpo.stats.advantages import compute_advantages
-from ugrpo.stats.asymptotics import (estimator_covariance, gap_limit, gap_weights, identifiable_subspace,
-                                     lyapunov_covariance, prompt_covariances, weighted_chi2_cdf,
-                                     weighted_chi2_quantile, weighted_chi2_sample)
+from ugrpo.stats.asymptotics import (
+    estimator_covariance,
+    gap_limit,
+    gap_weights,
+    identifiable_subspace,
+    lyapunov_covariance,
+    prompt_covariances,
+    weighted_chi2_cdf,
+    weighted_chi2_quantile,
+    weighted_chi2_sample,
+)
 from ugrpo.stats.estimator import prompt_gradients
 from ugrpo.stats.exact_mse import minibatch_mse
 
@@ -49,8 +57,10 @@ def test_scalar_closed_form(lam, gamma, beta):
     res = gap_limit(torch.tensor([[-lam]], dtype=DT), torch.tensor([[gamma]], dtype=DT), beta)
     assert float(res.sigma[0, 0]) == pytest.approx(sigma, rel=1e-13)
     assert float(res.weights[0]) == pytest.approx(lam * sigma / 2, rel=1e-13)
-    assert res.mean == pytest.approx(lam * sigma / 2, rel=1e-13) and res.variance == pytest.approx(2 * (lam * sigma / 2) ** 2)
-    printed = gap_weights(torch.tensor([[-lam]], dtype=DT), torch.tensor([[gamma]], dtype=DT), beta, convention="printed")
+    assert res.mean == pytest.approx(lam * sigma / 2,
+                                     rel=1e-13) and res.variance == pytest.approx(2 * (lam * sigma / 2) ** 2)
+    printed = gap_weights(torch.tensor([[-lam]], dtype=DT), torch.tensor([[gamma]], dtype=DT), beta,
+                          convention="printed")
     assert float(printed[0]) == pytest.approx(lam * sigma / 2 / beta**2, rel=1e-13)
 
 

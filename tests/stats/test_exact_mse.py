@@ -9,7 +9,15 @@ from ugrpo.stats.advantages import compute_advantages
 from ugrpo.stats.estimator import prompt_gradients
 from ugrpo.stats.exact_mse import ESTIMATORS, PolicyMoments, PromptMoments, minibatch_mse, policy_moments, prompt_mse
 
-from ._enumerate import DT, enumerate_group, linear_softmax, policy_moments_exact, prompt_moments_exact, softmax_bandit, true_grads
+from ._enumerate import (
+    DT,
+    enumerate_group,
+    linear_softmax,
+    policy_moments_exact,
+    prompt_moments_exact,
+    softmax_bandit,
+    true_grads,
+)
 
 
 def _estimates(b, p, G, estimator):

@@ -21,7 +21,8 @@ def _brute_argmin(c1, c2, c3, N):
 
 
 @settings(max_examples=60, deadline=None)
-@given(c1=st.floats(1e-4, 10), c2=st.floats(0, 10), c3=st.floats(0, 1e3), N=st.sampled_from([12, 60, 64, 96, 1024, 360]))
+@given(c1=st.floats(1e-4, 10), c2=st.floats(0, 10), c3=st.floats(0, 1e3), N=st.sampled_from([12, 60, 64, 96, 1024,
+                                                                                             360]))
 def test_plan_equals_brute_force_argmin(c1, c2, c3, N):
     plan = plan_group_size((c1, c2, c3), N)
     assert plan.g_star == _brute_argmin(c1, c2, c3, N)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import pytest
 

@@ -131,7 +131,8 @@ def test_bad_reward_fn_specs(reward_module: str, data: Path, spec: str, match: s
 
 def test_bad_rows_and_options(reward_module: str, tmp_path: Path) -> None:
     path = tmp_path / "bad.jsonl"
-    path.write_text(json.dumps({"prompt": "p", "answer": "a"}) + "\n" + json.dumps({"question": "p", "answer": "a"}) + "\n")
+    path.write_text(json.dumps({"prompt": "p", "answer": "a"}) + "\n" + json.dumps({"question": "p",
+                                                                                    "answer": "a"}) + "\n")
     fn = f"{reward_module}:exact"
     with pytest.raises(RowError, match=r"bad\.jsonl:line 2: field 'prompt' is missing"):
         get_task("custom", data_path=str(path), reward_fn=fn).train_problems()

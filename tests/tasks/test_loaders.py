@@ -18,7 +18,8 @@ GSM_ROWS = [
 ]
 MATH_ROWS = [
     {"problem": "What is $1/2$?", "solution": "It is $\\boxed{\\frac{1}{2}}$.", "level": "Level 1", "type": "Algebra"},
-    {"problem": "Two boxes?", "solution": "First \\boxed{3}, finally \\boxed{\\sqrt{\\frac{8}{2}}}", "level": "Level 5"},
+    {"problem": "Two boxes?", "solution": "First \\boxed{3}, finally "
+     "\\boxed{\\sqrt{\\frac{8}{2}}}", "level": "Level 5"},
     {"problem": "Given answer field", "solution": "no box here", "answer": "42"},
 ]
 

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ugrpo.tasks import get_task, score
-from ugrpo.tasks import mathcheck
+from ugrpo.tasks import get_task, mathcheck, score
 from ugrpo.tasks.mathcheck import MathChecker, check_one
 from ugrpo.tasks.qa import plain_final_number
 

@@ -18,7 +18,7 @@ def test_group_size_must_divide_budget_with_divisors_listed():
     with pytest.raises(ValueError) as e:
         config_from_dict({"budget": {"samples_per_step": 1000, "group_size": 48}})
     msg = str(e.value)
-    assert "budget.samples_per_step N=1000 is not divisible by group_size G=48" in msg
+    assert "budget.group_size G=48 does not divide budget.samples_per_step N=1000" in msg
     assert "[1, 2, 4, 5, 8, 10, 20, 25, 40, 50, 100, 125, 200, 250, 500, 1000]" in msg
 
 
@@ -27,13 +27,15 @@ def test_group_size_must_divide_budget_with_divisors_listed():
     [
         ({"budget": {"samples_per_step": 8, "group_size": 1}}, "baseline=grpo needs budget.group_size >= 2"),
         ({"baseline": "loo"}, "baseline='loo' is not valid; choose one of ['vanilla', 'grpo', 'grpo_mean', 'oracle']"),
-        ({"algorithm": 2, "minibatches": 3}, "minibatches m=3 does not divide B = N/G = 8 prompts per step; choose m among [1, 2, 4, 8]"),
+        ({"algorithm": 2, "minibatches": 3}, "minibatches m=3 does not divide B = N/G = 8 prompts per step; choose m "
+         "among [1, 2, 4, 8]"),
         ({"minibatches": 2}, "minibatches=2 needs algorithm=2"),
         ({"loss": {"clip_high": 0.2}}, "need algorithm=2"),
         ({"baseline": "oracle"}, "baseline=oracle needs oracle_samples M >= 1"),
         ({"optim": {"lr": -1}}, "optim.lr=-1.0 must be > 0"),
         ({"loss": {"aggregation": "mean"}}, "loss.aggregation='mean' is not valid"),
-        ({"scale": "std", "budget": {"samples_per_step": 8, "group_size": 1}, "baseline": "vanilla"}, "scale=std with ddof=1 needs"),
+        ({"scale": "std", "budget": {"samples_per_step": 8, "group_size": 1}, "baseline": "vanilla"}, "scale=std with "
+         "ddof=1 needs"),
         ({"steps": 2.5}, "steps=2.5 must be an integer"),
         ({"eval": {"greedy": "yes"}}, "greedy='yes' must be true or false"),
     ],
@@ -63,8 +65,10 @@ def test_overrides_parse_yaml_scalars_and_reach_every_field(tmp_path):
                           "--task.options.prompt_style", "compact", "--eval.greedy", "false"])
     assert cfg.optim.lr == 1e-4 and cfg.budget.group_size == 16 and cfg.prompts_per_step == 4
     assert cfg.algorithm == 2 and cfg.loss.clip_high == 0.28 and cfg.optim.grad_clip is None
-    assert cfg.optim.betas == (0.9, 0.95) and cfg.task.options == {"prompt_style": "compact"} and cfg.eval.greedy is False
-    with pytest.raises(ValueError, match=r"unknown config key 'optim.lrate' in the command-line overrides; did you mean optim.lr"):
+    assert cfg.optim.betas == (0.9,
+                               0.95) and cfg.task.options == {"prompt_style": "compact"} and cfg.eval.greedy is False
+    with pytest.raises(ValueError, match=r"unknown config key 'optim.lrate' in the command-line overrides; did you "
+                       r"mean optim.lr"):
         load_config(p, ["--optim.lrate", "1"])
     with pytest.raises(ValueError, match="has no value"):
         parse_overrides(["--steps"])
@@ -72,7 +76,7 @@ def test_overrides_parse_yaml_scalars_and_reach_every_field(tmp_path):
 
 def test_every_field_is_overridable_from_the_command_line():
     """Each dotted field name parses through the real CLI parser and load_config without error."""
-    from ugrpo.train.train_cmd import configure, overrides_from_args
+    from ugrpo.cli.commands.train import configure
 
     parser = argparse.ArgumentParser()
     configure(parser)
@@ -88,7 +92,7 @@ def test_every_field_is_overridable_from_the_command_line():
         else:
             raw = "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
         args = parser.parse_args(["--out", "x", f"--{name}", raw])
-        assert load_config(None, overrides_from_args(args)) == defaults, name
+        assert load_config(None, args.overrides) == defaults, name
 
 
 def test_config_is_frozen_and_b_is_derived():
@@ -114,11 +118,11 @@ def test_lr_schedules():
 
 
 def test_config_load_imports_first_without_a_cycle():
-    """``import ugrpo.train.config_load`` in a fresh interpreter (before ugrpo.train.config) must work."""
+    """``import ugrpo.train.config.load`` in a fresh interpreter (before ugrpo.train.config) must work."""
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-c", "import ugrpo.train.config_load as c; print(c.load_config.__name__)"],
+    out = subprocess.run([sys.executable, "-c", "import ugrpo.train.config.load as c; print(c.load_config.__name__)"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "load_config"

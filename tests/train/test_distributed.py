@@ -31,11 +31,11 @@ def _run(cmd: list[str], out: Path) -> None:
     assert (out / "checkpoints/step-2/model.safetensors").exists()
 
 
-def test_two_processes_match_one_process(tiny_random_model, task_files, tmp_path):
+def test_two_processes_match_one_process(tiny_model_dir, task_files, tmp_path):
     torchrun = Path(sys.executable).with_name("torchrun")
     if not torchrun.exists():
         pytest.skip("torchrun is not installed next to the Python interpreter")
-    cfg = small_config(tiny_random_model, task_files, steps=2, budget__samples_per_step=16, checkpoint_every=0,
+    cfg = small_config(tiny_model_dir, task_files, steps=2, budget__samples_per_step=16, checkpoint_every=0,
                        eval__greedy=False, eval__pass1_samples=0, optim__name="sgd", optim__lr=0.05)
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -45,7 +45,7 @@ def test_two_processes_match_one_process(tiny_random_model, task_files, tmp_path
           "-m", "ugrpo.cli", "train", "--config", str(path), "--out", str(two)], two)
     a = load_file(str(one / "checkpoints/step-2/model.safetensors"))
     b = load_file(str(two / "checkpoints/step-2/model.safetensors"))
-    start = load_file(f"{tiny_random_model}/model.safetensors")
+    start = load_file(f"{tiny_model_dir}/model.safetensors")
     moved = max((a[k] - start[k]).abs().max().item() for k in a if k in start)
     assert moved > 1e-4  # the runs did update the parameters
     for k in a:  # SGD: the update is linear in the all-reduced gradient, so only float rounding differs

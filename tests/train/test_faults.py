@@ -17,7 +17,8 @@ import torch
 from safetensors.torch import load_file
 from train_helpers import small_config
 
-from ugrpo.tasks.base import get_task, score
+from ugrpo.tasks.base import score
+from ugrpo.tasks.registry import get_task
 from ugrpo.train.checkpoint import load_checkpoint, save_checkpoint
 from ugrpo.train.config import config_from_dict
 from ugrpo.train.distributed import DistContext
@@ -40,10 +41,10 @@ def _sha256(path):
 
 
 @pytest.fixture(scope="module")
-def done_run(tiny_random_model, task_files, tmp_path_factory):
+def done_run(tiny_model_dir, task_files, tmp_path_factory):
     """A finished 4-step run (checkpoints at steps 2 and 4)."""
     out = tmp_path_factory.mktemp("done")
-    cfg = config_from_dict(small_config(tiny_random_model, task_files))
+    cfg = config_from_dict(small_config(tiny_model_dir, task_files))
     return cfg, out, train(cfg, out)
 
 
@@ -89,25 +90,25 @@ def test_item2_second_writer_is_refused_while_the_first_lives_and_a_dead_holder_
 # ---------------------------------------------------------------------- item 3: resume refuses a changed config
 
 
-def test_item3_resume_with_a_changed_config_names_the_field_and_both_values(done_run, tiny_random_model, task_files,
+def test_item3_resume_with_a_changed_config_names_the_field_and_both_values(done_run, tiny_model_dir, task_files,
                                                                            tmp_path):
     cfg, _, _ = done_run
     _interrupted(cfg, tmp_path, 3)
     before = (tmp_path / "config.json").read_text()
     for key, value, field in [("optim__lr", 5e-5, "optim.lr"), ("budget__group_size", 2, "budget.group_size"),
                               ("seed", 4, "seed")]:
-        changed = config_from_dict(small_config(tiny_random_model, task_files, **{key: value}))
+        changed = config_from_dict(small_config(tiny_model_dir, task_files, **{key: value}))
         with pytest.raises(errors().ResumeError, match=rf"{field} is {value!r} but the run .* used "):
             train(changed, tmp_path, resume=True)
     assert (tmp_path / "config.json").read_text() == before  # config.json still describes the run
-    cosine = config_from_dict(small_config(tiny_random_model, task_files, optim__scheduler="cosine"))
+    cosine = config_from_dict(small_config(tiny_model_dir, task_files, optim__scheduler="cosine"))
     with pytest.raises(errors().ResumeError, match="optim.scheduler"):
         train(cosine, tmp_path, resume=True)
-    fewer = config_from_dict(small_config(tiny_random_model, task_files, steps=1))
+    fewer = config_from_dict(small_config(tiny_model_dir, task_files, steps=1))
     with pytest.raises(errors().ResumeError, match="steps=1 but the checkpoint .* is at step 2"):
         train(fewer, tmp_path, resume=True)
     # the cadence may change (RESUMABLE): the run completes
-    cadence = config_from_dict(small_config(tiny_random_model, task_files, eval__every=4, log_every=2))
+    cadence = config_from_dict(small_config(tiny_model_dir, task_files, eval__every=4, log_every=2))
     assert train(cadence, tmp_path, resume=True).steps == 4
 
 
@@ -121,17 +122,17 @@ def test_item4_rewards_beyond_float32_are_unscorable_not_summed(task_files):
     assert sc.rewards == [0.0, 0.5, 0.0] and sc.unscorable == [True, False, True] and sc.n_errors == 2
 
 
-def test_item4_nonfinite_update_stops_by_default_and_is_skipped_and_counted_on_request(tiny_random_model, task_files,
+def test_item4_nonfinite_update_stops_by_default_and_is_skipped_and_counted_on_request(tiny_model_dir, task_files,
                                                                                       tmp_path):
     base = dict(optim__name="sgd", optim__lr=1e30, steps=4, checkpoint_every=1)
-    cfg = config_from_dict(small_config(tiny_random_model, task_files, **base))
+    cfg = config_from_dict(small_config(tiny_model_dir, task_files, **base))
     with pytest.raises(errors().NonFiniteError, match="step 3: the loss .* not finite") as e:
         train(cfg, tmp_path / "stop")
     assert "optim.nonfinite=skip" in str(e.value)
     for ckpt in (tmp_path / "stop" / "checkpoints").glob("step-*"):  # every checkpoint written is finite
         assert all(torch.isfinite(t).all() for t in load_file(str(ckpt / "model.safetensors")).values())
     assert not (tmp_path / "stop" / "final_model").exists()
-    skip = config_from_dict(small_config(tiny_random_model, task_files, optim__nonfinite="skip", **base))
+    skip = config_from_dict(small_config(tiny_model_dir, task_files, optim__nonfinite="skip", **base))
     train(skip, tmp_path / "skip")  # steps 3 and 4 have a NaN loss (the step-2 update made the weights huge)
     final = load_file(str(tmp_path / "skip" / "final_model" / "model.safetensors"))
     assert all(torch.isfinite(t).all() for t in final.values())

@@ -21,10 +21,10 @@ REQUIRED = {
 
 
 @pytest.fixture(scope="module")
-def full_run(tiny_random_model, task_files, tmp_path_factory):
+def full_run(tiny_model_dir, task_files, tmp_path_factory):
     """An uninterrupted 4-step Algorithm-1 run (checkpoints at steps 2 and 4)."""
     out = tmp_path_factory.mktemp("full")
-    cfg = config_from_dict(small_config(tiny_random_model, task_files))
+    cfg = config_from_dict(small_config(tiny_model_dir, task_files))
     return cfg, out, train(cfg, out)
 
 
@@ -83,9 +83,9 @@ def test_killed_and_resumed_run_reaches_the_same_parameters(full_run, tmp_path):
     assert [r.get("reward_mean") for r in rows_b] == [r.get("reward_mean") for r in rows_a]
 
 
-def test_algorithm_2_with_oracle_std_clipping_and_kl(tiny_random_model, task_files, tmp_path):
+def test_algorithm_2_with_oracle_std_clipping_and_kl(tiny_model_dir, task_files, tmp_path):
     cfg = config_from_dict(small_config(
-        tiny_random_model, task_files, steps=2, algorithm=2, minibatches=2, baseline="oracle", oracle_samples=4,
+        tiny_model_dir, task_files, steps=2, algorithm=2, minibatches=2, baseline="oracle", oracle_samples=4,
         scale="std", loss__clip_low=0.2, loss__clip_high=0.2, loss__kl_coef=0.1, loss__aggregation="token_mean",
         eval__every=0, eval__greedy=False, checkpoint_every=0, budget__micro_batch=3,
         task__options__reward_fn="dense_reward:varied",  # every group has distinct rewards, so step 1 moves pi
@@ -101,12 +101,14 @@ def test_algorithm_2_with_oracle_std_clipping_and_kl(tiny_random_model, task_fil
     assert json.loads((tmp_path / "results.json").read_text())["oracle_samples"] == 2 * 2 * 4
 
 
-def test_prompt_longer_than_context_is_an_error_naming_the_problem(tiny_random_model, task_files, tmp_path):
+def test_prompt_longer_than_context_is_an_error_naming_the_problem(tiny_model_dir, task_files, tmp_path):
     train_file = write_jsonl(tmp_path / "long.jsonl", ["1+1=", "1+" * 40 + "1="])
-    cfg = config_from_dict(small_config(tiny_random_model, (train_file, task_files[1]), steps=1))
-    with pytest.raises(ValueError, match=r"train problem 'custom-train-1': prompt has 83 tokens \+ sampling.max_new_tokens=5 > model context 64"):
+    cfg = config_from_dict(small_config(tiny_model_dir, (train_file, task_files[1]), steps=1))
+    with pytest.raises(ValueError, match=r"train problem 'custom-train-1': prompt has 83 tokens \+ "
+                       r"sampling.max_new_tokens=5 > model context 64"):
         train(cfg, tmp_path / "run")
-    skip = config_from_dict(small_config(tiny_random_model, (train_file, task_files[1]), steps=1, task__long_prompts="skip",
+    skip = config_from_dict(small_config(tiny_model_dir, (train_file, task_files[1]), steps=1,
+                                         task__long_prompts="skip",
                                          eval__every=0, checkpoint_every=0))
     result = train(skip, tmp_path / "skip")
     assert result.skipped_prompts == 1

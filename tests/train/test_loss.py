@@ -11,17 +11,16 @@ from ugrpo.stats.advantages import compute_advantages
 from ugrpo.stats.estimator import policy_gradient
 from ugrpo.train.loss import aggregate, k3_kl, policy_loss
 
-
 # ---------------------------------------------------------------------- exact gradient on a tiny model
 
 
 @pytest.fixture(scope="module")
-def tiny_batch(tiny_random_model):
+def tiny_batch(tiny_model_dir):
     """A float64 tiny model and a hand-built batch: B=2 prompts, G=3 completions of varying length."""
     from ugrpo.lm.loading import load_policy
 
-    model = load_policy(tiny_random_model).model.double()
-    tok = load_policy(tiny_random_model).tokenizer
+    model = load_policy(tiny_model_dir).model.double()
+    tok = load_policy(tiny_model_dir).tokenizer
     enc = tok(["12+7=", "3*4="], padding=True, return_tensors="pt")
     G = 3
     prompt_ids = enc["input_ids"].repeat_interleave(G, 0)  # (6, P)
@@ -106,7 +105,8 @@ def test_clipping_value_gradient_and_clip_frac():
     logp, old, adv, mask = _hand(ratios, A)
     out = policy_loss(logp, adv, mask, logp_old=old, clip_low=0.2, clip_high=0.2, aggregation="seq_sum")
     # per token min(mu A, clip(mu, 0.8, 1.2) A):
-    # 1.5*1 -> clip 1.2 (active); 0.5*-1 -> 0.8*-1=-0.8 active; 1.1*1 unclipped; 0.7*1 = 0.7 (min keeps 0.7, not active);
+    # 1.5*1 -> clip 1.2 (active); 0.5*-1 -> 0.8*-1=-0.8 active; 1.1*1 unclipped; 0.7*1 = 0.7 (min keeps 0.7, not
+    # active);
     # 1.5*-2 = -3 (min keeps -3, not active); 0.5*2 = 1.0 (min keeps 1.0, not active)
     objective = [1.2, -0.8, 1.1, 0.7, -3.0, 1.0]
     assert out.loss.item() == pytest.approx(-sum(objective) / 6, abs=1e-12)
@@ -136,12 +136,13 @@ def test_k3_value_and_gradient_by_hand():
     torch.testing.assert_close(k3_kl(logp.detach(), ref), k3)
     assert (k3 >= 0).all() and k3[0, 1] == 0  # K3 >= 0, = 0 where pi = pi_ref
     kappa = 0.3
-    out = policy_loss(logp, torch.zeros(2, dtype=torch.float64), mask, logp_ref=ref, kl_coef=kappa, aggregation="seq_sum")
+    out = policy_loss(logp, torch.zeros(2, dtype=torch.float64), mask, logp_ref=ref, kl_coef=kappa,
+                      aggregation="seq_sum")
     expected_kl = (k3 * mask).sum() / 2
     assert out.kl.item() == pytest.approx(expected_kl.item())
     assert out.loss.item() == pytest.approx(kappa * expected_kl.item())
     out.loss.backward()
-    # d k3 / d logp = 1 - pi_ref / pi  (the true derivative of K3; NOTES.md section 2)
+    # d k3 / d logp = 1 - pi_ref / pi  (the true derivative of K3; docs/paper.md section 2)
     torch.testing.assert_close(logp.grad, kappa * (1 - r) * mask / 2)
 
 

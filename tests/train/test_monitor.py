@@ -19,25 +19,33 @@ from train_helpers import small_config
 from ugrpo.lm.loading import format_prompt, load_policy
 from ugrpo.lm.sampling import sample_groups
 from ugrpo.lm.sketch import sketch_scores
-from ugrpo.stats.components import estimate_components
+from ugrpo.stats.components import Estimate, estimate_components
 from ugrpo.stats.planner import plan_group_size
-from ugrpo.tasks.base import get_task, score
+from ugrpo.tasks.base import score
+from ugrpo.tasks.registry import get_task
 from ugrpo.train.config import config_from_dict, load_config
 from ugrpo.train.loop import _line, choose_prompts, prompt_seed, train
 from ugrpo.train.monitor import (
-    MONITOR_KEYS, MonitorRecord, TrainMonitor, advise, bootstrap_seed, console_column, measure, monitor_row,
-    sketch_seed, warning_text,
+    MONITOR_KEYS,
+    MonitorRecord,
+    TrainMonitor,
+    advise,
+    bootstrap_seed,
+    console_column,
+    measure,
+    monitor_row,
+    sketch_seed,
+    warning_text,
 )
-from ugrpo.stats.components import Estimate
 
 MON = {"monitor_every": 2, "monitor_sketch_dim": 64, "monitor_n_boot": 100, "monitor_pool": 2}
 
 
 @pytest.fixture(scope="module")
-def monitored_run(tiny_random_model, task_files, tmp_path_factory):
+def monitored_run(tiny_model_dir, task_files, tmp_path_factory):
     """4 steps, N=16, G=4 (B=4), monitored at steps 2 and 4 (step 4 pools steps 2 and 4); checkpoints every step."""
     out = tmp_path_factory.mktemp("monitored")
-    cfg = config_from_dict(small_config(tiny_random_model, task_files, budget__samples_per_step=16,
+    cfg = config_from_dict(small_config(tiny_model_dir, task_files, budget__samples_per_step=16,
                                         checkpoint_every=1, eval__every=0, eval__n_problems=0, **MON))
     train(cfg, out)
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
@@ -57,8 +65,10 @@ def _batch(cfg, out, step):
     roll = sample_groups(model, tok, [format_prompt(tok, p.prompt, chat=cfg.model.chat) for p in chosen], G,
                          seeds=[prompt_seed(cfg.seed, step, b) for b in range(B)], temperature=cfg.sampling.temperature,
                          top_p=cfg.sampling.top_p, max_new_tokens=cfg.sampling.max_new_tokens)
-    z = torch.tensor(score(task, roll.texts, [p for p in chosen for _ in range(G)]).rewards, dtype=torch.float64).view(B, G)
-    w = sketch_scores(model, roll, cfg.monitor_sketch_dim, seed=sketch_seed(cfg.seed), temperature=cfg.sampling.temperature)
+    z = torch.tensor(score(task, roll.texts, [p for p in chosen for _ in range(G)]).rewards,
+                     dtype=torch.float64).view(B, G)
+    w = sketch_scores(model, roll, cfg.monitor_sketch_dim, seed=sketch_seed(cfg.seed),
+                      temperature=cfg.sampling.temperature)
     return z, w.double().view(B, G, -1)
 
 
@@ -200,18 +210,18 @@ def test_pool_concatenates_recent_batches(monkeypatch):
 # ------------------------------------------------------------------------------------------ config
 
 
-def test_config_errors(tiny_random_model, task_files):
+def test_config_errors(tiny_model_dir, task_files):
     with pytest.raises(ValueError, match=r"the c2/c3 estimators need G >= 4.*G=2"):
-        config_from_dict(small_config(tiny_random_model, task_files, budget__group_size=2, monitor_every=5))
-    config_from_dict(small_config(tiny_random_model, task_files, budget__group_size=2))  # off: G=2 is fine
+        config_from_dict(small_config(tiny_model_dir, task_files, budget__group_size=2, monitor_every=5))
+    config_from_dict(small_config(tiny_model_dir, task_files, budget__group_size=2))  # off: G=2 is fine
     with pytest.raises(ValueError, match=r"B = N/G >= 2 prompts"):
-        config_from_dict(small_config(tiny_random_model, task_files, budget__group_size=8, monitor_every=1))
+        config_from_dict(small_config(tiny_model_dir, task_files, budget__group_size=8, monitor_every=1))
     with pytest.raises(ValueError, match="monitor_n_boot=1"):
-        config_from_dict(small_config(tiny_random_model, task_files, monitor_every=1, monitor_n_boot=1))
+        config_from_dict(small_config(tiny_model_dir, task_files, monitor_every=1, monitor_n_boot=1))
     with pytest.raises(ValueError, match="monitor_pool=0"):
-        config_from_dict(small_config(tiny_random_model, task_files, monitor_pool=0))
+        config_from_dict(small_config(tiny_model_dir, task_files, monitor_pool=0))
     with pytest.raises(ValueError, match="monitor_every=-1"):
-        config_from_dict(small_config(tiny_random_model, task_files, monitor_every=-1))
+        config_from_dict(small_config(tiny_model_dir, task_files, monitor_every=-1))
 
 
 def test_cli_flag_names(tmp_path):

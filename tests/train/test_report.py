@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from ugrpo.report.train_report import _accuracy_series, write_report
 from ugrpo.runs import RunDir
-from ugrpo.stats.proportions import wilson_interval
-from ugrpo.train.report import _accuracy_series, write_report
+from ugrpo.stats.intervals import wilson_interval
 
 
 def _rows() -> list[dict]:

@@ -40,9 +40,9 @@ import torch
 trl = pytest.importorskip("trl", reason="the TRL peer test needs `trl` (pip install 'ugrpo[trl]')")
 
 from ugrpo.lm.logprobs import completion_logprobs  # noqa: E402
+from ugrpo.lm.sampling import completion_mask_from_ids  # noqa: E402
 from ugrpo.lm.tiny import build_tiny_model  # noqa: E402
 from ugrpo.lm.tokenizer import build_char_tokenizer  # noqa: E402
-from ugrpo.lm.sampling import completion_mask_from_ids  # noqa: E402
 from ugrpo.stats.advantages import compute_advantages  # noqa: E402
 from ugrpo.train.loss import policy_loss  # noqa: E402
 

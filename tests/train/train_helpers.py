@@ -25,7 +25,8 @@ def small_config(model: str, task_files, **overrides) -> dict:
     train, ev = task_files
     cfg: dict = {
         "model": {"name": model},
-        "task": {"name": "custom", "options": {"data_path": train, "eval_path": ev, "reward_fn": "dense_reward:sevens"}},
+        "task": {"name": "custom", "options": {"data_path": train, "eval_path": ev,
+                                               "reward_fn": "dense_reward:sevens"}},
         "budget": {"samples_per_step": 8, "group_size": 4},
         "sampling": {"max_new_tokens": 5},
         "steps": 4,

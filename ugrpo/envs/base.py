@@ -10,7 +10,7 @@ replacement) from the P prompts. ``softmax_bandit`` is the special case where ph
 one-hot vector of arm (x, a), so theta is all logits concatenated (tabular softmax).
 
 Because everything is finite, every quantity of the paper is an exact finite sum over
-(x, a, z): the value V(x) = sum_a pi r, the prompt gradient g(x) = E[W Z | x] (NOTES.md sec. 1,
+(x, a, z): the value V(x) = sum_a pi r, the prompt gradient g(x) = E[W Z | x] (docs/paper.md sec. 1,
 the intended form of the printed g(x; theta)), the minibatch target g = E_X g(X) (paper eq. (8)),
 tr Sigma_oracle(x) (paper eq. (7)) and the constants c1, c2, c3 of Theorem 7 (eq. (11)).
 
@@ -21,19 +21,19 @@ Layout: prompts may have different numbers of actions K_x; tensors are padded to
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Sequence
 
 import torch
 from torch import Tensor
 
 from ugrpo.errors import check_allocation
 
+from ..stats.estimators import EstimatorName
 from ..stats.exact_mse import PolicyMoments, PromptMoments, minibatch_mse, policy_moments
 
 __all__ = ["SyntheticPolicy", "ExactQuantities", "SampledBatch", "EstimatorName", "SIGMA_MAX_DIM"]
 
-EstimatorName = Literal["vanilla", "grpo", "grpo_mean", "oracle"]
 SIGMA_MAX_DIM = 256
 """``ExactQuantities.sigma_oracle_x`` (P, D, D) is materialised only when D <= this."""
 _SIGMA_MAX_ENTRIES = 50_000_000  # and P * D * D <= this (400 MB of float64)
@@ -41,7 +41,7 @@ _SIGMA_MAX_ENTRIES = 50_000_000  # and P * D * D <= this (400 MB of float64)
 
 @dataclass(frozen=True)
 class SampledBatch:
-    """One on-policy batch of Algorithm 1 (NOTES.md sec. 2).
+    """One on-policy batch of Algorithm 1 (docs/paper.md sec. 2).
 
     Attributes
     ----------
@@ -162,7 +162,7 @@ class SyntheticPolicy:
         return W * self.action_mask.unsqueeze(-1).to(W.dtype)
 
     def J(self, theta: Tensor | None = None) -> Tensor | float:
-        """J(theta) = E_X sum_a pi(a|X) r(X,a) (NOTES.md sec. 1); a float, or (S,) for batched theta."""
+        """J(theta) = E_X sum_a pi(a|X) r(X,a) (docs/paper.md sec. 1); a float, or (S,) for batched theta."""
         v = (self.probs(theta) * self.reward_mean).sum(-1).mean(-1)
         return float(v) if v.ndim == 0 else v
 
@@ -176,7 +176,7 @@ class SyntheticPolicy:
         return float(r.max(dim=1).values.mean())
 
     def gap(self, theta: Tensor | None = None) -> Tensor | float:
-        """Suboptimality gap J_star - J(theta) (NOTES.md sec. 1); batched theta gives (S,)."""
+        """Suboptimality gap J_star - J(theta) (docs/paper.md sec. 1); batched theta gives (S,)."""
         return self.J_star() - self.J(theta)
 
     def grad_J(self, theta: Tensor | None = None) -> Tensor:

@@ -105,7 +105,8 @@ def env_from_dict(data: Any, *, source: str = "<dict>") -> SyntheticPolicy:
             raise _fail(src, f, f"must be an object with keys {list(_PROMPT_KEYS[kind])}, got {type(pr).__name__}")
         unknown = sorted(set(pr) - set(_PROMPT_KEYS[kind]))
         if unknown:
-            raise _fail(src, f"{f} key(s) {unknown}", f"not allowed for kind {kind!r}; allowed: {list(_PROMPT_KEYS[kind])}")
+            raise _fail(src, f"{f} key(s) {unknown}", f"not allowed for kind {kind!r}; allowed: "
+                        f"{list(_PROMPT_KEYS[kind])}")
         for key in _PROMPT_KEYS[kind]:
             if key not in pr:
                 raise _fail(src, f"{f}.{key}", "is missing")

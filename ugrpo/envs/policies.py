@@ -5,7 +5,7 @@
 * ``LinearSoftmax``: one shared theta in R^d, pi(a|x) propto exp(theta . phi(x, a)),
   W(x, a) = phi(x, a) - sum_b pi(b|x) phi(x, b).
 
-J_star (the ``max_theta E^{pi_theta} Z`` of the suboptimality gap, NOTES.md sec. 1):
+J_star (the ``max_theta E^{pi_theta} Z`` of the suboptimality gap, docs/paper.md sec. 1):
 * softmax_bandit: exactly mean_x max_a r(x, a). It is a supremum, not a maximum: it is
   approached as the logit of the best arm goes to +infinity, so the gap of any finite theta is
   > 0 (unless all arms of every prompt tie).
@@ -17,7 +17,7 @@ J_star (the ``max_theta E^{pi_theta} Z`` of the suboptimality gap, NOTES.md sec.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor

@@ -18,15 +18,18 @@ torch.Generator per seed); its row s equals :func:`run_algorithm1` with ``seed=s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal
 
 import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
 from ..stats.advantages import BASELINES, compute_advantages
+from ..stats.budget import check_divides
 from ..stats.estimator import prompt_gradients
+from ..stats.estimators import GROUP_BASELINES
 from .base import SyntheticPolicy
 
 __all__ = ["Algorithm1Result", "Algorithm1BatchResult", "run_algorithm1", "run_algorithm1_batch"]
@@ -91,13 +94,10 @@ def _validate(env: SyntheticPolicy, N: int, G: int, steps: int, lr: float, basel
     for name, v in (("N", N), ("G", G), ("steps", steps)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{name} must be a positive integer, got {v!r}")
-    if N % G:
-        raise ValueError(f"group size G = {G} does not divide the budget N = {N} (B = N / G must be an "
-                         f"integer); choose G among the divisors of N, e.g. "
-                         f"{[d for d in range(1, N + 1) if N % d == 0][:12]}")
+    check_divides(N, G)
     if baseline not in BASELINES:
         raise ValueError(f"unknown baseline {baseline!r}; choose one of {sorted(BASELINES)}")
-    if baseline in ("grpo", "grpo_mean") and G < 2:
+    if baseline in GROUP_BASELINES and G < 2:
         raise ValueError(f"baseline {baseline!r} needs G >= 2, got G = {G}")
     if lr_schedule not in ("constant", "inverse"):
         raise ValueError(f"unknown lr_schedule {lr_schedule!r}; choose 'constant' or 'inverse'")

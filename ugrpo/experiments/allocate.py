@@ -28,8 +28,10 @@ from ugrpo.stats.allocation import (
     history_stats,
     prompt_error,
 )
+from ugrpo.stats.intervals import normal_interval
 
-__all__ = ["AllocateConfig", "Lab", "build_lab", "bernoulli_stats", "predicted_stats", "run_allocate", "ratio_ci"]
+__all__ = ["AllocateConfig", "Lab", "build_lab", "bernoulli_stats", "predicted_stats", "run_allocate", "ratio_ci",
+           "allocate_experiment"]
 
 
 @dataclass(frozen=True)
@@ -180,7 +182,8 @@ def ratio_ci(a: np.ndarray, b: np.ndarray) -> dict:
     n = len(a)
     r = float(a.mean() / b.mean())
     se = float(np.std(a - r * b, ddof=1) / math.sqrt(n) / b.mean()) if n > 1 else 0.0
-    return {"ratio": r, "ci_low": max(0.0, r - 1.96 * se), "ci_high": r + 1.96 * se}
+    lo, hi = normal_interval(r, se)
+    return {"ratio": r, "ci_low": max(0.0, lo), "ci_high": hi}
 
 
 def run_allocate(env, cfg: AllocateConfig, progress: bool = False) -> dict:
@@ -211,9 +214,9 @@ def run_allocate(env, cfg: AllocateConfig, progress: bool = False) -> dict:
                 tot = lab.c1 / B + within
                 se = float(np.std(within, ddof=1) / math.sqrt(nb)) if nb > 1 else 0.0
                 m = float(tot.mean())
+                lo, hi = normal_interval(m, se)
                 row = {"rule": rule, "moments": moments, "budget": cfg.budget, "unit": unit, "B": B, "mse": m,
-                       "ci_low": max(lab.c1 / B if "+" not in rule else 0.0, m - 1.96 * se),
-                       "ci_high": m + 1.96 * se, "exact": False,
+                       "ci_low": max(lab.c1 / B if "+" not in rule else 0.0, lo), "ci_high": hi, "exact": False,
                        "batches": nb, "mean_cost": float(cost.mean())}
                 if rule == "uniform":
                     row["G"] = Gt
@@ -239,3 +242,22 @@ def _ratios(per_batch: dict, rules: tuple[str, ...]) -> list[dict]:
                 out.append({"unit": unit, "moments": moments, "numerator": rule, "denominator": other,
                             **ratio_ci(v, w[: len(v)])})
     return out
+
+
+def allocate_experiment(cfg: AllocateConfig, env_spec: str, out: str, *, argv: list[str] | None = None,
+                        progress: bool = False) -> dict:
+    """``ugrpo allocate``: every rule on the env ``env_spec`` (JSON or builtin:NAME) into the run folder ``out``
+    (config.json, results.json, allocation.png, report.md); returns the results."""
+    import time
+
+    from ugrpo.experiments.common import resolve_env
+    from ugrpo.report.allocate_report import write_allocate_outputs
+    from ugrpo.runs import RunDir
+
+    env = resolve_env(env_spec)
+    rd = RunDir(out)
+    rd.write_config({**cfg.__dict__, "env": env_spec, "command": "allocate", "argv": argv})
+    t0 = time.perf_counter()
+    results = run_allocate(env, cfg, progress=progress)
+    write_allocate_outputs(rd, results, argv, time.perf_counter() - t0)
+    return results

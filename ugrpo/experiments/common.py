@@ -1,4 +1,4 @@
-"""Shared plumbing of the experiment commands: argument parsing, env lookup, error exits.
+"""Shared plumbing of the experiment commands: parsing of list flags, env and theta lookup, worker counts.
 
 Kept free of math: the commands' logic lives in ``mse.py``, ``plan.py``, ``sweep.py``.
 """
@@ -6,9 +6,9 @@ Kept free of math: the commands' logic lives in ``mse.py``, ``plan.py``, ``sweep
 from __future__ import annotations
 
 import math
-import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -18,9 +18,7 @@ __all__ = [
     "resolve_env",
     "env_theta0",
     "parse_theta",
-    "mean_ci",
-    "guarded",
-    "check_divides",
+    "resolve_theta",
     "command_line",
 ]
 
@@ -96,6 +94,16 @@ def parse_theta(text: str | None, env) -> torch.Tensor:
     return torch.tensor(vals, dtype=torch.float64)
 
 
+def resolve_theta(env, theta: Sequence[float] | None) -> torch.Tensor:
+    """Parameters given as numbers (length D) or None -> the env's theta0; a clear error on a wrong length."""
+    theta0 = env_theta0(env)
+    if theta is None:
+        return theta0
+    if len(theta) != theta0.numel():
+        raise ValueError(f"--theta has {len(theta)} values but the env has D = {theta0.numel()} parameters")
+    return torch.tensor([float(v) for v in theta], dtype=torch.float64)
+
+
 def available_cores() -> int:
     """CPU cores this process may run on (its affinity mask where the OS has one): the default ``--workers``."""
     import os
@@ -111,38 +119,6 @@ def default_workers() -> int:
     a GPU is visible (pool workers would all train on the same device; spread runs over GPUs with
     ``--ray --ray-gpus 1``)."""
     return 1 if torch.cuda.is_available() else available_cores()
-
-
-def check_divides(budget: int, G: int) -> None:
-    """The budget contract (DESIGN.md): G must divide N; never a silent rounding."""
-    if budget % G != 0:
-        raise ValueError(
-            f"group size G={G} does not divide the budget N={budget} (N = B*G); "
-            f"choose G among the divisors of {budget} or change --budget"
-        )
-
-
-def mean_ci(values: Sequence[float]) -> dict[str, Any]:
-    """Mean with a normal 95% interval mean +- 1.96 SE (SE = sample std / sqrt(n)); n = 1 -> no CI."""
-    t = torch.as_tensor(list(values), dtype=torch.float64)
-    n = t.numel()
-    if n == 0:
-        raise ValueError("mean_ci needs at least one value")
-    m = float(t.mean())
-    if n < 2:
-        return {"mean": m, "se": None, "ci_low": None, "ci_high": None, "n": n}
-    se = float(t.std(correction=1)) / math.sqrt(n)
-    return {"mean": m, "se": se, "ci_low": m - 1.96 * se, "ci_high": m + 1.96 * se, "n": n}
-
-
-def guarded(fn: Callable[[Any], int], args: Any) -> int:
-    """Run a command; a ValueError / missing file becomes ``error: ...`` on stderr and exit code 2."""
-    try:
-        return int(fn(args) or 0)
-    except (ValueError, FileNotFoundError) as e:
-        msg = " ".join(str(e).split())
-        print(f"error: {msg}", file=sys.stderr)
-        return 2
 
 
 def command_line(name: str, args: Any) -> list[str]:

@@ -18,17 +18,19 @@ This module also holds the sample -> score -> sketch pass shared with ``ugrpo ms
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
 from ugrpo.runs import RunDir, to_jsonable
+from ugrpo.stats.seeds import derive_seed
 
 __all__ = ["LMPlanConfig", "SketchedSamples", "parse_task_options", "load_lm_task", "sample_sketched",
-           "sample_lm_pilot", "run_lm_plan", "write_lm_plan_outputs"]
+           "sample_lm_pilot", "run_lm_plan"]
 
 DT = torch.float64
 
@@ -57,7 +59,7 @@ def load_lm_task(model: str, task: str, options: dict[str, Any]):
     import json
     from pathlib import Path
 
-    from ugrpo.tasks.base import get_task
+    from ugrpo.tasks.registry import get_task
 
     if model.startswith("tiny:"):
         from ugrpo.lm.tiny_cache import tiny_model_path
@@ -158,8 +160,8 @@ class LMPlanConfig:
     chunk_size: int = 512
 
     def __post_init__(self) -> None:
-        from ugrpo.experiments.common import check_divides
         from ugrpo.experiments.pilot_io import MIN_PILOT_GROUP
+        from ugrpo.stats.budget import check_divides
 
         if self.pilot_group < MIN_PILOT_GROUP or self.pilot_batch < 2:
             raise ValueError(f"--pilot-group G0 = {self.pilot_group} and --pilot-batch B0 = {self.pilot_batch}: "
@@ -211,9 +213,10 @@ def sample_lm_pilot(cfg: LMPlanConfig, *, progress: bool = True):
     gen = torch.Generator().manual_seed(cfg.seed)
     idx = torch.randint(0, len(problems), (cfg.pilot_batch,), generator=gen).tolist()
     drawn = [problems[i] for i in idx]
-    seeds = [(cfg.seed * 1_000_003 + 104_729 * b + 1) % (2**62) for b in range(cfg.pilot_batch)]
+    seeds = [derive_seed(cfg.seed, b, stride=104_729, offset=1) for b in range(cfg.pilot_batch)]
     if progress:
-        print(f"pilot: sampling {cfg.pilot_batch} x {cfg.pilot_group} = {cfg.pilot_batch * cfg.pilot_group} completions "
+        print(f"pilot: sampling {cfg.pilot_batch} x {cfg.pilot_group} = {cfg.pilot_batch * cfg.pilot_group} "
+              "completions "
               f"from {cfg.model}, sketching to k = {cfg.sketch_dim} ...", flush=True)
     step_b = max(1, cfg.chunk_size // cfg.pilot_group)  # prompts per pass
     parts: list[SketchedSamples] = []
@@ -258,19 +261,3 @@ def run_lm_plan(cfg: LMPlanConfig, run: RunDir, *, progress: bool = True) -> dic
     results["pilot_file"] = str(run.file("pilot.npz"))
     results["config"] = asdict(cfg)
     return to_jsonable(results)
-
-
-def write_lm_plan_outputs(run: RunDir, results: dict[str, Any], argv: Sequence[str] | None = None) -> None:
-    """The synthetic planner's results.json, plan.png and report.md, plus a cost section."""
-    from ugrpo.experiments.plan import write_plan_outputs
-
-    write_plan_outputs(run, results, argv)
-    pc, sc = results["pilot_cost"], results["step_cost"]
-    lines = ["## Cost", "",
-             f"Pilot: {pc['samples']} samples in {pc['seconds']:.1f} s (sampling {pc['seconds_sampling']:.1f}, scoring "
-             f"{pc['seconds_scoring']:.1f}, sketch {pc['seconds_sketch']:.1f}); "
-             f"{100 * results['pilot_fraction_of_100_steps']:.1f}% of the samples of 100 training steps at N = "
-             f"{results['budget']}.",
-             f"One training step at N = {results['budget']}: about {sc['seconds']:.2f} s ({sc['how']}).", ""]
-    text = run.file("report.md").read_text()
-    run.write_report(text.rstrip() + "\n\n" + "\n".join(lines))

@@ -21,21 +21,21 @@ on GPUs; here any config ``ugrpo train`` accepts, at the scale the machine allow
 
 from __future__ import annotations
 
-import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from tqdm.auto import tqdm
 
-from ugrpo.experiments.common import check_divides
 from ugrpo.experiments.executors import RayOptions
+from ugrpo.report.lm_sweep_report import METRICS
 from ugrpo.runs import RunDir, read_jsonl, to_jsonable
+from ugrpo.stats.budget import check_divides
+from ugrpo.stats.intervals import t_interval
 
 __all__ = ["LMSweepConfig", "RunSpec", "build_runs", "check_lm_resume", "run_lm_sweep", "collect_evals",
-           "aggregate_lm", "best_lm_groups", "lm_planner", "swept_g_star", "sweep_lm", "METRICS", "SWEEP_KEYS"]
+           "aggregate_lm", "best_lm_groups", "lm_planner", "sweep_lm", "SWEEP_KEYS"]
 
-METRICS = ("eval_accuracy", "eval_pass1")
-"""held-out metrics aggregated (greedy accuracy, sampled pass@1), as logged by the trainer"""
 SWEEP_KEYS = ("budget.samples_per_step", "budget.group_size", "seed", "steps")
 """config fields the sweep sets itself (``--set`` may not touch them)"""
 
@@ -74,7 +74,7 @@ class LMSweepConfig:
             raise ValueError(f"--steps must be >= 1, got {self.steps}")
         for key, _ in self.overrides:
             if key in SWEEP_KEYS:
-                raise ValueError(f"--set {key}=...: the sweep sets {key} itself; use --budget / --groups / --seed / "
+                raise ValueError(f"override {key}: the sweep sets {key} itself; use --budget / --groups / --seed / "
                                  "--steps instead")
         for N in self.budgets:  # every (N, G) before any work starts
             for G in self.groups:
@@ -115,14 +115,14 @@ def _pairs(cfg: LMSweepConfig) -> list[tuple[str, Any]]:
 
 def base_config(cfg: LMSweepConfig):
     """The training config shared by every run: the YAML plus ``--set`` plus ``steps``."""
-    from ugrpo.train.config_load import load_config
+    from ugrpo.train.config import load_config
 
     return load_config(cfg.config, _pairs(cfg))
 
 
 def build_runs(cfg: LMSweepConfig) -> list[RunSpec]:
     """Every (N, G, seed) with its validated TrainConfig (all checked before any training)."""
-    from ugrpo.train.config_load import load_config
+    from ugrpo.train.config import load_config
 
     pairs = _pairs(cfg)
     out = []
@@ -201,19 +201,6 @@ def collect_evals(root: RunDir, specs: Sequence[RunSpec]) -> list[dict[str, Any]
     return out
 
 
-def t_interval(values: Sequence[float]) -> dict[str, Any]:
-    """Mean with a 95% Student-t interval mean +- t_{0.975, n-1} s/sqrt(n); n = 1 -> no interval."""
-    from scipy.stats import t as student_t
-
-    n = len(values)
-    m = sum(values) / n
-    if n < 2:
-        return {"mean": m, "se": None, "ci_low": None, "ci_high": None, "n": n}
-    se = math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1) / n)
-    h = float(student_t.ppf(0.975, n - 1)) * se
-    return {"mean": m, "se": se, "ci_low": m - h, "ci_high": m + h, "n": n}
-
-
 BINARY_TASKS = ("arithmetic", "gsm8k", "math")
 """Tasks whose verifier returns 0 or 1: their accuracy and pass@1 lie in [0, 1] (a custom reward may not)."""
 
@@ -223,9 +210,9 @@ def aggregate_lm(runs: Sequence[dict[str, Any]], *,
     """(checkpoints common to all runs, rows per (N, G, checkpoint, metric) with mean and 95% t-interval).
 
     ``bounds``: the range the metrics can take (``(0, 1)`` for a binary task); each interval is cut to it
-    (:func:`ugrpo.stats.proportions.clip_interval`: the coverage is unchanged) and the row says ``clipped``.
+    (:func:`ugrpo.stats.intervals.clip_interval`: the coverage is unchanged) and the row says ``clipped``.
     """
-    from ugrpo.stats.proportions import clip_interval
+    from ugrpo.stats.intervals import clip_interval
 
     common = set.intersection(*(set(r["evals"]) for r in runs)) if runs else set()
     cps = sorted(common)
@@ -273,7 +260,8 @@ def best_lm_groups(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def lm_planner(cfg: LMSweepConfig, base, folder: RunDir, *, progress: bool = True) -> dict[str, Any]:
     """Planner G* (Theorem 7) from a sketched pilot at the initial model; cached in ``folder/results.json``."""
-    from ugrpo.experiments.lm_plan import LMPlanConfig, run_lm_plan, write_lm_plan_outputs
+    from ugrpo.experiments.lm_plan import LMPlanConfig, run_lm_plan
+    from ugrpo.report.plan_report import write_lm_plan_outputs
     from ugrpo.stats.planner import bound
 
     res = folder.read_results()
@@ -294,13 +282,6 @@ def lm_planner(cfg: LMSweepConfig, base, folder: RunDir, *, progress: bool = Tru
             "constants": {k: res[k] for k in ("c1", "c2", "c3")}, "pilot": list(cfg.plan_pilot),
             "g_recommended": res.get("g_recommended"), "band": res.get("band"),
             "folder": str(folder.path)}
-
-
-def swept_g_star(planner: dict[str, Any]) -> str:
-    """The planner's G* among the swept G as text: 'G* = 4', or why there is none (c1 ~ 0 in the pilot)."""
-    if planner.get("g_star_swept") is None:
-        return "no G* (c1 is not distinguishable from 0 in the pilot: the bound only says larger G is not worse)"
-    return f"G* = {planner['g_star_swept']}"
 
 
 # ---------------------------------------------------------------------------------------------- running all

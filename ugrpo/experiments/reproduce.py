@@ -16,9 +16,10 @@ the sweep's own resume (finished training runs are skipped, the planner's pilot 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ugrpo.experiments.reproduce_claims import STRENGTHS
 from ugrpo.runs import RunDir, to_jsonable
@@ -36,7 +37,7 @@ PAPER_TABLE2 = {1024: {4: 0.7677, 8: 0.7491, 16: 0.7753, 32: 0.7627, 64: 0.7817,
 PAPER_DATA = {"gsm8k": {"train_path": "data/gsm8k/train.jsonl", "eval_path": "data/gsm8k/test.jsonl"},
               "math": {"train_path": "data/math/train.jsonl", "eval_path": "data/math/test.jsonl"}}
 """local data files of the paper-scale sweeps (as in examples/*.yaml), relative to the working directory"""
-"""Table 2 of the paper (Qwen2.5-Math-7B on MATH, single run, test accuracy at the final step; NOTES.md 8.3)"""
+"""Table 2 of the paper (Qwen2.5-Math-7B on MATH, single run, test accuracy at the final step; docs/paper.md 8.3)"""
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,8 @@ class ReproduceConfig:
     seed: int = 0
     ray: Any = None
     """:class:`ugrpo.experiments.executors.RayOptions` to train the sweeps' runs on Ray; None = local processes"""
+    overrides: tuple[tuple[str, Any], ...] = ()
+    """training-config overrides ``(dotted key, value)`` applied to every run of the fig5 and table2 sweeps"""
 
     def __post_init__(self) -> None:
         if self.scale not in SCALES:
@@ -224,7 +227,8 @@ def _sweep(part: str, cfg: ReproduceConfig, plan: ScalePlan, out: Path, progress
     folder.mkdir(parents=True, exist_ok=True)
     yml = _write_yaml(folder / "train.yaml", plan.train if part == "fig5" else plan.train_table2)
     workers = 1 if cfg.scale == "smoke" else cfg.workers  # 2-step runs: a worker pool's start-up would cost more
-    sc = LMSweepConfig(config=yml, seed=cfg.seed, workers=workers, ray=cfg.ray, **getattr(plan, part))
+    sc = LMSweepConfig(config=yml, seed=cfg.seed, workers=workers, ray=cfg.ray, overrides=tuple(cfg.overrides),
+                       **getattr(plan, part))
     res = sweep_lm(sc, str(folder), argv=None, progress=progress)
     return sweep_action(res["runs"])
 
@@ -239,7 +243,8 @@ def sweep_action(runs: list[dict]) -> str:
 
 
 def _thm8(cfg: ReproduceConfig, plan: ScalePlan, out: Path, progress: bool) -> str:
-    from ugrpo.experiments.gap import GapConfig, run_gap, write_gap_outputs
+    from ugrpo.experiments.gap import GapConfig, run_gap
+    from ugrpo.report.gap_report import write_gap_outputs
 
     rd = RunDir(out / "thm8")
     if rd.read_results() is not None:
@@ -296,8 +301,8 @@ def run_reproduce(cfg: ReproduceConfig, *, progress: bool = True, log: Callable[
     from ugrpo.experiments.reproduce_claims import claims, summary
 
     results = {"scale": cfg.scale, "actions": actions, "seconds": seconds, "claims": claims(parts),
-               "paper": {"table2": PAPER_TABLE2, "fig4": "no numbers in the text (NOTES.md 8.1)",
-                         "fig5": "no numbers in the text (NOTES.md 8.2)"},
+               "paper": {"table2": PAPER_TABLE2, "fig4": "no numbers in the text (docs/paper.md 8.1)",
+                         "fig5": "no numbers in the text (docs/paper.md 8.2)"},
                "summary": summary(parts), "models": {"fig4": dict(plan.fig4_models), "fig5": plan.train["model"],
                                                         "table2": plan.train_table2["model"]}}
     root.write_results(results)

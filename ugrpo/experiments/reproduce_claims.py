@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from ugrpo.report.markdown import fmt
+from ugrpo.stats.intervals import Z95
 
 __all__ = ["STRENGTHS", "claims", "summary"]
 
@@ -41,7 +42,8 @@ def summary(parts: dict) -> dict:
     out: dict[str, Any] = {}
     if parts.get("fig4"):
         out["fig4"] = {lab: {"accuracy": r["policy"]["accuracy"],
-                             "rows": [{k: x[k] for k in ("estimator", "G", "mse", "ci_low", "ci_high")} for x in r["rows"]]}
+                             "rows": [{k: x[k] for k in ("estimator", "G", "mse", "ci_low",
+                                                         "ci_high")} for x in r["rows"]]}
                        for lab, r in parts["fig4"].items()}
     for part in ("fig5", "table2"):
         r = parts.get(part)
@@ -97,9 +99,10 @@ def claims(parts: dict) -> list[dict]:
         v = ("cannot tell" if len(ok) < len(rats) else TOO_SMALL if wide else
              "supports" if all(q["ci_high"] <= 1 + ORACLE_TOLERANCE for q in ok) else
              "contradicts" if any(q["ci_low"] > 1 + ORACLE_TOLERANCE for q in ok) else "cannot tell")
-        out.append(_claim(names[1], v, "MSE_grpo / MSE_oracle at the G nearest 32 (within 10% = supports): " + "; ".join(
-            f"{lab} G={G}: {_f(q['ratio'])} [{_f(q['ci_low'])}, {_f(q['ci_high'])}]" for lab, G, q in rats)
-            + ("; an interval is wider than +-10%: it cannot resolve the tolerance" if wide else "")))
+        text = "; ".join(f"{lab} G={G}: {_f(q['ratio'])} [{_f(q['ci_low'])}, {_f(q['ci_high'])}]"
+                         for lab, G, q in rats)
+        out.append(_claim(names[1], v, f"MSE_grpo / MSE_oracle at the G nearest 32 (within 10% = supports): {text}"
+                          + ("; an interval is wider than +-10%: it cannot resolve the tolerance" if wide else "")))
         rows = {}
         for lab in STRENGTHS:
             if lab in f4:
@@ -129,7 +132,7 @@ def _best_g_claim(r: dict | None) -> dict:
         return _claim(name, TOO_SMALL, f"{ev}; one seed per (N, G): no intervals, so no ordering is evidence")
     pl = r.get("planner")
     if pl:
-        from ugrpo.experiments.lm_sweep import swept_g_star
+        from ugrpo.report.lm_sweep_report import swept_g_star
 
         ev += f"; planner (Thm 7) among the swept G: {swept_g_star(pl)} (interval {pl['g_star_ci']})"
     interior = all(groups[0] < b["G"] < groups[-1] for b in best)
@@ -162,11 +165,12 @@ def _thm8_claim(r: dict | None) -> dict:
         return fit["ks_p"] > 0.01 and fit["cvm_p"] > 0.01 and abs(fit["z"]) < 3
 
     ev = "; ".join(f"{c['estimator']} G={c['G']}: mean n*gap {_f(c['fit']['corrected']['mean'])} +- "
-                   f"{_f(1.96 * c['fit']['corrected']['se'])} vs E = {_f(c['fit']['corrected']['predicted_mean'])} "
-                   f"(beta^2, KS p {_f(c['fit']['corrected']['ks_p'])}) and {_f(c['fit']['printed']['predicted_mean'])} "
+                   f"{_f(Z95 * c['fit']['corrected']['se'])} vs E = {_f(c['fit']['corrected']['predicted_mean'])} "
+                   f"(beta^2, KS p {_f(c['fit']['corrected']['ks_p'])}) and "
+                   f"{_f(c['fit']['printed']['predicted_mean'])} "
                    f"(printed, KS p {_f(c['fit']['printed']['ks_p'])})" for c in cells)
     loose = [c for c in cells
-             if 1.96 * c["fit"]["corrected"]["se"] > THM8_PRECISION * c["fit"]["corrected"]["predicted_mean"]]
+             if Z95 * c["fit"]["corrected"]["se"] > THM8_PRECISION * c["fit"]["corrected"]["predicted_mean"]]
     if loose:
         return _claim(name, TOO_SMALL, ev + f"; in {len(loose)} of {len(cells)} cells the 95% interval of mean n*gap "
                       f"is wider than +-{THM8_PRECISION:.0%} of the beta^2 limit's mean (too few runs): a limit that "

@@ -15,15 +15,18 @@ exact gap of a synthetic policy, so the only noise is over seeds.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from tqdm.auto import tqdm
 
-from ugrpo.experiments.common import check_divides, mean_ci
 from ugrpo.runs import RunDir
+from ugrpo.stats.budget import check_divides
+from ugrpo.stats.intervals import mean_interval
 
-__all__ = ["SweepConfig", "run_sweep", "aggregate", "best_groups", "check_resume", "write_sweep_outputs", "RESUME_KEYS"]
+__all__ = ["SweepConfig", "run_sweep", "sweep_experiment", "default_checkpoints", "aggregate", "best_groups",
+           "check_resume", "RESUME_KEYS"]
 
 RESUME_KEYS = ("env", "steps", "checkpoints", "baseline", "lr_schedule")
 """Settings that must match for a rerun with the same --out to resume instead of failing."""
@@ -74,6 +77,11 @@ class SweepConfig:
             raise ValueError(f"--groups: baseline {self.baseline!r} needs G >= 2, got G = {min(self.groups)}")
 
 
+def default_checkpoints(steps: int) -> tuple[int, ...]:
+    """steps/4, steps/2, 3 steps/4 and steps (distinct, >= 1): the default ``--checkpoints``."""
+    return tuple(sorted({max(1, steps * k // 4) for k in (1, 2, 3, 4)}))
+
+
 def run_sweep(env, cfg: SweepConfig, run: RunDir, *, progress: bool = True) -> list[dict[str, Any]]:
     """Run every missing (N, G, seed); return all per-run rows (old and new), sorted.
 
@@ -108,6 +116,31 @@ def run_sweep(env, cfg: SweepConfig, run: RunDir, *, progress: bool = True) -> l
     return [done[(N, G, s)] for N in cfg.budgets for G in cfg.groups for s in seeds]
 
 
+def sweep_experiment(cfg: SweepConfig, out: str, *, argv: Sequence[str] | None = None,
+                     progress: bool = True) -> dict[str, Any]:
+    """``ugrpo sweep --env``: run (or resume) the sweep ``cfg`` in the run folder ``out``, aggregate the gaps,
+    compare with the exact planner and write results.json, sweep.png and report.md; return the results."""
+    from ugrpo.experiments.common import resolve_env
+    from ugrpo.experiments.plan import exact_planner
+    from ugrpo.report.sweep_report import write_sweep_outputs
+
+    env = resolve_env(cfg.env)
+    rd = RunDir(out)
+    check_resume(rd.read_config(), cfg, out)
+    rd.write_config({**asdict(cfg), "command": "sweep", "argv": None if argv is None else list(argv)})
+    try:
+        runs = run_sweep(env, cfg, rd, progress=progress)
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(f"interrupted: finished runs are in {rd.file('metrics.jsonl')}; rerun the same "
+                                "command to resume") from None
+    rows = aggregate(runs, cfg.checkpoints)
+    results = {"rows": rows, "best_G": best_groups(rows),
+               "planner": exact_planner(env.exact(env.theta0, sigma=False).policy_moments, cfg.budgets, cfg.groups),
+               "config": asdict(cfg), "runs": len(runs)}
+    write_sweep_outputs(rd, results, argv)
+    return results
+
+
 def aggregate(runs: Sequence[dict[str, Any]], checkpoints: Sequence[int]) -> list[dict[str, Any]]:
     """Mean gap with a 95% interval over seeds for each (N, G, checkpoint)."""
     cells: dict[tuple[int, int], list[dict]] = {}
@@ -116,7 +149,7 @@ def aggregate(runs: Sequence[dict[str, Any]], checkpoints: Sequence[int]) -> lis
     rows = []
     for (N, G), rs in sorted(cells.items()):
         for j, c in enumerate(checkpoints):
-            st = mean_ci([r["gaps"][j] for r in rs])
+            st = mean_interval([r["gaps"][j] for r in rs])
             rows.append({"budget": N, "G": G, "B": N // G, "checkpoint": c, "gap_mean": st["mean"],
                          "ci_low": st["ci_low"], "ci_high": st["ci_high"], "se": st["se"], "seeds": st["n"]})
     return rows
@@ -129,7 +162,8 @@ def best_groups(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         k = (r["budget"], r["checkpoint"])
         if k not in best or r["gap_mean"] < best[k]["gap_mean"]:
             best[k] = r
-    return [{"budget": N, "checkpoint": c, "G": r["G"], "gap_mean": r["gap_mean"]} for (N, c), r in sorted(best.items())]
+    return [{"budget": N, "checkpoint": c, "G": r["G"], "gap_mean": r["gap_mean"]} for (N, c),
+            r in sorted(best.items())]
 
 
 def check_resume(old: dict | None, cfg: SweepConfig, out: str) -> None:
@@ -153,86 +187,3 @@ def check_resume(old: dict | None, cfg: SweepConfig, out: str) -> None:
 
 def _norm(v: Any) -> Any:
     return list(v) if isinstance(v, (list, tuple)) else v
-
-
-def reading(results: dict[str, Any]) -> list[str]:
-    """Plain-language sentences about a sweep result."""
-    from ugrpo.report.markdown import fmt_values
-
-    out = []
-    last = max(r["checkpoint"] for r in results["rows"])
-    pl = results.get("planner") or {}
-    for b in results["best_G"]:
-        if b["checkpoint"] != last:
-            continue
-        N = b["budget"]
-        cell = [r for r in results["rows"] if r["budget"] == N and r["checkpoint"] == last]
-        best = min(cell, key=lambda r: r["gap_mean"])
-        overlap = [r["G"] for r in cell if r["G"] != best["G"] and r["ci_low"] is not None
-                   and best["ci_high"] is not None and r["ci_low"] <= best["ci_high"]]
-        s = f"Budget N={N}, step {last}: the smallest mean gap is at G={b['G']} ({best['gap_mean']:.4g})"
-        if best["ci_high"] is None:
-            s += "; with a single seed there is no interval, so this ordering is not evidence of anything."
-        elif overlap:
-            s += (f"; {fmt_values(overlap)} have overlapping 95% intervals, so they are not distinguishable with "
-                  f"{best['seeds']} seeds.")
-        else:
-            s += "; its 95% interval does not overlap any other G's."
-        out.append(s)
-    for p in pl.get("per_budget", []):
-        out.append(f"Planner (Theorem 7, exact c1, c2, c3 at theta0, among the swept G), N={p['budget']}: "
-                   f"G* = {p['g_star']} "
-                   f"(continuous {pl.get('g_star_continuous', float('nan')):.3g}).")
-    return out
-
-
-def write_sweep_outputs(run: RunDir, results: dict[str, Any], argv: Sequence[str] | None = None) -> None:
-    """results.json, ``sweep.png`` (Fig. 5: gap vs G per checkpoint, one panel per budget), report.md."""
-    from ugrpo.report.markdown import header, image, md_table
-    from ugrpo.report.plots import Marker, Panel, Series, panel_plot
-
-    run.write_results(results)
-    rows = results["rows"]
-    budgets = sorted({r["budget"] for r in rows})
-    cps = sorted({r["checkpoint"] for r in rows})
-    groups = sorted({r["G"] for r in rows})
-    star = {p["budget"]: p["g_star"] for p in (results.get("planner") or {}).get("per_budget", [])}
-    panels = []
-    for N in budgets:
-        series = []
-        for i, c in enumerate(cps):
-            rs = sorted((r for r in rows if r["budget"] == N and r["checkpoint"] == c), key=lambda r: r["G"])
-            series.append(Series(f"step {c}", [r["G"] for r in rs], [r["gap_mean"] for r in rs],
-                                 [r["ci_low"] for r in rs], [r["ci_high"] for r in rs], color=f"C{i}"))
-        markers = [Marker(star[N], f"planner G*={star[N]}")] if star.get(N) else []
-        panels.append(Panel(f"N = {N}", series, markers))
-    panel_plot(run.file("sweep.png"), panels, xlabel="group size G", ylabel="suboptimality gap J* - J(theta)",
-               suptitle="Fixed-budget sweep (Algorithm 1), mean and 95% CI over seeds", logx=True, logy=True,
-               xticks=groups)
-    cfg = results["config"]
-    md = [
-        header("ugrpo sweep: suboptimality gap vs group size at a fixed budget (paper Fig. 5)", argv),
-        f"Env `{cfg['env']}`; Algorithm 1 with baseline `{cfg['baseline']}`, {cfg['steps']} steps, "
-        f"lr {', '.join(f'{v:g} (N={n})' for n, v in zip(cfg['budgets'], cfg['lr']))} ({cfg['lr_schedule']}), {cfg['seeds']} seeds per (N, G); "
-        "gap = exact J* - J(theta) at each checkpoint, mean with 95% interval over seeds.",
-        "",
-        "## Reading",
-        "",
-        *[f"- {s}" for s in reading(results)],
-        "",
-        image("sweep.png", "gap vs G"),
-        "",
-        "## Empirical best G",
-        "",
-        md_table(["budget N", "checkpoint", "best G", "mean gap"],
-                 [[b["budget"], b["checkpoint"], b["G"], b["gap_mean"]] for b in results["best_G"]]),
-        "",
-        "## Table",
-        "",
-        md_table(["N", "G", "B", "checkpoint", "mean gap", "95% CI", "seeds"],
-                 [[r["budget"], r["G"], r["B"], r["checkpoint"], r["gap_mean"],
-                   "-" if r["ci_low"] is None else f"[{r['ci_low']:.4g}, {r['ci_high']:.4g}]", r["seeds"]]
-                  for r in rows]),
-        "",
-    ]
-    run.write_report("\n".join(md))

@@ -18,11 +18,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ugrpo.experiments.lm_sweep import t_interval
 from ugrpo.runs import RunDir
+from ugrpo.stats.intervals import t_interval
 
 __all__ = ["AllocSweepConfig", "uniform_group", "run_alloc_sweep", "aggregate_alloc", "samples_to_reach",
-           "compare_to_uniform", "sweep_allocation"]
+           "compare_to_uniform", "sweep_allocation", "allocation_sweep_experiment"]
 
 
 @dataclass(frozen=True)
@@ -216,60 +216,12 @@ def sweep_allocation(env, cfg: AllocSweepConfig, out: str, argv: Sequence[str] |
     return results
 
 
-def main_from_args(args, argv: Sequence[str] | None) -> int | None:
-    """``ugrpo sweep --allocation ...`` from parsed ``sweep`` args: validate, run, print the comparison.
+def allocation_sweep_experiment(cfg: AllocSweepConfig, out: str, *, argv: Sequence[str] | None = None,
+                                progress: bool = True) -> dict[str, Any]:
+    """``ugrpo sweep --allocation``: the env ``cfg.env``, its budget checked before any work, then
+    :func:`sweep_allocation` into the run folder ``out``; returns the results."""
+    from ugrpo.experiments.common import resolve_env
 
-    Returns None without ``--allocation`` (after checking that none of its own flags was given).
-    """
-    from ugrpo.experiments.common import parse_float_list, parse_int_list, resolve_env
-    from ugrpo.experiments.sweep_cmd import default_checkpoints
-    from ugrpo.report.markdown import fmt_ci, text_table
-
-    if getattr(args, "allocation", None) is None:
-        own = [f"--{n.replace('_', '-')}" for n in ("allocation_moments", "g_min", "g_max")
-               if getattr(args, n, None) is not None]
-        if own:
-            raise ValueError(f"{', '.join(own)} only apply with --allocation RULE[,RULE...]; add it or drop them")
-        return None
-    other = [f"--{n.replace('_', '-')}" for n in ("config", "set", "plan_pilot", "workers", "ray_address")
-             if getattr(args, n, None) is not None] + (["--ray"] if getattr(args, "ray", False) else [])
-    if other:
-        raise ValueError(f"--allocation runs on an exact env (--env); drop {', '.join(other)}")
-    if (args.baseline or "grpo") != "grpo":
-        raise ValueError(f"--allocation uses the LOO baseline (grpo), unbiased for any G_b >= 2 (docs/math.md M32); "
-                         f"drop --baseline {args.baseline}")
-    budgets = parse_int_list(args.budget, name="--budget")
-    if len(budgets) != 1:
-        raise ValueError(f"--allocation compares rules at one budget; give one --budget, got {budgets}")
-    moments = {"false": "history", "true": "exact"}.get(str(args.allocation_moments or "false").lower())
-    if moments is None:
-        raise ValueError(f"--allocation-moments {args.allocation_moments!r}: give true (exact moments, the ceiling) "
-                         "or false (the run's own history)")
-    steps = 200 if args.steps is None else args.steps
-    cfg = AllocSweepConfig(
-        env=args.env or "builtin:demo", budget=budgets[0],
-        rules=tuple(r.strip() for r in str(args.allocation).split(",") if r.strip()),
-        groups=tuple(parse_int_list(args.groups, name="--groups")), steps=steps,
-        lr=_one_lr(parse_float_list(args.lr, name="--lr")) if args.lr is not None else 1.0, seeds=args.seeds,
-        checkpoints=(tuple([0, *default_checkpoints(steps)]) if args.checkpoints is None
-                     else tuple(parse_int_list(args.checkpoints, name="--checkpoints", minimum=0))),
-        lr_schedule=args.lr_schedule or "constant", seed=args.seed, moments=moments,
-        g_min=2 if args.g_min is None else args.g_min, g_max=64 if args.g_max is None else args.g_max)
     env = resolve_env(cfg.env)
     uniform_group(env, cfg)  # budget errors before any work
-    res = sweep_allocation(env, cfg, args.out, argv, progress=not args.no_progress)
-    last = max(r["checkpoint"] for r in res["rows"])
-    print(f"gap at step {last} (N={cfg.budget}, B={res['B']}; mean over seeds, 95% CI):")
-    print(text_table(["rule", "gap", "95% CI", "seeds"],
-                     [[r["rule"], r["gap_mean"], "-" if r["ci_low"] is None else fmt_ci(r["ci_low"], r["ci_high"]),
-                       r["seeds"]] for r in res["rows"] if r["checkpoint"] == last]))
-    for v in res["versus_uniform"]:
-        print(f"{v['rule']}: {v['verdict']}")
-    print(f"wrote {args.out}/results.json, allocation_sweep.png, report.md")
-    return 0
-
-
-def _one_lr(values: list[float]) -> float:
-    if len(values) != 1:
-        raise ValueError(f"--allocation runs one budget: give one --lr, got {values}")
-    return values[0]
+    return sweep_allocation(env, cfg, out, argv, progress=progress)

@@ -36,9 +36,10 @@ import importlib.util
 import json
 import math
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -95,9 +96,11 @@ class TrlPlanConfig:
                 f"{self.step_budget} completions per step is not divisible by num_generations = {self.num_generations} "
                 f"(TRL rejects this config too); make per_device_train_batch_size a multiple of {self.num_generations}"
             )
-        if self.budget is not None and (self.budget < 2 or self.budget % (self.gradient_accumulation_steps * self.num_processes)):
+        if self.budget is not None and (self.budget < 2 or self.budget % (self.gradient_accumulation_steps
+                                                                          * self.num_processes)):
             raise ValueError(
-                f"budget N = {self.budget} must be >= 2 and a multiple of gradient_accumulation_steps * num_processes = "
+                f"budget N = {self.budget} must be >= 2 and a multiple of gradient_accumulation_steps * num_processes "
+                "= "
                 f"{self.gradient_accumulation_steps * self.num_processes} (per_device_train_batch_size = N / that)"
             )
         if self.pilot_group < 4 or self.pilot_batch < 2:
@@ -106,7 +109,8 @@ class TrlPlanConfig:
         if not self.reward_funcs:
             raise ValueError("reward_funcs is empty; list at least one 'module:function'")
         if self.reward_weights is not None and len(self.reward_weights) != len(self.reward_funcs):
-            raise ValueError(f"reward_weights has {len(self.reward_weights)} entries for {len(self.reward_funcs)} reward_funcs")
+            raise ValueError(f"reward_weights has {len(self.reward_weights)} entries for {len(self.reward_funcs)} "
+                             "reward_funcs")
 
     @property
     def step_budget(self) -> int:
@@ -152,7 +156,8 @@ def load_trl_config(path: str | Path, **overrides) -> TrlPlanConfig:
         if key not in grpo_fields and key not in SCRIPT_KEYS:
             near = difflib.get_close_matches(key, sorted(grpo_fields | SCRIPT_KEYS), n=1)
             raise ValueError(f"{path}: unknown key {key!r}" + (f"; did you mean {near[0]!r}?" if near else "")
-                             + " (keys are GRPOConfig fields, model_name_or_path, dataset_name, reward_funcs, num_processes)")
+                             + " (keys are GRPOConfig fields, model_name_or_path, dataset_name, reward_funcs, "
+                             "num_processes)")
     for key in pilot:
         if key not in PILOT_KEYS:
             raise ValueError(f"{path}: unknown key ugrpo.{key}; choose from {sorted(PILOT_KEYS)}")
@@ -165,7 +170,8 @@ def load_trl_config(path: str | Path, **overrides) -> TrlPlanConfig:
     known = {f.name for f in dataclasses.fields(TrlPlanConfig)}
     direct = {k: data.pop(k) for k in list(data) if k in known}
     pilot.update({k: v for k, v in overrides.items() if v is not None})
-    return TrlPlanConfig(reward_funcs=funcs, reward_weights=None if weights is None else tuple(float(w) for w in weights),
+    return TrlPlanConfig(reward_funcs=funcs,
+                         reward_weights=None if weights is None else tuple(float(w) for w in weights),
                          grpo_config=data, **direct, **pilot)
 
 
@@ -210,7 +216,8 @@ def _dataset(cfg: TrlPlanConfig):
     else:
         kind = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}.get(src.suffix)
         if kind is None:
-            raise ValueError(f"dataset_name {src}: unsupported file type {src.suffix!r}; use .json/.jsonl/.csv/.parquet")
+            raise ValueError(f"dataset_name {src}: unsupported file type {src.suffix!r}; use "
+                             ".json/.jsonl/.csv/.parquet")
         ds = datasets.load_dataset(kind, data_files=str(src), split="train")
     if cfg.prompt_column not in ds.column_names:
         raise ValueError(f"dataset {src} has no column {cfg.prompt_column!r} (columns: {ds.column_names})")
@@ -248,10 +255,11 @@ def run_trl_plan(config: str | Path | TrlPlanConfig, out: str | Path, *, argv: l
     from trl.data_utils import is_conversational, maybe_apply_chat_template
 
     from ugrpo.experiments.pilot_io import Pilot
-    from ugrpo.experiments.plan import run_plan, write_plan_outputs
+    from ugrpo.experiments.plan import run_plan
     from ugrpo.lm.loading import load_policy
     from ugrpo.lm.sampling import sample_groups
     from ugrpo.lm.sketch import sketch_scores
+    from ugrpo.report.plan_report import write_plan_outputs
 
     cfg = config if isinstance(config, TrlPlanConfig) else load_trl_config(config, **overrides)
     fns = [load_reward_function(s) for s in cfg.reward_funcs]  # fail before loading the model
@@ -322,7 +330,8 @@ def _trl_answer(cfg: TrlPlanConfig, results: dict) -> dict[str, Any]:
 def _trl_section(trl: dict) -> str:
     c, r = trl["current"], trl["recommended"]
     lines = ["", "## In TRL's terms", "", f"- {trl['message']}.", "",
-             "| | num_generations | per_device_train_batch_size | gradient_accumulation_steps | prompts per step | predicted MSE |",
+             "| | num_generations | per_device_train_batch_size | gradient_accumulation_steps | prompts per step | "
+             "predicted MSE |",
              "|---|---|---|---|---|---|"]
     for name, d in (("your config", c), ("recommended", r)):
         if d is not None:
@@ -330,19 +339,3 @@ def _trl_section(trl: dict) -> str:
                          f"{d['gradient_accumulation_steps']} | {d['prompts_per_step']} | {d['predicted_mse']} |")
     return "\n".join(lines) + "\n"
 
-
-def cli_main(args, argv: list[str] | None = None) -> int:
-    """``ugrpo plan --trl-config FILE --out DIR [--budget N] [--pilot-batch B0] [--pilot-group G0]``.
-
-    ``--budget``, ``--pilot-batch`` and ``--pilot-group`` (default None) replace the file's values;
-    ``sketch_dim``, ``seed`` and ``n_boot`` come from the file's ``ugrpo:`` block (the CLI defaults of
-    ``--sketch-dim``, ``--seed``, ``--n-boot`` would otherwise always win over the file).
-    """
-    r = run_trl_plan(args.trl_config, args.out, argv=argv, budget=getattr(args, "budget", None),
-                     pilot_batch=getattr(args, "pilot_batch", None), pilot_group=getattr(args, "pilot_group", None))
-    for k in ("c1", "c2", "c3"):
-        e = r[k]
-        print(f"{k} = {e['estimate']:.4g}  95% CI [{e['ci_low']:.4g}, {e['ci_high']:.4g}]")
-    print(r["trl"]["message"])
-    print(f"wrote {args.out}/results.json (key 'trl'), plan.png, report.md")
-    return 0

@@ -42,13 +42,14 @@ from __future__ import annotations
 import math
 import time
 import warnings
+from collections.abc import Callable, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Callable, Sequence
 
 import torch
 from torch import Tensor
-from trl import GRPOTrainer
 from transformers import TrainerCallback
+from trl import GRPOTrainer
 
 from ugrpo.lm.scores import ScoreSpec
 from ugrpo.stats.advantages import BASELINES, compute_advantages
@@ -101,7 +102,8 @@ def grouped_rewards(rewards_per_func: Tensor, weights: Tensor, group_size: int) 
     """
     if rewards_per_func.ndim != 2 or rewards_per_func.shape[1] != weights.numel():
         raise ValueError(
-            f"rewards_per_func must be (N, F) with F = {weights.numel()} reward functions; got {tuple(rewards_per_func.shape)}"
+            f"rewards_per_func must be (N, F) with F = {weights.numel()} reward functions; got "
+            f"{tuple(rewards_per_func.shape)}"
         )
     N = rewards_per_func.shape[0]
     if N % group_size:
@@ -140,13 +142,14 @@ class UGRPOTrainer(GRPOTrainer):
     """
 
     def __init__(self, *args, advantages: AdvantageSpec | None = AdvantageSpec(), value_fn: ValueFn | None = None,
-                 monitor: "GroupSizeMonitor | None" = None, **kwargs):
+                 monitor: GroupSizeMonitor | None = None, **kwargs):
         if advantages is not None and not isinstance(advantages, AdvantageSpec):
             raise TypeError(f"advantages must be an AdvantageSpec or None, got {type(advantages).__name__}")
         if advantages is not None and advantages.baseline == "oracle" and value_fn is None:
             raise ValueError("AdvantageSpec(baseline='oracle') needs value_fn=lambda prompts: [V(x) for x in prompts]")
         if value_fn is not None and (advantages is None or advantages.baseline != "oracle"):
-            raise ValueError("value_fn is only used with AdvantageSpec(baseline='oracle'); remove it or set the baseline")
+            raise ValueError("value_fn is only used with AdvantageSpec(baseline='oracle'); remove it or set the "
+                             "baseline")
         super().__init__(*args, **kwargs)
         self.ugrpo_advantages = advantages
         self.ugrpo_value_fn = value_fn
@@ -180,7 +183,8 @@ class UGRPOTrainer(GRPOTrainer):
         self._ugrpo_rewards_per_func = None
         out = super()._generate_and_score_completions(inputs)
         if self._ugrpo_rewards_per_func is None:
-            raise RuntimeError("UGRPOTrainer: TRL did not call _calculate_rewards (a TRL version this code does not know)")
+            raise RuntimeError("UGRPOTrainer: TRL did not call _calculate_rewards (a TRL version this code does not "
+                               "know)")
         mode = "train" if self.model.training else "eval"
         G = self.num_generations if mode == "train" else self.num_generations_eval
         rewards, unscorable = grouped_rewards(self._ugrpo_rewards_per_func, self.reward_weights, G)  # (B, G) global
@@ -204,7 +208,8 @@ class UGRPOTrainer(GRPOTrainer):
         if not torch.isfinite(values).all():
             raise ValueError("value_fn returned a non-finite value; V(x) must be a finite number for every prompt")
         if (values - values[:, :1]).abs().max() > 1e-9 * (1 + values.abs().max()):
-            raise ValueError("value_fn gave different values to rows of the same group; V(x) must depend on the prompt only")
+            raise ValueError("value_fn gave different values to rows of the same group; V(x) must depend on the "
+                             "prompt only")
         return values[:, 0]  # (B,)
 
     def _replace_advantages(self, out: dict, inputs, rewards: Tensor, mode: str) -> None:
@@ -278,7 +283,8 @@ class GroupSizeMonitor(TrainerCallback):
         if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 2):
             raise ValueError(f"GroupSizeMonitor(budget={budget!r}): must be an int >= 2 (completions per step) or None")
         if not isinstance(params, ScoreSpec):
-            raise TypeError(f"GroupSizeMonitor(params=...) must be a ugrpo.lm.scores.ScoreSpec, got {type(params).__name__}")
+            raise TypeError("GroupSizeMonitor(params=...) must be a ugrpo.lm.scores.ScoreSpec, got "
+                            f"{type(params).__name__}")
         self.every, self.budget, self.sketch_dim, self.n_boot = every, budget, sketch_dim, n_boot
         self.params, self.seed, self.warn, self.pool = params, seed, warn, pool
         self._pool: list[tuple[Tensor, Tensor]] = []  # (rewards (B, G), scores (B, G, k)) of recent measurements
@@ -299,7 +305,8 @@ class GroupSizeMonitor(TrainerCallback):
             )
         if args.generation_batch_size // G < 2:
             raise ValueError(
-                f"GroupSizeMonitor needs >= 2 prompts per generation batch (c1 compares prompts); generation_batch_size "
+                "GroupSizeMonitor needs >= 2 prompts per generation batch (c1 compares prompts); "
+                "generation_batch_size "
                 f"= {args.generation_batch_size} with num_generations = {G} holds 1; raise per_device_train_batch_size"
             )
         N = self.budget if self.budget is not None else step_budget(args)
@@ -349,16 +356,15 @@ class GroupSizeMonitor(TrainerCallback):
         return rec
 
     def _measure(self, trainer, batch: dict, rewards: Tensor, *, step: int, seed: int) -> MonitorRecord:
-        from trl.models.utils import disable_gradient_checkpointing
-
         from ugrpo.lm.sketch import sketch_scores
 
         model = trainer.accelerator.unwrap_model(trainer.model)
         tensors = tuple(batch[k] for k in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask"))
-        with disable_gradient_checkpointing(model, trainer.args.gradient_checkpointing_kwargs):
+        with _no_activation_checkpointing(model, trainer.args):
             local = sketch_scores(model, tensors, self.sketch_dim, seed=self.seed if self.pool > 1 else seed,
                                   params=self.params, temperature=trainer.args.temperature)  # (n_local, k)
-        scores = trainer.accelerator.gather(local.float().contiguous()).double().cpu()  # (N_global, k), same S everywhere
+        # (N_global, k), same S everywhere
+        scores = trainer.accelerator.gather(local.float().contiguous()).double().cpu()
         B, G = rewards.shape
         return self.measure_pooled(rewards.double().cpu(), scores.view(B, G, -1), step=step, seed=seed)
 
@@ -391,8 +397,9 @@ class GroupSizeMonitor(TrainerCallback):
                    f"{advice.suggestion} ({N // advice.suggestion} prompts per step, per_device_train_batch_size "
                    "unchanged)")
         elif advice.kind == "outside_interval":
-            msg = (f"num_generations = {G} is outside the 95% interval {list(advice.interval)} of the optimal group size "
-                   f"at step {rec.step} (budget N = {N} completions per step): try num_generations = {advice.suggestion} "
+            msg = (f"num_generations = {G} is outside the 95% interval {list(advice.interval)} of the optimal group "
+                   f"size at step {rec.step} (budget N = {N} completions per step): try num_generations = "
+                   f"{advice.suggestion} "
                    f"({N // advice.suggestion} prompts per step, per_device_train_batch_size unchanged)")
         else:
             msg = (f"num_generations = {G} is below the lower bound {advice.lower_bound:.1f} of the optimal group "
@@ -400,3 +407,19 @@ class GroupSizeMonitor(TrainerCallback):
                    + (f", e.g. {advice.suggestion}" if advice.suggestion else ""))
         warnings.warn(msg, UserWarning, stacklevel=3)
         self._warned = True
+
+
+@contextmanager
+def _no_activation_checkpointing(model, args):
+    """Activation (gradient) checkpointing off for the monitor's backward pass, restored afterwards; the
+    transformers v5 names where they exist (the ``gradient_checkpointing_*`` ones are deprecated there)."""
+    new = hasattr(model, "activation_checkpointing_disable")
+    was_on = bool(model.is_activation_checkpointing if new else model.is_gradient_checkpointing)
+    if was_on:
+        (model.activation_checkpointing_disable if new else model.gradient_checkpointing_disable)()
+    try:
+        yield
+    finally:
+        if was_on:
+            kwargs = getattr(args, "activation_checkpointing_kwargs" if new else "gradient_checkpointing_kwargs", None)
+            (model.activation_checkpointing_enable if new else model.gradient_checkpointing_enable)(kwargs)

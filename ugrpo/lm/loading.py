@@ -26,7 +26,8 @@ from typing import Any, Literal
 
 import torch
 
-__all__ = ["LoraSettings", "Policy", "load_policy", "load_tokenizer", "format_prompt", "has_chat_template", "context_length"]
+__all__ = ["LoraSettings", "Policy", "load_policy", "load_tokenizer", "format_prompt", "has_chat_template",
+           "context_length"]
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _GENERIC_FAST = ("TokenizersBackend", "PreTrainedTokenizerFast")
@@ -128,12 +129,15 @@ def load_policy(
     except (OSError, ValueError) as e:
         if local:
             raise FileNotFoundError(
-                f"load_policy: {source} is not a loadable model folder ({e}); it needs config.json, the weights and the tokenizer files "
+                f"load_policy: {source} is not a loadable model folder ({e}); it needs config.json, the weights and "
+                "the tokenizer files "
                 "as written by save_pretrained"
             ) from e
         raise FileNotFoundError(
-            f"load_policy: model {name_or_path!r} is neither a local folder nor in the local Hugging Face cache, and nothing is "
-            f"downloaded at run time. Download it beforehand on a machine with network: `huggingface-cli download {name_or_path}` "
+            f"load_policy: model {name_or_path!r} is neither a local folder nor in the local Hugging Face cache, and "
+            "nothing is "
+            "downloaded at run time. Download it beforehand on a machine with network: `huggingface-cli download "
+            f"{name_or_path}` "
             "(or `hf download ...`), then copy the cache (HF_HOME) here, or pass the local folder instead."
         ) from e
     _fix_tokenizer(tokenizer, model)
@@ -167,7 +171,8 @@ def load_tokenizer(source: str | Path):
 def _resolve(name_or_path: str) -> Path | None:
     """A local folder for ``name_or_path``, or None for a hub id."""
     if not isinstance(name_or_path, str) or not name_or_path.strip():
-        raise ValueError(f"load_policy: name_or_path={name_or_path!r}; give 'tiny:instruct', a local folder or a hub id")
+        raise ValueError(f"load_policy: name_or_path={name_or_path!r}; give 'tiny:instruct', a local folder or a hub "
+                         "id")
     if name_or_path.startswith("tiny:"):
         from ugrpo.lm.tiny_cache import tiny_model_path
 
@@ -183,14 +188,16 @@ def _resolve(name_or_path: str) -> Path | None:
             )
         return p
     if not _HUB_ID_RE.fullmatch(name_or_path):
-        raise FileNotFoundError(f"load_policy: local model folder {p} does not exist; check the path or run `ugrpo pretrain-tiny --out {p}`")
+        raise FileNotFoundError(f"load_policy: local model folder {p} does not exist; check the path or run `ugrpo "
+                                f"pretrain-tiny --out {p}`")
     return None
 
 
 def _fix_tokenizer(tokenizer, model) -> None:
     if tokenizer.pad_token_id is None:
         if tokenizer.eos_token is None:
-            raise ValueError("load_policy: the tokenizer has neither a pad nor an eos token; set tokenizer.pad_token explicitly")
+            raise ValueError("load_policy: the tokenizer has neither a pad nor an eos token; set tokenizer.pad_token "
+                             "explicitly")
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
     if getattr(model.config, "pad_token_id", None) is None:
@@ -204,12 +211,14 @@ def _wrap_lora(model, lora: LoraSettings, seed: int):
     if not targets:
         names = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
         targets = [t for t in _DEFAULT_LORA_TARGETS if t in names] or "all-linear"
-    config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets, task_type="CAUSAL_LM")
+    config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets,
+                        task_type="CAUSAL_LM")
     torch.manual_seed(seed)  # TRL #6688: adapter init must not depend on the process's RNG state
     try:
         return get_peft_model(model, config)
     except ValueError as e:
-        raise ValueError(f"load_policy: LoRA target_modules={targets!r} do not match the model ({e}); list module names of the model") from e
+        raise ValueError(f"load_policy: LoRA target_modules={targets!r} do not match the model ({e}); list module "
+                         "names of the model") from e
 
 
 def has_chat_template(tokenizer) -> bool:
@@ -225,7 +234,8 @@ def format_prompt(tokenizer, text: str, *, chat: bool) -> str:
     tokenizer without a template (such as the tiny model's): ``text`` unchanged.
     """
     if chat and has_chat_template(tokenizer):
-        return tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True)
+        return tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                             add_generation_prompt=True)
     return text
 
 

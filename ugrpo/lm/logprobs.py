@@ -116,7 +116,8 @@ def _chunk_logprobs(model, p_ids, p_mask, c_ids, c_mask, temperature: float) -> 
     input_ids = torch.cat([p_ids, c_ids], dim=1)  # (n, P+T)
     attn = torch.cat([p_mask, c_mask], dim=1).long()  # (n, P+T)
     position_ids = (attn.cumsum(dim=1) - 1).clamp(min=0)  # (n, P+T): 0 at the first real token
-    out = model(input_ids=input_ids, attention_mask=attn, position_ids=position_ids, logits_to_keep=T + 1, use_cache=False)
+    out = model(input_ids=input_ids, attention_mask=attn, position_ids=position_ids, logits_to_keep=T + 1,
+                use_cache=False)
     logits = out.logits[:, :-1, :].float() / temperature  # (n, T, V): position P-1+t predicts token t
     logp = torch.log_softmax(logits, dim=-1).gather(-1, c_ids.unsqueeze(-1)).squeeze(-1)  # (n, T)
     return logp * c_mask.to(logp.dtype)
@@ -125,7 +126,8 @@ def _chunk_logprobs(model, p_ids, p_mask, c_ids, c_mask, temperature: float) -> 
 def _can_share(model) -> bool:
     """False under gradient checkpointing in training mode: HF models then turn the cache off."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    flag = getattr(type(base), "is_activation_checkpointing", None) or getattr(type(base), "is_gradient_checkpointing", None)
+    flag = getattr(type(base), "is_activation_checkpointing", None) or getattr(type(base), "is_gradient_checkpointing",
+                                                                               None)
     return not (model.training and isinstance(flag, property) and bool(flag.fget(base)))
 
 
@@ -142,13 +144,15 @@ def _shared_chunk_logprobs(model, p_ids, p_mask, c_ids, c_mask, temperature: flo
     u = int(run[-1]) + 1
     if u == n:  # no prompt repeats: nothing to share
         return _chunk_logprobs(model, p_ids, p_mask, c_ids, c_mask, temperature)
-    first_row = torch.nonzero(torch.cat([torch.ones(1, dtype=torch.bool, device=run.device), run[1:] != run[:-1]])).squeeze(1)
+    first_row = torch.nonzero(torch.cat([torch.ones(1, dtype=torch.bool, device=run.device),
+                                         run[1:] != run[:-1]])).squeeze(1)
     keep = int(p_mask.sum(dim=1).max())  # drop columns that are padding in every row
     up_ids = p_ids[first_row, p_ids.shape[1] - keep:]  # (u, P')
     up_mask = p_mask[first_row, p_mask.shape[1] - keep:].long()  # (u, P')
     up_pos = (up_mask.cumsum(dim=1) - 1).clamp(min=0)  # (u, P')
     cache = DynamicCache(config=model.config)
-    out = model(input_ids=up_ids, attention_mask=up_mask, position_ids=up_pos, cache=cache, use_cache=True, logits_to_keep=1)
+    out = model(input_ids=up_ids, attention_mask=up_mask, position_ids=up_pos, cache=cache, use_cache=True,
+                logits_to_keep=1)
     if cache.get_seq_length() != keep:  # model ignored the cache: stay correct
         return _chunk_logprobs(model, p_ids, p_mask, c_ids, c_mask, temperature)
     # expand in the model's dtype before the float32 cast, so the backward sums the G rows in that dtype
@@ -159,7 +163,8 @@ def _shared_chunk_logprobs(model, p_ids, p_mask, c_ids, c_mask, temperature: flo
     cache.batch_select_indices(run)  # (u, ...) -> (n, ...), differentiable
     attn = torch.cat([up_mask[run], c_mask.long()], dim=1)  # (n, P'+T)
     c_pos = up_pos[run, -1:] + 1 + torch.arange(T, device=c_ids.device).unsqueeze(0)  # (n, T)
-    out2 = model(input_ids=c_ids[:, :-1], attention_mask=attn[:, :-1], position_ids=c_pos[:, :-1], cache=cache, use_cache=True)
+    out2 = model(input_ids=c_ids[:, :-1], attention_mask=attn[:, :-1], position_ids=c_pos[:, :-1], cache=cache,
+                 use_cache=True)
     logits = out2.logits.float() / temperature  # (n, T-1, V): completion position t predicts token t+1
     rest = torch.log_softmax(logits, dim=-1).gather(-1, c_ids[:, 1:].unsqueeze(-1)).squeeze(-1)  # (n, T-1)
     logp = torch.cat([lp0, rest], dim=1)  # (n, T)
@@ -169,18 +174,23 @@ def _shared_chunk_logprobs(model, p_ids, p_mask, c_ids, c_mask, temperature: flo
 def _check(prompt_ids, prompt_mask, completion_ids, completion_mask, temperature, chunk_size) -> None:
     if prompt_ids.dim() != 2 or completion_ids.dim() != 2:
         raise ValueError(
-            f"completion_logprobs: prompt_ids {tuple(prompt_ids.shape)} and completion_ids {tuple(completion_ids.shape)} must be 2-D (N, P) and (N, T)"
+            f"completion_logprobs: prompt_ids {tuple(prompt_ids.shape)} and completion_ids "
+            f"{tuple(completion_ids.shape)} must be 2-D (N, P) and (N, T)"
         )
     if prompt_mask.shape != prompt_ids.shape:
-        raise ValueError(f"completion_logprobs: prompt_mask {tuple(prompt_mask.shape)} != prompt_ids {tuple(prompt_ids.shape)}")
+        raise ValueError(f"completion_logprobs: prompt_mask {tuple(prompt_mask.shape)} != prompt_ids "
+                         f"{tuple(prompt_ids.shape)}")
     if completion_mask.shape != completion_ids.shape:
         raise ValueError(
-            f"completion_logprobs: completion_mask {tuple(completion_mask.shape)} != completion_ids {tuple(completion_ids.shape)}"
+            f"completion_logprobs: completion_mask {tuple(completion_mask.shape)} != completion_ids "
+            f"{tuple(completion_ids.shape)}"
         )
     if prompt_ids.shape[0] != completion_ids.shape[0]:
-        raise ValueError(f"completion_logprobs: {prompt_ids.shape[0]} prompt rows but {completion_ids.shape[0]} completion rows")
+        raise ValueError(f"completion_logprobs: {prompt_ids.shape[0]} prompt rows but {completion_ids.shape[0]} "
+                         "completion rows")
     if prompt_ids.shape[1] == 0 or bool((prompt_mask.sum(dim=1) == 0).any()):
-        raise ValueError("completion_logprobs: a prompt row has no real token (prompt_mask all 0); every row needs >= 1 (e.g. <bos>)")
+        raise ValueError("completion_logprobs: a prompt row has no real token (prompt_mask all 0); every row needs >= "
+                         "1 (e.g. <bos>)")
     if not temperature > 0:
         raise ValueError(f"completion_logprobs: temperature={temperature} must be > 0")
     if chunk_size is not None and chunk_size < 1:

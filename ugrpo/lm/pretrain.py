@@ -144,7 +144,8 @@ def pretrain_tiny(
         strength = "custom"
     if not 0.0 < target_accuracy <= 1.0:
         raise ValueError(f"pretrain_tiny: target_accuracy={target_accuracy} must be in (0, 1]")
-    for name, v in (("steps", steps), ("batch_size", batch_size), ("eval_every", eval_every), ("eval_samples", eval_samples)):
+    for name, v in (("steps", steps), ("batch_size", batch_size), ("eval_every", eval_every),
+                    ("eval_samples", eval_samples)):
         if not isinstance(v, int) or v < 1:
             raise ValueError(f"pretrain_tiny: {name}={v!r} must be an integer >= 1")
     if not lr > 0:
@@ -213,7 +214,8 @@ def warmup_exclusions(task) -> frozenset[str]:
     return frozenset(p.prompt[:-1] for p in task.eval_problems())
 
 
-def _training_batch(generate_problems, batch_size: int, seed: int, step: int, held_out: frozenset) -> tuple[list[str], list[str]]:
+def _training_batch(generate_problems, batch_size: int, seed: int, step: int,
+                    held_out: frozenset) -> tuple[list[str], list[str]]:
     """Fresh compact problems for one step: ``batch_size`` iid draws (repeats allowed) outside ``held_out``.
 
     The ``easy`` pool has only 81 products and 81 quotients (fewer outside the eval set), so a
@@ -239,7 +241,8 @@ def _answer_loss(model, tokenizer, prompts: list[str], answers: list[str]) -> to
         mask[i, : len(seq)] = 1
         labels[i, len(p): len(seq)] = torch.tensor(a + [tokenizer.eos_token_id])
     logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits[:, :-1].float()  # (n, L-1, V)
-    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=-100)
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1),
+                                             ignore_index=-100)
 
 
 def _evaluate(model, tokenizer, task, problems, n_samples: int, seed: int) -> tuple[float, float, float]:

@@ -37,8 +37,8 @@ The sampled distribution is ``pi_theta`` tempered by ``T`` (and truncated by top
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -124,7 +124,8 @@ class GumbelNoiseProcessor(LogitsProcessor):
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         if scores.shape[0] != len(self.generators):
-            raise RuntimeError(f"GumbelNoiseProcessor: batch has {scores.shape[0]} rows, {len(self.generators)} generators")
+            raise RuntimeError(f"GumbelNoiseProcessor: batch has {scores.shape[0]} rows, {len(self.generators)} "
+                               "generators")
         logits = scores.float() / self.temperature  # (N, V)
         if self.top_p < 1.0:
             logits = top_p_filter(logits, self.top_p)
@@ -155,7 +156,8 @@ def _eos_ids(tokenizer, model) -> list[int]:
             continue
         ids.extend([e] if isinstance(e, int) else list(e))
     if not ids:
-        raise ValueError("sample_groups: neither the tokenizer nor the model defines eos_token_id; set tokenizer.eos_token")
+        raise ValueError("sample_groups: neither the tokenizer nor the model defines eos_token_id; set "
+                         "tokenizer.eos_token")
     return sorted(set(ids))
 
 
@@ -188,7 +190,8 @@ def _check_args(prompts, group_size, seeds, temperature, top_p, max_new_tokens, 
     if any(int(s) < 0 for s in seeds):
         raise ValueError("sample_groups: seeds must be >= 0")
     if not temperature > 0:
-        raise ValueError(f"sample_groups: temperature={temperature} must be > 0 (use a small value such as 1e-3 for near-greedy)")
+        raise ValueError(f"sample_groups: temperature={temperature} must be > 0 (use a small value such as 1e-3 for "
+                         "near-greedy)")
     if not 0 < top_p <= 1:
         raise ValueError(f"sample_groups: top_p={top_p} must be in (0, 1]")
     if max_new_tokens < 1:
@@ -335,7 +338,8 @@ def _shared_prefill(model, ids: Tensor, mask: Tensor) -> DynamicCache | None:
     first_row = torch.nonzero(starts).squeeze(1)  # (u,)
     u_ids, u_mask = ids[first_row, :-1], mask[first_row, :-1].long()  # (u, P-1)
     cache = DynamicCache(config=model.config)
-    model(input_ids=u_ids, attention_mask=u_mask, position_ids=(u_mask.cumsum(dim=1) - 1).clamp(min=0), cache=cache, use_cache=True,
+    model(input_ids=u_ids, attention_mask=u_mask, position_ids=(u_mask.cumsum(dim=1) - 1).clamp(min=0), cache=cache,
+          use_cache=True,
           logits_to_keep=1)
     if cache.get_seq_length() != P - 1:  # the model did not fill the cache: plain path
         return None

@@ -30,9 +30,10 @@ no ``.grad`` is written.
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator, Literal
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
@@ -64,7 +65,8 @@ class ScoreSpec:
         if isinstance(self.n_layers, bool) or not isinstance(self.n_layers, int) or self.n_layers < 1:
             raise ValueError(f"ScoreSpec.n_layers={self.n_layers!r} must be an int >= 1")
         if isinstance(self.patterns, str) or not all(isinstance(p, str) and p for p in self.patterns):
-            raise TypeError(f"ScoreSpec.patterns={self.patterns!r} must be a tuple of non-empty glob strings, not one string")
+            raise TypeError(f"ScoreSpec.patterns={self.patterns!r} must be a tuple of non-empty glob strings, not one "
+                            "string")
         if self.select == "modules" and not self.patterns:
             raise ValueError("ScoreSpec(select='modules') needs patterns, e.g. patterns=('*.layers.3.*',)")
 
@@ -96,12 +98,13 @@ class ScoreBatch:
     def n(self) -> int:
         return int(self.completion_ids.shape[0])
 
-    def rows(self, sl: slice) -> "ScoreBatch":
+    def rows(self, sl: slice) -> ScoreBatch:
         return ScoreBatch(self.prompt_ids[sl], self.prompt_mask[sl], self.completion_ids[sl], self.completion_mask[sl])
 
 
 def as_score_batch(batch) -> ScoreBatch:
-    """A :class:`ScoreBatch` from a Rollout-like object or a tuple (prompt_ids, prompt_mask, completion_ids, completion_mask)."""
+    """A :class:`ScoreBatch` from a Rollout-like object or a tuple (prompt_ids, prompt_mask, completion_ids,
+    completion_mask)."""
     if isinstance(batch, ScoreBatch):
         return batch
     names = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")
@@ -110,14 +113,16 @@ def as_score_batch(batch) -> ScoreBatch:
     if isinstance(batch, (tuple, list)) and len(batch) == 4 and all(isinstance(t, Tensor) for t in batch):
         return ScoreBatch(*batch)
     raise TypeError(
-        f"expected a Rollout (or any object with {', '.join(names)}) or a tuple of those 4 tensors; got {type(batch).__name__}"
+        f"expected a Rollout (or any object with {', '.join(names)}) or a tuple of those 4 tensors; got "
+        f"{type(batch).__name__}"
     )
 
 
 def _blocks(model: nn.Module) -> nn.ModuleList:
     lists = [m for m in model.modules() if isinstance(m, nn.ModuleList) and len(m) > 0]
     if not lists:
-        raise ValueError(f"ScoreSpec(select='last_layers'): {type(model).__name__} has no nn.ModuleList of blocks; use select='modules'")
+        raise ValueError(f"ScoreSpec(select='last_layers'): {type(model).__name__} has no nn.ModuleList of blocks; "
+                         "use select='modules'")
     return max(lists, key=lambda m: sum(p.numel() for p in m.parameters()))
 
 
@@ -147,7 +152,9 @@ def select_parameters(model: nn.Module, spec: ScoreSpec = ScoreSpec()) -> Select
         chosen = {id(p) for blk in list(blocks)[-spec.n_layers:] for p in blk.parameters()}
     else:
         chosen = {
-            id(p) for n, p in model.named_parameters(remove_duplicate=False) if any(fnmatch.fnmatchcase(n, pat) for pat in spec.patterns)
+            id(p) for n, p in model.named_parameters(remove_duplicate=False) if any(fnmatch.fnmatchcase(n,
+                                                                                                        pat)
+                                                                                    for pat in spec.patterns)
         }
     names, params, offsets, off = [], [], [], 0
     for name, p in first.items():

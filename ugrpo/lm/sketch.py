@@ -116,7 +116,8 @@ def _check_k(k) -> None:
 # per-sample backward
 
 
-def _sketch_backward(model, batch: ScoreBatch, sel: SelectedParams, fac, k: int, temperature: float, progress: bool) -> Tensor:
+def _sketch_backward(model, batch: ScoreBatch, sel: SelectedParams, fac, k: int, temperature: float,
+                     progress: bool) -> Tensor:
     out = torch.zeros(batch.n, k, dtype=sel.params[0].dtype, device=sel.params[0].device)  # (N, k)
     for n in tqdm(range(batch.n), desc="sketch (per-sample backward)", unit="row", disable=not progress):
         logp = row_logprob_sums(model, batch.rows(slice(n, n + 1)), temperature)  # (1,)
@@ -150,7 +151,8 @@ def _plan(model: nn.Module, sel: SelectedParams) -> tuple[list[tuple[nn.Module, 
         direct = [p for _, p in module.named_parameters(recurse=False, remove_duplicate=False) if id(p) in wanted]
         if not direct:
             continue
-        kind = "linear" if isinstance(module, nn.Linear) else "embedding" if isinstance(module, nn.Embedding) else "norm" if _is_norm(module) else None
+        kind = ("linear" if isinstance(module, nn.Linear) else "embedding" if isinstance(module, nn.Embedding)
+                else "norm" if _is_norm(module) else None)
         if kind is None:
             continue
         hooks.append((module, kind))
@@ -199,7 +201,8 @@ def _xhat(module: nn.Module, x: Tensor, y: Tensor) -> Tensor:
     b = getattr(module, "bias", None)
     with torch.no_grad():
         xhat = torch.func.functional_call(
-            module, {"weight": torch.ones_like(w), **({"bias": torch.zeros_like(b)} if isinstance(b, Tensor) else {})}, (x,)
+            module, {"weight": torch.ones_like(w), **({"bias": torch.zeros_like(b)} if isinstance(b, Tensor) else {})},
+            (x,)
         )
         pred = w * xhat + (b if isinstance(b, Tensor) else 0)
         if not torch.allclose(pred, y, rtol=1e-4, atol=1e-5 * float(y.abs().max()) + 1e-12):
@@ -214,8 +217,10 @@ def _sketch_linear(model, batch: ScoreBatch, sel, fac, k, temperature, chunk_siz
     hooks_plan, missing = _plan(model, sel)
     if missing:
         raise ValueError(
-            f"linear_trick cannot sketch {len(missing)} selected parameter(s) of unsupported modules, e.g. {missing[:3]}; "
-            f"use method='per_sample_backward' (or 'auto'), or exclude them with ScoreSpec(select='modules', patterns=...)"
+            f"linear_trick cannot sketch {len(missing)} selected parameter(s) of unsupported modules, e.g. "
+            f"{missing[:3]}; "
+            "use method='per_sample_backward' (or 'auto'), or exclude them with ScoreSpec(select='modules', "
+            "patterns=...)"
         )
     wanted = {id(p) for p in sel.params}
     out = torch.zeros(batch.n, k, dtype=sel.params[0].dtype, device=sel.params[0].device)  # (N, k)
@@ -226,7 +231,7 @@ def _sketch_linear(model, batch: ScoreBatch, sel, fac, k, temperature, chunk_siz
         acc = [torch.zeros(chunk.n, k, dtype=out.dtype, device=out.device)]
         inside = [False]
 
-        def fwd_hook(module, args, kwargs, output, kind):
+        def fwd_hook(module, args, kwargs, output, kind, inside=inside, probes=probes, acc=acc):
             if inside[0]:
                 return None
             x = args[0] if args else kwargs.get("input")
@@ -245,7 +250,7 @@ def _sketch_linear(model, batch: ScoreBatch, sel, fac, k, temperature, chunk_siz
             probes.append(probe)
             y = output + probe
 
-            def bwd(d, module=module, kind=kind, x=x):
+            def bwd(d, module=module, kind=kind, x=x, acc=acc):
                 acc[0] += _contribution(module, kind, x.detach(), d, wanted, fac)
 
             y.register_hook(bwd)
@@ -260,8 +265,8 @@ def _sketch_linear(model, batch: ScoreBatch, sel, fac, k, temperature, chunk_siz
         finally:
             for h in handles:
                 h.remove()
-        if probes:
-            torch.autograd.grad(logp.sum(), probes, allow_unused=True)  # fires the hooks; the probes' grads are discarded
+        if probes:  # fires the hooks; the probes' grads are discarded
+            torch.autograd.grad(logp.sum(), probes, allow_unused=True)
         out[start:start + chunk.n] = acc[0]
     return out
 

@@ -61,7 +61,8 @@ def build_char_tokenizer(chars: str = DEFAULT_CHARS) -> PreTrainedTokenizerFast:
     if dupes:
         raise ValueError(f"build_char_tokenizer: chars has duplicate characters {dupes!r}; list each character once")
     if "\n" in chars or "\r" in chars:
-        raise ValueError("build_char_tokenizer: chars contains a newline; the tiny tokenizer is for single-line prompts")
+        raise ValueError("build_char_tokenizer: chars contains a newline; the tiny tokenizer is for single-line "
+                         "prompts")
     vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
     for c in chars:
         vocab[c] = len(vocab)

@@ -5,12 +5,13 @@ plain-language reading of the two checks (vanilla vs grpo, grpo vs oracle at G =
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from ugrpo.report.markdown import fmt, fmt_ci, fmt_values, header, image, md_table
 from ugrpo.report.plots import estimator_series, line_plot
 from ugrpo.runs import RunDir
-from ugrpo.experiments.mse import ESTIMATORS
+from ugrpo.stats.estimators import ESTIMATORS
 
 __all__ = ["reading", "write_lm_mse_outputs"]
 
@@ -33,16 +34,19 @@ def reading(results: dict[str, Any]) -> list[str]:
     h = comps[G32]["residual_over_oracle"]
     if h["ratio"] is not None:
         within = "within" if h["ci_high"] <= 0.10 else "not shown to be within"
-        out.append(f"The same through the Hoeffding split (residual measured directly, orthogonal to the oracle error): "
+        out.append("The same through the Hoeffding split (residual measured directly, orthogonal to the oracle "
+                   "error): "
                    f"1 + residual / oracle = {fmt(1 + h['ratio'])} (95% CI [{fmt(1 + h['ci_low'])}, "
                    f"{fmt(1 + h['ci_high'])}]), {within} 10%; this form has no cross-term noise.")
     sp = {s["G"]: s for s in results["hoeffding_grpo"]}
-    share = ", ".join(f"G={G}: {100 * sp[G]['residual_share']:.1f}%" for G in groups if sp[G]["residual_share"] is not None)
+    share = ", ".join(f"G={G}: {100 * sp[G]['residual_share']:.1f}%" for G in groups
+                      if sp[G]["residual_share"] is not None)
     out.append(f"Hoeffding split: the residual ||ghat_grpo - ghat_oracle||^2 is {share} of GRPO's MSE.")
     dg, comp = results.get("diagnostics"), results["components"]
     if dg and comp["c2"]["estimate"] > comp["c2_vanilla"]:
         out.append(f"Here c2 = {fmt(comp['c2']['estimate'])} > c2_vanilla = {fmt(comp['c2_vanilla'])}: the V(x) "
-                   f"baseline adds variance. Right samples have mean ||W||^2 = {fmt(dg['mean_w2_reward1'])}, wrong ones "
+                   f"baseline adds variance. Right samples have mean ||W||^2 = {fmt(dg['mean_w2_reward1'])}, wrong "
+                   "ones "
                    f"{fmt(dg['mean_w2_reward0'])} (E_X Cov(||W||^2, Z|X) = {fmt(dg['mean_cov_w2_z'])}): the paper's "
                    "conditional-uncorrelation assumption (A2) does not hold, so vanilla can beat GRPO and the oracle.")
     ref = results["reference"]
@@ -75,7 +79,8 @@ def write_lm_mse_outputs(run: RunDir, results: dict[str, Any], argv: Sequence[st
         header("ugrpo mse --model: gradient MSE per estimator and group size on a language model (paper Fig. 4)", argv),
         f"Policy `{pol['model']}` on task `{pol['task']}` (options {pol['task_options']}); mean reward "
         f"{pol['accuracy']:.3f} +- {pol['accuracy_se']:.3f}. Prompt distribution: uniform over P = {ref['P']} fixed "
-        f"prompts. B = {B}, R = {rows[0]['reps']} independent repetitions; reference: M = {ref['M']} samples per prompt. "
+        f"prompts. B = {B}, R = {rows[0]['reps']} independent repetitions; reference: M = {ref['M']} samples per "
+        "prompt. "
         f"Squared errors in a k = {results['sketch']['dim']} sketch of the {results['sketch']['D']}-dim gradient "
         "(unbiased). See docs/lm-mse.md.",
         "", "## Reading", "", *[f"- {s}" for s in reading(results)], "", image("mse.png", "MSE vs G"), "",
@@ -103,7 +108,8 @@ def write_lm_mse_outputs(run: RunDir, results: dict[str, Any], argv: Sequence[st
         f"E||g_ref - g||^2 = {fmt(ref['ref_err'])} (subtracted from every row); the oracle with V_ref has "
         "E_X[E||W||^2 Var(Z|X)]/(BGM) more: " + ", ".join(f"G={G}: {fmt(v)}" for G, v in ref["oracle_vref_err"].items())
         + " (subtracted from the oracle and the residual).",
-        "", f"Samples: {cost['samples']} ({cost['samples_reference']} reference + {cost['samples_estimation']} estimation), "
+        "", f"Samples: {cost['samples']} ({cost['samples_reference']} reference + {cost['samples_estimation']} "
+        "estimation), "
         f"{cost['tokens']} completion tokens, {cost['n_unscorable']} unscorable; seconds: sampling "
         f"{cost['sampling']:.1f}, scoring {cost['scoring']:.1f}, sketch {cost['sketch']:.1f}, total "
         f"{cost['seconds_total']:.1f}.", "",

@@ -6,9 +6,9 @@ empirical best G per checkpoint with the G that cannot be told apart from it.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
-from ugrpo.experiments.lm_sweep import METRICS, swept_g_star
 from ugrpo.report.markdown import fmt_ci, fmt_values, header, image, md_table
 from ugrpo.report.plots import Marker, Panel, Series, panel_plot
 from ugrpo.runs import RunDir
@@ -87,7 +87,7 @@ def table2(results: dict[str, Any], metric: str, *, intervals: bool = False) -> 
             continue
         top = max(r["mean"] for r in cell.values())
 
-        def show(r):
+        def show(r, top=top):
             v = f"**{r['mean']:.3f}**" if r["mean"] == top else f"{r['mean']:.3f}"
             return v + (f" [{r['ci_low']:.3f}, {r['ci_high']:.3f}]" if intervals and r["ci_low"] is not None else "")
         rows.append([N] + [show(cell[G]) if G in cell else "-" for G in groups])
@@ -123,3 +123,14 @@ def write_lm_sweep_outputs(run: RunDir, results: dict[str, Any], argv: Sequence[
                       "-" if r["ci_low"] is None else fmt_ci(r["ci_low"], r["ci_high"]), r["seeds"]]
                      for r in results["rows"]]), ""]
     run.write_report("\n".join(md))
+
+
+METRICS = ("eval_accuracy", "eval_pass1")
+"""held-out metrics aggregated (greedy accuracy, sampled pass@1), as logged by the trainer"""
+
+
+def swept_g_star(planner: dict[str, Any]) -> str:
+    """The planner's G* among the swept G as text: 'G* = 4', or why there is none (c1 ~ 0 in the pilot)."""
+    if planner.get("g_star_swept") is None:
+        return "no G* (c1 is not distinguishable from 0 in the pilot: the bound only says larger G is not worse)"
+    return f"G* = {planner['g_star_swept']}"

@@ -19,8 +19,9 @@ from __future__ import annotations
 import json
 import math
 import shlex
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 __all__ = ["fmt", "fmt_ci", "fmt_values", "md_table", "text_table", "header", "image", "config_block", "read_run"]
 

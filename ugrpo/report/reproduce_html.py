@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import base64
 import html
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ugrpo.report.markdown import fmt
 from ugrpo.runs import RunDir, atomic_write_text
@@ -51,7 +52,8 @@ def _claims(claims) -> str:
 
 
 def _fig4(out: Path, summ: dict) -> list[str]:
-    h = ["<h2>Fig. 4: LM gradient MSE vs G</h2><p>The paper gives no numbers for Fig. 4 in its text (NOTES.md 8.1): "
+    h = ["<h2>Fig. 4: LM gradient MSE vs G</h2><p>The paper gives no numbers for Fig. 4 in its text "
+         "(docs/paper.md 8.1): "
          "only the ordering vanilla &gt; grpo &gt; oracle, grpo ~ oracle at G = 32/64, MSE falling with G and with "
          "model strength.</p>"]
     if "fig4" not in summ:
@@ -68,7 +70,7 @@ def _fig4(out: Path, summ: dict) -> list[str]:
 def _planner(pl: dict | None) -> str:
     if not pl:
         return "<p>Planner: not run for this part.</p>"
-    from ugrpo.experiments.lm_sweep import swept_g_star
+    from ugrpo.report.lm_sweep_report import swept_g_star
 
     same = " (the same at every budget: the bound (11) scales with 1/N)" if pl["g_star_swept"] is not None else ""
     return (f"<p>Planner (Theorem 7, eq. (12), from a B0 x G0 = {pl['pilot'][0]} x {pl['pilot'][1]} pilot at the "
@@ -76,8 +78,7 @@ def _planner(pl: dict | None) -> str:
 
 
 def _best_per_checkpoint(r: dict) -> list[str]:
-    from ugrpo.experiments.lm_sweep import METRICS
-    from ugrpo.report.lm_sweep_report import best_g_table
+    from ugrpo.report.lm_sweep_report import METRICS, best_g_table
 
     h = []
     for m in METRICS:
@@ -90,7 +91,7 @@ def _best_per_checkpoint(r: dict) -> list[str]:
 
 def _fig5(out: Path, parts: dict) -> list[str]:
     h = ["<h2>Fig. 5: held-out accuracy vs G at a fixed budget, over checkpoints</h2><p>The paper gives no numbers "
-         "for Fig. 5 in its text (NOTES.md 8.2); it reports G* = 32 at every checkpoint after n = 200 for "
+         "for Fig. 5 in its text (docs/paper.md 8.2); it reports G* = 32 at every checkpoint after n = 200 for "
          "Qwen2.5-1.5B-Instruct on GSM8K at N = 1024.</p>"]
     r = parts.get("fig5")
     if not r:
@@ -118,7 +119,7 @@ def _table2(out: Path, parts: dict, paper: Mapping[int, Mapping[int, float]]) ->
     else:
         h.append("<p>not run</p>")
     pg = sorted({g for row in paper.values() for g in row})
-    h.append("<p>The paper (Qwen2.5-Math-7B on MATH, one run each; NOTES.md 8.3; best per row in bold):</p>"
+    h.append("<p>The paper (Qwen2.5-Math-7B on MATH, one run each; docs/paper.md 8.3; best per row in bold):</p>"
              + html_table(["budget N"] + [f"G={g}" for g in pg],
                           [[N] + [(f"**{row[g]:.4f}**" if row[g] == max(row.values()) else f"{row[g]:.4f}")
                                   for g in pg] for N, row in paper.items()]))

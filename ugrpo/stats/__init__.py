@@ -15,13 +15,25 @@ from .advantages import (
     vanilla_advantages,
     zero_std_groups,
 )
+from .asymptotics import (
+    GapLimit,
+    estimator_covariance,
+    gap_limit,
+    gap_weights,
+    identifiable_subspace,
+    lyapunov_covariance,
+    prompt_covariances,
+    weighted_chi2_cdf,
+    weighted_chi2_quantile,
+    weighted_chi2_sample,
+)
 from .components import (
     MIN_PILOT_GROUP,
     Estimate,
     VarianceComponents,
     estimate_components,
-    point_estimates,
     gaussian_sketch,
+    point_estimates,
 )
 from .estimator import policy_gradient, prompt_gradients
 from .exact_mse import (
@@ -35,18 +47,6 @@ from .exact_mse import (
     prompt_mse,
 )
 from .planner import GroupSizePlan, bound, candidate_groups, plan_group_size
-from .asymptotics import (
-    GapLimit,
-    estimator_covariance,
-    gap_limit,
-    gap_weights,
-    identifiable_subspace,
-    lyapunov_covariance,
-    prompt_covariances,
-    weighted_chi2_cdf,
-    weighted_chi2_quantile,
-    weighted_chi2_sample,
-)
 from .ustat import HoeffdingParts, grpo_kernel, hoeffding_decomposition, pairwise_ustatistic
 
 __all__ = [
@@ -54,7 +54,8 @@ __all__ = [
     "oracle_advantages", "vanilla_advantages", "zero_std_groups",
     "policy_gradient", "prompt_gradients",
     "HoeffdingParts", "grpo_kernel", "hoeffding_decomposition", "pairwise_ustatistic",
-    "ESTIMATORS", "EstimatorName", "PolicyMoments", "PromptMoments", "hoeffding_split", "minibatch_mse", "policy_moments", "prompt_mse",
+    "ESTIMATORS", "EstimatorName", "PolicyMoments", "PromptMoments", "hoeffding_split", "minibatch_mse",
+    "policy_moments", "prompt_mse",
     "MIN_PILOT_GROUP", "Estimate", "VarianceComponents", "estimate_components", "point_estimates", "gaussian_sketch",
     "GroupSizePlan", "bound", "candidate_groups", "plan_group_size",
     "GapLimit", "estimator_covariance", "gap_limit", "gap_weights", "identifiable_subspace", "lyapunov_covariance",

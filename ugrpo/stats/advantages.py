@@ -17,11 +17,14 @@ Formulas: docs/math.md section 1 (M1-M4).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Literal
 
 import torch
 from torch import Tensor
+
+from ugrpo.stats.estimators import EstimatorName
 
 __all__ = [
     "BaselineName",
@@ -35,7 +38,7 @@ __all__ = [
     "compute_advantages",
 ]
 
-BaselineName = Literal["vanilla", "grpo", "grpo_mean", "oracle"]
+BaselineName = EstimatorName
 ScaleName = Literal["none", "std"]
 ZeroStdPolicy = Literal["zero", "eps", "unscaled"]
 
@@ -44,7 +47,8 @@ def _check_rewards(rewards: Tensor, *, min_group: int = 1) -> None:
     if not isinstance(rewards, Tensor):
         raise TypeError(f"rewards must be a torch.Tensor of shape (B, G), got {type(rewards).__name__}")
     if rewards.ndim != 2:
-        raise ValueError(f"rewards must have shape (B, G) (B prompts, G samples each); got shape {tuple(rewards.shape)}")
+        raise ValueError("rewards must have shape (B, G) (B prompts, G samples each); got shape "
+                         f"{tuple(rewards.shape)}")
     if rewards.shape[1] < min_group:
         raise ValueError(
             f"this baseline needs group size G >= {min_group}, got G = {rewards.shape[1]} "

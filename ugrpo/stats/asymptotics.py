@@ -217,7 +217,8 @@ def gap_weights(H_star: Tensor, Gamma_Q: Tensor, beta: float, *, convention: Con
 def _weights(w: Tensor) -> np.ndarray:
     w = np.asarray(torch.as_tensor(w, dtype=DT).reshape(-1).numpy(), dtype=np.float64)
     if w.size == 0 or not np.isfinite(w).all() or (w < 0).any() or w.max() <= 0:
-        raise ValueError(f"weights must be a non-empty vector of finite non-negative numbers, not all 0; got {w.tolist()}")
+        raise ValueError("weights must be a non-empty vector of finite non-negative numbers, not all 0; got "
+                         f"{w.tolist()}")
     return w[w > 1e-12 * w.max()]                                     # zero weights add nothing
 
 
@@ -287,7 +288,7 @@ def weighted_chi2_quantile(q, w: Tensor) -> np.ndarray:
         top = hi
         while cdf(top) < p:
             top *= 2
-        out[i] = optimize.brentq(lambda x: cdf(x) - p, 0.0, top, xtol=1e-14 * top, rtol=1e-12)
+        out[i] = optimize.brentq(lambda x, p=p: cdf(x) - p, 0.0, top, xtol=1e-14 * top, rtol=1e-12)
     return out.reshape(qs.shape)
 
 
@@ -342,7 +343,8 @@ def prompt_covariances(probs: Tensor, scores: Tensor, reward_mean: Tensor, *, re
     m2 = r if reward_second is None else torch.as_tensor(reward_second, dtype=DT)
     if p.ndim != 2 or W.ndim != 3 or W.shape[:2] != p.shape or r.shape != p.shape or m2.shape != p.shape:
         raise ValueError(f"need probs (P, K), scores (P, K, D), reward_mean (P, K); got {tuple(p.shape)}, "
-                         f"{tuple(W.shape)}, {tuple(r.shape)}" + ("" if reward_second is None else f", {tuple(m2.shape)}"))
+                         f"{tuple(W.shape)}, "
+                         f"{tuple(r.shape)}" + ("" if reward_second is None else f", {tuple(m2.shape)}"))
     if (p < 0).any() or not torch.allclose(p.sum(1), torch.ones(p.shape[0], dtype=DT), atol=1e-9):
         raise ValueError("probs must be non-negative with rows summing to 1 (one distribution per prompt)")
     P = p.shape[0]
@@ -380,9 +382,9 @@ def estimator_covariance(pc: PromptCovariances, estimator: str, B: int, G: int) 
     Sigma_oracle(x)/G (oracle), Sigma_oracle(x)/G + (E[WW^T] Var(Z|x) + g(x)g(x)^T)/(G(G-1)) (grpo).
     Its trace is the exact MSE of :func:`ugrpo.stats.exact_mse.minibatch_mse` (unbiased estimators).
     """
-    need = 2 if estimator in ("grpo", "grpo_mean") else 1
-    if estimator not in ("vanilla", "oracle", "grpo", "grpo_mean"):
-        raise ValueError(f"unknown estimator {estimator!r}; choose vanilla, grpo, grpo_mean or oracle")
+    from ugrpo.stats.estimators import min_group_size
+
+    need = min_group_size(estimator)
     for name, v, lo in (("B", B, 1), ("G", G, need)):
         if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < lo:
             raise ValueError(f"{name} must be an integer >= {lo} for estimator {estimator!r}, got {v!r}")

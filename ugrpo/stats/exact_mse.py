@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Sequence
 
 import torch
 from torch import Tensor
+
+from ugrpo.stats.estimators import ESTIMATORS, GROUP_BASELINES, EstimatorName
 
 __all__ = [
     "EstimatorName",
@@ -34,8 +36,6 @@ __all__ = [
     "hoeffding_split",
 ]
 
-EstimatorName = Literal["vanilla", "grpo", "grpo_mean", "oracle"]
-ESTIMATORS: tuple[str, ...] = ("vanilla", "grpo", "grpo_mean", "oracle")
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ def _check_estimator(estimator: str, G: int) -> None:
         raise ValueError(f"unknown estimator {estimator!r}; choose one of {list(ESTIMATORS)}")
     if isinstance(G, bool) or not isinstance(G, numbers.Integral):
         raise TypeError(f"group size G must be an int, got {G!r}")
-    need = 2 if estimator in ("grpo", "grpo_mean") else 1
+    need = 2 if estimator in GROUP_BASELINES else 1
     if G < need:
         raise ValueError(f"estimator {estimator!r} needs group size G >= {need}, got G = {G}")
 

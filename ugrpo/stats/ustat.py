@@ -118,7 +118,8 @@ class HoeffdingParts:
         return self.true_grad + self.first_order + self.residual
 
 
-def hoeffding_decomposition(scores: Tensor, rewards: Tensor, value: Tensor | float, true_grad: Tensor) -> HoeffdingParts:
+def hoeffding_decomposition(scores: Tensor, rewards: Tensor, value: Tensor | float,
+                            true_grad: Tensor) -> HoeffdingParts:
     """Split ghat_GRPO(x) into g(x) + (ghat_oracle - g(x)) + residual, paper eq. (2), docs/math.md M6.
 
     Parameters

@@ -11,19 +11,19 @@ Public API::
 from ugrpo.tasks.arith_verify import extract_integer, extract_number, last_boxed
 from ugrpo.tasks.arithmetic import ARITH_CHARS, CATEGORIES, DIFFICULTIES, ArithmeticTask
 from ugrpo.tasks.base import (
-    TASK_NAMES,
+    OptionError,
     Problem,
     ScoreResult,
     Task,
     VerifierContractError,
     VerifyStats,
-    get_task,
     score,
 )
 from ugrpo.tasks.custom import CustomTask
 from ugrpo.tasks.gsm8k import GSM8KTask
 from ugrpo.tasks.loading import BadRow, RowError
 from ugrpo.tasks.math_task import MathTask
+from ugrpo.tasks.registry import TASK_NAMES, get_task
 
 __all__ = [
     "ARITH_CHARS",
@@ -35,6 +35,7 @@ __all__ = [
     "CustomTask",
     "GSM8KTask",
     "MathTask",
+    "OptionError",
     "RowError",
     "VerifierContractError",
     "Problem",

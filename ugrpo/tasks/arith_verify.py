@@ -1,7 +1,7 @@
 """Integer answer extraction for the arithmetic task (binary reward of paper section 5.1).
 
 The paper parses "the LLM output for the answer" and gives reward 1 if it equals the
-ground truth (NOTES.md 8.1); it does not say how. This module fixes one documented rule.
+ground truth (docs/paper.md 8.1); it does not say how. This module fixes one documented rule.
 
 Extraction rule (:func:`extract_integer`), applied in this order:
 
@@ -29,8 +29,9 @@ failure: :func:`extract_integer` returns None and the verifier reports it as uns
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from fractions import Fraction
-from typing import Iterator, Literal
+from typing import Literal
 
 __all__ = ["ExtractMode", "extract_number", "extract_integer", "last_boxed", "integer_reward"]
 
@@ -122,7 +123,7 @@ def extract_number(text: str, mode: ExtractMode = "last") -> Fraction | None:
             if first_after is not None:
                 return first_after
         last = None
-        for last in _numbers(text):
+        for last in _numbers(text):  # noqa: B007 - the loop runs to the last number
             pass
         return last
     return next(_numbers(text), None)

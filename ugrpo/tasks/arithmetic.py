@@ -1,4 +1,4 @@
-"""Synthetic integer arithmetic, the dataset of the paper's section 5.1 (NOTES.md 8.1, Fig. 4).
+"""Synthetic integer arithmetic, the dataset of the paper's section 5.1 (docs/paper.md 8.1, Fig. 4).
 
 Problems are drawn uniformly from the paper's 5 categories:
 
@@ -22,7 +22,7 @@ Deviations from / additions to the paper
   disjoint from the train set (default 500, the paper's size) by expression text. No
   expression occurs twice within a set either.
 * Prompt styles: ``plain`` and ``fewshot`` are the two Appendix C templates, verbatim
-  (the paper's labels for them look swapped, NOTES.md 8.1; the names here avoid the
+  (the paper's labels for them look swapped, docs/paper.md 8.1; the names here avoid the
   labels). ``compact`` is ``"12+7-3="`` for the built-in character-level model.
 * Answer extraction: see :mod:`ugrpo.tasks.arith_verify` (default mode ``last`` for
   ``plain``/``fewshot``, ``first`` for ``compact``).
@@ -31,11 +31,12 @@ Deviations from / additions to the paper
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Sequence
+from typing import Literal
 
 from ugrpo.tasks.arith_verify import ExtractMode, integer_reward
-from ugrpo.tasks.base import Problem, VerifyStats
+from ugrpo.tasks.base import OptionError, Problem, VerifyStats
 
 __all__ = [
     "ARITH_CHARS",
@@ -60,9 +61,9 @@ PROMPT_STYLES: tuple[PromptStyle, ...] = ("plain", "fewshot", "compact")
 #: The tiny character-level tokenizer is built from this string (order is fixed).
 ARITH_CHARS: str = "0123456789+-*/()="
 
-#: Appendix C, labelled "for the In-Context Learning model" (likely swapped, NOTES.md 8.1).
+#: Appendix C, labelled "for the In-Context Learning model" (likely swapped, docs/paper.md 8.1).
 PLAIN_TEMPLATE = "Solve the arithmetic problem. Return ONLY the final integer.\n{problem}"
-#: Appendix C, labelled "for the Base and Instruct models" (likely swapped, NOTES.md 8.1).
+#: Appendix C, labelled "for the Base and Instruct models" (likely swapped, docs/paper.md 8.1).
 FEWSHOT_TEMPLATE = (
     "You are a calculator. Solve the arithmetic problem and return ONLY the final integer.\n"
     "\n"
@@ -305,7 +306,7 @@ class ArithmeticTask:
         for f in ("n_train", "n_eval", "seed"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int):
-                raise TypeError(f"arithmetic: {f} must be an int, got {v!r}")
+                raise OptionError(f"arithmetic: {f} must be an int, got {v!r}")
         if self.n_train < 0 or self.n_eval < 0:
             raise ValueError(f"arithmetic: n_train and n_eval must be >= 0, got {self.n_train}, {self.n_eval}")
         if self.difficulty not in DIFFICULTIES:

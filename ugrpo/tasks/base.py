@@ -2,13 +2,13 @@
 
 A *task* is a set of prompts with gold answers plus a verifier. It feeds the reward
 tensor Z of the paper (eq. (5): one reward per completion; the binary reward of
-section 5.1 / NOTES.md 8.1). The verifier follows the TRL reward-function contract:
+section 5.1 / docs/paper.md 8.1). The verifier follows the TRL reward-function contract:
 ``verify(completions, problems) -> list[float | None]`` where ``None`` means
 "could not be scored". :func:`score` wraps it for training: every unscorable value
 (``None``, NaN, a non-number, an exception inside the verifier) becomes reward 0.0
 and is counted, so one bad completion never ends a run.
 
-Tasks are built by name with :func:`get_task`; options are explicit keyword
+Tasks are built by name with :func:`ugrpo.tasks.registry.get_task`; options are explicit keyword
 arguments and an unknown option is an error that lists the valid ones.
 """
 
@@ -18,8 +18,9 @@ import logging
 import math
 import numbers
 import traceback
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
     "Problem",
@@ -27,8 +28,7 @@ __all__ = [
     "Task",
     "VerifyStats",
     "score",
-    "get_task",
-    "TASK_NAMES",
+    "OptionError",
     "check_options",
     "VerifierContractError",
 ]
@@ -258,45 +258,16 @@ def score(task: Task, completions: Sequence[str], problems: Sequence[Problem]) -
     return ScoreResult(rewards, unscorable, n_timeouts, n_parse, n_errors, first_error)
 
 
-TASK_NAMES = ("arithmetic", "gsm8k", "math", "custom")
+class OptionError(TypeError, ValueError):
+    """A task option that is unknown, missing or of the wrong type: bad input, so the command line reports it
+    as a user error (a ``ValueError``); a ``TypeError`` too, as Python reports a bad keyword argument."""
 
 
 def check_options(task_name: str, options: Mapping[str, Any], valid: Sequence[str]) -> None:
     """Raise a clear error for an unknown option, listing the valid ones."""
     unknown = sorted(set(options) - set(valid))
     if unknown:
-        raise TypeError(
+        raise OptionError(
             f"get_task({task_name!r}): unknown option(s) {', '.join(unknown)}; valid options are: "
             f"{', '.join(sorted(valid))}"
         )
-
-
-def get_task(name: str, **options: Any) -> Task:
-    """Build a task by name.
-
-    Parameters
-    ----------
-    name : {"arithmetic", "gsm8k", "math", "custom"}
-        The task.
-    **options
-        The task's keyword options (see ``ArithmeticTask``, ``GSM8KTask``, ``MathTask``,
-        ``CustomTask``). An unknown option raises ``TypeError`` listing the valid ones.
-
-    Returns
-    -------
-    Task
-    """
-    factories: dict[str, Callable[..., Task]] = _factories()
-    if name not in factories:
-        raise ValueError(f"unknown task {name!r}; valid tasks are: {', '.join(TASK_NAMES)}")
-    return factories[name](**options)
-
-
-def _factories() -> dict[str, Callable[..., Task]]:
-    # Imported lazily so that base.py has no import cycle with the task modules.
-    from ugrpo.tasks.arithmetic import make_arithmetic
-    from ugrpo.tasks.custom import make_custom
-    from ugrpo.tasks.gsm8k import make_gsm8k
-    from ugrpo.tasks.math_task import make_math
-
-    return {"arithmetic": make_arithmetic, "gsm8k": make_gsm8k, "math": make_math, "custom": make_custom}

@@ -49,7 +49,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ugrpo.tasks.base import Problem, VerifierContractError, VerifyStats, _warn_once, check_options
+from ugrpo.tasks.base import OptionError, Problem, VerifierContractError, VerifyStats, _warn_once, check_options
 from ugrpo.tasks.loading import BadRow, BadRowPolicy, RowError, read_rows, text_field
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -139,7 +139,7 @@ class CustomTask:
 
     def __post_init__(self) -> None:
         if not isinstance(self.data_path, (str, os.PathLike)):
-            raise TypeError(f"custom: data_path must be a path, got {self.data_path!r}")
+            raise OptionError(f"custom: data_path must be a path, got {self.data_path!r}")
         for f in ("prompt_field", "answer_field"):
             if not isinstance(getattr(self, f), str) or not getattr(self, f):
                 raise ValueError(f"custom: {f} must be a non-empty field name, got {getattr(self, f)!r}")
@@ -286,5 +286,5 @@ def make_custom(**options: Any) -> CustomTask:
     check_options("custom", options, _OPTIONS)
     missing = [k for k in ("data_path", "reward_fn") if k not in options]
     if missing:
-        raise TypeError(f"get_task('custom'): missing required option(s) {', '.join(missing)}")
+        raise OptionError(f"get_task('custom'): missing required option(s) {', '.join(missing)}")
     return CustomTask(**options)

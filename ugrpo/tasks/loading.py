@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 __all__ = ["Row", "BadRowPolicy", "read_rows", "text_field", "BadRow", "RowError"]
 

@@ -40,9 +40,10 @@ import threading
 import time
 import traceback
 from collections import OrderedDict
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal
 
 __all__ = ["CheckOutcome", "TimeoutMode", "MathChecker", "check_one"]
 

@@ -26,12 +26,13 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Callable, ClassVar, Sequence
+from typing import Any, ClassVar
 
 from ugrpo.tasks.arith_verify import last_boxed
-from ugrpo.tasks.base import Problem, VerifyStats
+from ugrpo.tasks.base import OptionError, Problem, VerifyStats
 from ugrpo.tasks.loading import BadRow, BadRowPolicy, Row, RowError, read_rows
 from ugrpo.tasks.mathcheck import MathChecker, TimeoutMode
 
@@ -230,7 +231,7 @@ class QATask:
         for f in ("train_path", "eval_path"):
             v = getattr(self, f)
             if v is not None and not isinstance(v, (str, os.PathLike)):
-                raise TypeError(f"{self.name}: {f} must be a path (str), got {v!r}")
+                raise OptionError(f"{self.name}: {f} must be a path (str), got {v!r}")
         if self.limit is not None and (
             isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 1
         ):
@@ -239,7 +240,7 @@ class QATask:
         if self.on_bad_row not in ("error", "skip"):
             raise ValueError(f"{self.name}: on_bad_row must be 'error' or 'skip', got {self.on_bad_row!r}")
         if not isinstance(self.fast_path, bool):
-            raise TypeError(f"{self.name}: fast_path must be True or False, got {self.fast_path!r}")
+            raise OptionError(f"{self.name}: fast_path must be True or False, got {self.fast_path!r}")
         # Validates timeout_s and timeout_mode with a clear message.
         object.__setattr__(self, "_checker", MathChecker(self.timeout_s, self.timeout_mode, self.workers))
         object.__setattr__(self, "_cache", {})

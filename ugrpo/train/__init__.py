@@ -3,7 +3,7 @@
 * :mod:`ugrpo.train.config`   frozen ``TrainConfig`` + ``load_config(path, overrides)``
 * :mod:`ugrpo.train.loss`     ``policy_loss`` (Algorithm 1 / 2, clipping, K3 KL, aggregations)
 * :mod:`ugrpo.train.loop`     ``train(cfg, out_dir, resume=...) -> TrainResult``
-* :mod:`ugrpo.train.train_cmd` the ``ugrpo train`` command
+* ``ugrpo train`` itself is :mod:`ugrpo.cli.commands.train`
 
 Nothing is imported here so that ``import ugrpo.train`` stays cheap.
 """

@@ -14,8 +14,9 @@ gradient of the global loss, so parameters follow the 1-process run up to float 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist

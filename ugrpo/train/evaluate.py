@@ -8,8 +8,8 @@ the policy, not from fresh sampling noise.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -95,7 +95,8 @@ def evaluate(
     texts = [prompts[i] for i in mine]
     sums = [0.0, 0.0, 0.0, 0.0]  # greedy reward sum, sampled reward sum, n sampled, unscorable
     if probs and greedy:
-        sc = score(task, greedy_completions(model, tokenizer, texts, max_new_tokens=max_new_tokens, batch_size=batch_size), probs)
+        sc = score(task, greedy_completions(model, tokenizer, texts, max_new_tokens=max_new_tokens,
+                                            batch_size=batch_size), probs)
         sums[0] += sum(sc.rewards)
         sums[3] += sc.n_unscorable
     if probs and pass1_samples > 0:

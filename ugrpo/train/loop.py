@@ -29,7 +29,6 @@ Run: ``ugrpo train --config examples/arith-tiny.yaml --out runs/x [--resume] [--
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections.abc import Callable
@@ -44,11 +43,12 @@ from ugrpo.errors import NonFiniteError, ResumeError
 from ugrpo.lm.loading import LoraSettings, context_length, format_prompt, load_policy
 from ugrpo.lm.sampling import sample_groups
 from ugrpo.runlock import claim, release
-from ugrpo.runs import RunDir, follow_umask, read_jsonl, repair_metrics, to_jsonable
+from ugrpo.runs import RunDir, follow_umask, read_jsonl, repair_metrics
 from ugrpo.stats.advantages import compute_advantages
-from ugrpo.tasks.base import get_task, score
+from ugrpo.tasks.base import score
+from ugrpo.tasks.registry import get_task
 from ugrpo.train.checkpoint import latest_checkpoint, load_latest, save_checkpoint
-from ugrpo.train.config import TrainConfig
+from ugrpo.train.config import TrainConfig, summary_line
 from ugrpo.train.distributed import (
     DistContext,
     barrier,
@@ -155,7 +155,8 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, *, resume: bool, on_st
     run = RunDir(out) if ctx.is_main else None
     # ---------------------------------------------------------------- setup
     device = _device(cfg, ctx)
-    lora = LoraSettings(cfg.model.lora_r, cfg.model.lora_alpha, cfg.model.lora_dropout, cfg.model.lora_targets) if cfg.model.lora_r else None
+    lora = LoraSettings(cfg.model.lora_r, cfg.model.lora_alpha, cfg.model.lora_dropout,
+                        cfg.model.lora_targets) if cfg.model.lora_r else None
     policy = load_policy(cfg.model.name, lora=lora, dtype=cfg.model.dtype, device=device, seed=cfg.seed)
     t_loaded = time.time()  # `minutes` counts from here: a first-use tiny-model build is not training time
     model, tok = policy.model, policy.tokenizer
@@ -163,12 +164,14 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, *, resume: bool, on_st
     task = get_task(cfg.task.name, **cfg.task.options)
     fmt = lambda p: format_prompt(tok, p.prompt, chat=cfg.model.chat)  # noqa: E731
     train_problems, skipped = check_prompt_lengths(
-        task.train_problems(), fmt, tok, context_length(model), cfg.sampling.max_new_tokens, cfg.task.long_prompts, "train"
+        task.train_problems(), fmt, tok, context_length(model), cfg.sampling.max_new_tokens, cfg.task.long_prompts,
+        "train"
     )
     eval_problems: list = []
     if cfg.eval.n_problems and (cfg.eval.greedy or cfg.eval.pass1_samples):
         eval_problems, _ = check_prompt_lengths(
-            task.eval_problems()[: cfg.eval.n_problems], fmt, tok, context_length(model), cfg.sampling.max_new_tokens, "error", "eval"
+            task.eval_problems()[: cfg.eval.n_problems], fmt, tok, context_length(model), cfg.sampling.max_new_tokens,
+            "error", "eval"
         )
     train_prompts = [fmt(p) for p in train_problems]
     eval_prompts = [fmt(p) for p in eval_problems]
@@ -178,7 +181,8 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, *, resume: bool, on_st
     scheduler = make_scheduler(cfg.optim, optimizer, cfg.steps)
     B, G = cfg.budget.prompts_per_step, cfg.budget.group_size
     if B < ctx.world_size:
-        raise ValueError(f"B = N/G = {B} prompts per step cannot be shared by {ctx.world_size} processes; raise N or lower G")
+        raise ValueError(f"B = N/G = {B} prompts per step cannot be shared by {ctx.world_size} processes; raise N or "
+                         "lower G")
 
     start, initial, logged = 0, {}, []
     loaded = load_latest(out / "checkpoints", model, optimizer, scheduler, ctx) if resume else None
@@ -199,9 +203,10 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, *, resume: bool, on_st
         (out / "metrics.jsonl").unlink(missing_ok=True)
     if run is not None:
         run.write_config({**asdict(cfg), "derived": {"prompts_per_step": B, "world_size": ctx.world_size}})
-        print("resolved config:\n" + json.dumps(to_jsonable(asdict(cfg)), indent=2), flush=True)
+        print(f"{summary_line(cfg)}; full config: {run.file('config.json')}", flush=True)
     writer = _tensorboard(out) if ctx.is_main else None
-    monitor = TrainMonitor.from_config(cfg, warned=any("monitor_warning" in r for r in logged)) if cfg.monitor_every else None
+    monitor = (TrainMonitor.from_config(cfg, warned=any("monitor_warning" in r for r in logged))
+               if cfg.monitor_every else None)
 
     def log(row: dict) -> None:
         if run is not None:
@@ -248,15 +253,18 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, *, resume: bool, on_st
             values = _oracle_values(cfg, model, tok, task, problems, prompts, step, mine)
         # ------------------------------------------------------------ 4. advantages from ugrpo.stats
         adv = compute_advantages(
-            rewards, baseline=cfg.baseline, values=values, scale=cfg.scale, ddof=cfg.ddof, eps=cfg.eps, zero_std=cfg.zero_std
+            rewards, baseline=cfg.baseline, values=values, scale=cfg.scale, ddof=cfg.ddof, eps=cfg.eps,
+            zero_std=cfg.zero_std
         )
         advantages = adv.advantages.reshape(-1).float()  # (B_local*G,) row b*G+g
-        # ------------------------------------------------------------ 4b. G* monitor: c1, c2, c3 of this batch at theta (Thm 7)
+        # ------------------------------------------------------------ 4b. G* monitor: c1, c2, c3 of this batch at theta
+        # (Thm 7)
         monitored = monitor.observe(step, model, rollout, rewards, ctx) if monitor and monitor.due(step) else {}
         # ------------------------------------------------------------ 5. update(s)
         mb = cfg.budget.micro_batch
         logp_ref = reference.logprobs(model, rollout, cfg.sampling.temperature, mb) if reference else None
-        logp_old = rollout_logprobs(model, rollout, temperature=cfg.sampling.temperature, micro_batch=mb) if cfg.algorithm == 2 else None
+        logp_old = rollout_logprobs(model, rollout, temperature=cfg.sampling.temperature,
+                                    micro_batch=mb) if cfg.algorithm == 2 else None
         updates = []
         Bm = B // cfg.minibatches
         for j in range(cfg.minibatches):  # Algorithm 1: m = 1, the whole batch
@@ -309,7 +317,7 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, *, resume: bool, on_st
         model.save_pretrained(out / "final_model", safe_serialization=True)
         tok.save_pretrained(out / "final_model")
         follow_umask(out / "final_model")
-        from ugrpo.train.report import write_report
+        from ugrpo.report.train_report import write_report
 
         write_report(run)
         if writer is not None:
@@ -415,7 +423,8 @@ def _fmt(v) -> str:
 
 
 def _line(row: dict) -> str:
-    keys = ("reward_mean", "frac_reward_zero_std", "loss", "grad_norm", "kl", "clip_frac", "completion_len_mean", "s_per_step")
+    keys = ("reward_mean", "frac_reward_zero_std", "loss", "grad_norm", "kl", "clip_frac", "completion_len_mean",
+            "s_per_step")
     parts = [f"step {row['step']}"] + [f"{k}={row[k]:.4g}" for k in keys if isinstance(row.get(k), (int, float))]
     if row.get("eval_accuracy") is not None or row.get("eval_pass1") is not None:
         parts.append(f"eval_accuracy={_fmt(row.get('eval_accuracy'))} eval_pass1={_fmt(row.get('eval_pass1'))}")

@@ -10,12 +10,12 @@ Algorithm 2 (``logp_old`` given): token-level ratio mu_t = exp(logp_t - logp_old
 sequence product, as in the paper), optional PPO clipping
 min(mu_t A, clip(mu_t, 1 - clip_low, 1 + clip_high) A), and the K3 KL estimate (paper
 eq. (13)) k3_t = pi_ref/pi - log(pi_ref/pi) - 1 per token, differentiated by autograd
-(NOTES.md section 2: the printed gradient factor does not match the derivative of K3).
+(docs/paper.md section 2: the printed gradient factor does not match the derivative of K3).
 At mu = 1 the ratio term has the same value and gradient as Algorithm 1.
 
 Deviations / options beyond the paper: ``token_mean`` (DAPO, TRL "dapo"/"bnpo") and
 ``seq_mean`` (original GRPO length normalisation, TRL "grpo") aggregations, which the paper
-does not analyse (NOTES.md section 2, "remaining gaps").
+does not analyse (docs/paper.md section 2, "remaining gaps").
 """
 
 from __future__ import annotations

@@ -48,8 +48,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Literal, Sequence
+from typing import Literal
 
 import numpy as np
 import torch
@@ -253,7 +254,8 @@ def warning_text(advice: Advice, step: int, N: int) -> str:
         lo, hi = advice.interval
         return (f"group_size G={advice.G} is outside the monitor's 95% band [{lo}, {hi}] of near-optimal G "
                 f"(step {step}, N={N}); try --budget.group-size {advice.suggestion}")
-    tail = f"; try --budget.group-size {advice.suggestion}" if advice.suggestion else "; try a larger --budget.group-size"
+    tail = (f"; try --budget.group-size {advice.suggestion}" if advice.suggestion
+            else "; try a larger --budget.group-size")
     return (f"group_size G={advice.G} is below the monitor's lower bound {advice.lower_bound:.1f} for G* "
             f"(step {step}, N={N}; c1 not distinguishable from 0){tail}")
 
@@ -279,7 +281,8 @@ class TrainMonitor:
         from ugrpo.lm.scores import ScoreSpec
 
         if group_size < MIN_PILOT_GROUP:
-            raise ValueError(f"monitor needs group_size G >= {MIN_PILOT_GROUP} (the c2/c3 estimators need G >= 4); got G={group_size}")
+            raise ValueError(f"monitor needs group_size G >= {MIN_PILOT_GROUP} (the c2/c3 estimators need G >= 4); "
+                             f"got G={group_size}")
         self.every, self.N, self.G = every, budget, group_size
         self.sketch_dim, self.n_boot, self.pool = sketch_dim, n_boot, pool
         self.seed, self.temperature, self.micro_batch = seed, temperature, micro_batch
@@ -290,7 +293,7 @@ class TrainMonitor:
         self.history: list[MonitorRecord] = []
 
     @classmethod
-    def from_config(cls, cfg, *, warned: bool = False) -> "TrainMonitor":
+    def from_config(cls, cfg, *, warned: bool = False) -> TrainMonitor:
         """The monitor a :class:`~ugrpo.train.config.TrainConfig` asks for (``cfg.monitor_every > 0``)."""
         return cls(every=cfg.monitor_every, budget=cfg.budget.samples_per_step, group_size=cfg.budget.group_size,
                    sketch_dim=cfg.monitor_sketch_dim, n_boot=cfg.monitor_n_boot, pool=cfg.monitor_pool, seed=cfg.seed,
@@ -313,7 +316,8 @@ class TrainMonitor:
         t0 = time.perf_counter()
         local = sketch_scores(model, rollout, self.sketch_dim, seed=sketch_seed(self.seed), params=self.params,
                               temperature=self.temperature, chunk_size=self.micro_batch or None)  # (B_local*G, k)
-        parts = gather_objects((rewards.double().cpu(), local.double().cpu()), ctx) if ctx is not None else [(rewards, local)]
+        parts = gather_objects((rewards.double().cpu(), local.double().cpu()), ctx) if ctx is not None else [(rewards,
+                                                                                                              local)]
         z = torch.cat([p[0].double().cpu() for p in parts])  # (B, G) in global prompt order (contiguous shards)
         w = torch.cat([p[1].double().cpu() for p in parts]).view(z.shape[0], self.G, -1)  # (B, G, k)
         self._pool = (self._pool + [(z, w)])[-self.pool:]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -41,12 +41,15 @@ def check_prompt_lengths(
     if too_long and policy == "error":
         p, n = too_long[0]
         raise ValueError(
-            f"{split} problem {p.id!r}: prompt has {n} tokens + sampling.max_new_tokens={max_new_tokens} > model context "
-            f"{context} ({len(too_long)} {split} problem(s) too long); lower sampling.max_new_tokens, use a model with a longer "
+            f"{split} problem {p.id!r}: prompt has {n} tokens + sampling.max_new_tokens={max_new_tokens} > model "
+            "context "
+            f"{context} ({len(too_long)} {split} problem(s) too long); lower sampling.max_new_tokens, use a model "
+            "with a longer "
             "context, or set task.long_prompts=skip to drop them (counted in results.json)"
         )
     if not keep:
-        raise ValueError(f"every {split} problem is longer than the model context {context} minus max_new_tokens={max_new_tokens}")
+        raise ValueError(f"every {split} problem is longer than the model context {context} minus "
+                         f"max_new_tokens={max_new_tokens}")
     return [p for p, _ in keep], len(too_long)
 
 
@@ -89,7 +92,7 @@ class Reference:
         self.disable_adapter = disable_adapter
 
     @classmethod
-    def build(cls, cfg: TrainConfig, model, device) -> "Reference":
+    def build(cls, cfg: TrainConfig, model, device) -> Reference:
         if cfg.loss.ref_model is not None:
             from ugrpo.lm.loading import load_policy
 

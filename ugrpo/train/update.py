@@ -69,7 +69,8 @@ def rollout_logprobs(model, rollout: Rollout, *, temperature: float, micro_batch
     rows = torch.arange(len(rollout.texts))
     if len(rows) == 0:
         return torch.zeros(0, rollout.completion_ids.shape[1])
-    return torch.cat([_logp(model, rollout, c, temperature).cpu() for c in _chunks(rows, micro_batch, rollout.group_size)])
+    return torch.cat([_logp(model, rollout, c, temperature).cpu() for c in _chunks(rows, micro_batch,
+                                                                                   rollout.group_size)])
 
 
 def global_denominator(cfg: TrainConfig, rollout: Rollout, rows: Tensor, n_sequences: int, ctx: DistContext) -> float:

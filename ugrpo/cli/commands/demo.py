@@ -1,7 +1,8 @@
 """``ugrpo demo``: mse + plan + sweep on the built-in synthetic policy, in a few minutes.
 
 Example: ``ugrpo demo --out runs/demo``; then open ``runs/demo/report.md``.
-Parsing only; the logic is :mod:`ugrpo.experiments.demo`.
+Parsing only: one call of :func:`ugrpo.experiments.demo.run_demo` (which composes the three commands'
+config objects), then the summary tables.
 """
 
 from __future__ import annotations
@@ -9,19 +10,18 @@ from __future__ import annotations
 import argparse
 import time
 
-from ugrpo.experiments.common import guarded
-
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="folder for the three sub-runs and the top-level report.md")
-    p.add_argument("--env", default="builtin:demo", help="env JSON or builtin:NAME (default builtin:demo)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--env", default="builtin:demo", help="env JSON or builtin:NAME")
+    p.add_argument("--seed", type=int, default=0, help="seed of every sub-run")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     p.add_argument("--quick", action="store_true", help="tiny settings (seconds; for smoke tests, numbers are noisy)")
 
 
-def _main(args: argparse.Namespace) -> int:
-    from ugrpo.experiments.demo import QUICK_SETTINGS, run_demo, summary_rows, write_demo_report
+def main(args: argparse.Namespace) -> int:
+    from ugrpo.experiments.demo import QUICK_SETTINGS, run_demo
+    from ugrpo.report.demo_report import summary_rows, write_demo_report
     from ugrpo.report.markdown import text_table
 
     t0 = time.perf_counter()
@@ -37,7 +37,3 @@ def _main(args: argparse.Namespace) -> int:
     print(text_table(["budget N", "step", "best G", "planner G*"], t["best"]))
     print(f"\ndone in {time.perf_counter() - t0:.0f} s; report: {args.out}/report.md")
     return 0
-
-
-def main(args: argparse.Namespace) -> int:
-    return guarded(_main, args)

@@ -9,11 +9,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ugrpo.experiments.common import guarded
-
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--kind", required=True, choices=["softmax_bandit", "linear_softmax"])
+    p.add_argument("--kind", required=True, choices=["softmax_bandit", "linear_softmax"],
+                   help="a softmax bandit (one logit per prompt and action) or a linear softmax policy")
     p.add_argument("--prompts", type=int, required=True, help="number of prompts P")
     p.add_argument("--actions", type=int, required=True, help="actions K per prompt (>= 2)")
     p.add_argument("--dim", type=int, default=None, help="feature dimension d (linear_softmax only)")
@@ -27,12 +26,12 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--extreme-shift", type=float, default=5.0, help="size of that push on the reward logits")
     p.add_argument("--score-reward-corr", type=float, default=0.0,
                    help="in [-1, 1]: couples initial logits to reward logits; < 0 gives right answers larger scores")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the random policy")
     p.add_argument("--name", default="", help="free-text name stored in the file")
     p.add_argument("--out", required=True, help="JSON file to write")
 
 
-def _main(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace) -> int:
     from ugrpo.envs.generate import random_env
     from ugrpo.envs.io import load_env, save_env
     from ugrpo.report.markdown import text_table
@@ -61,6 +60,3 @@ def _main(args: argparse.Namespace) -> int:
     print(f"wrote {out}")
     return 0
 
-
-def main(args: argparse.Namespace) -> int:
-    return guarded(_main, args)

@@ -7,7 +7,8 @@ import math
 import pytest
 from scipy.stats import binom
 
-from ugrpo.stats.proportions import Z95, clip_interval, wilson_interval
+from ugrpo.stats.intervals import Q975 as Z95
+from ugrpo.stats.intervals import clip_interval, wilson_interval
 
 
 @pytest.mark.parametrize("k,n", [(0, 1), (0, 10), (3, 10), (10, 10), (1, 100), (50, 100), (99, 100)])

@@ -1,7 +1,8 @@
 """``ugrpo allocate``: exact MSE of per-prompt allocation rules (uniform, vip, knapsack, ustat) at equal budget.
 
 Example: ``ugrpo allocate --env builtin:demo --budget 256 --rules uniform,vip,knapsack,ustat --seed 0
---out runs/alloc`` (seconds). Parsing only; the logic is :mod:`ugrpo.experiments.allocate`.
+--out runs/alloc`` (seconds). Parsing only: the flags become an ``AllocateConfig`` and one call of
+:func:`ugrpo.experiments.allocate.allocate_experiment`.
 """
 
 from __future__ import annotations
@@ -9,33 +10,30 @@ from __future__ import annotations
 import argparse
 import time
 
-from ugrpo.experiments.common import command_line, guarded
-from ugrpo.runs import RunDir
+from ugrpo.experiments.common import command_line
 
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--env", required=True, help="env JSON written by `ugrpo make-env`, or builtin:demo")
     p.add_argument("--budget", type=int, required=True, help="N samples per step (the same for every rule)")
     p.add_argument("--rules", default="uniform,vip,knapsack,ustat", help="comma-separated rules")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the drawn batches and the simulated history")
     p.add_argument("--batches", type=int, default=2000, help="drawn prompt batches (samples table)")
     p.add_argument("--token-batches", type=int, default=100, help="drawn prompt batches (tokens table)")
     p.add_argument("--prompts", type=int, default=None,
                    help="prompts B per step for the per-prompt rules (default: N / the best uniform G)")
-    p.add_argument("--g-min", type=int, default=2)
-    p.add_argument("--g-max", type=int, default=64)
+    p.add_argument("--g-min", type=int, default=2, help="smallest group size a rule may give a prompt")
+    p.add_argument("--g-max", type=int, default=64, help="largest group size a rule may give a prompt")
     p.add_argument("--history-steps", type=int, default=10, help="simulated earlier steps behind the predictions")
     p.add_argument("--history-group", type=int, default=4, help="G of the simulated earlier steps (>= 3)")
     p.add_argument("--screen", action="store_true",
                    help="also run ustat+screen: prompts may get G_b = 0 (biased unless g(x_b) = 0; never a default)")
     p.add_argument("--out", required=True, help="run folder")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="print nothing while it runs")
 
 
-def _main(args: argparse.Namespace) -> int:
-    from ugrpo.experiments.allocate import AllocateConfig, run_allocate
-    from ugrpo.experiments.common import resolve_env
-    from ugrpo.report.allocate_report import write_allocate_outputs
+def main(args: argparse.Namespace) -> int:
+    from ugrpo.experiments.allocate import AllocateConfig, allocate_experiment
     from ugrpo.report.markdown import text_table
 
     rules = tuple(r.strip() for r in str(args.rules).split(",") if r.strip())
@@ -43,19 +41,11 @@ def _main(args: argparse.Namespace) -> int:
                          token_batches=args.token_batches, prompts=args.prompts, g_min=args.g_min, g_max=args.g_max,
                          history_steps=args.history_steps, history_group=args.history_group,
                          screen=args.screen)
-    env = resolve_env(args.env)
-    argv = command_line("allocate", args)
-    rd = RunDir(args.out)
-    rd.write_config({**cfg.__dict__, "env": args.env, "command": "allocate", "argv": argv})
     t0 = time.perf_counter()
-    results = run_allocate(env, cfg, progress=not args.no_progress)
-    write_allocate_outputs(rd, results, argv, time.perf_counter() - t0)
+    results = allocate_experiment(cfg, args.env, args.out, argv=command_line("allocate", args),
+                                  progress=not args.no_progress)
     print(text_table(["rule", "moments", "G", "B", "MSE", "95% low", "95% high"],
                      [[r["rule"], r["moments"], r.get("G"), r["B"], r["mse"], r["ci_low"], r["ci_high"]]
                       for r in results["rows"]]))
     print(f"wrote {args.out}/results.json, allocation.png, report.md ({time.perf_counter() - t0:.1f} s)")
     return 0
-
-
-def main(args: argparse.Namespace) -> int:
-    return guarded(_main, args)

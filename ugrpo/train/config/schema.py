@@ -1,6 +1,7 @@
-"""Training configuration: frozen dataclasses, loaded from YAML, every field overridable.
+"""Training configuration: the frozen dataclasses (the schema); loading lives in :mod:`.load`.
 
-``load_config(path, overrides)`` reads a YAML file whose top-level keys are the fields of
+``load_config(path, overrides)`` (:mod:`ugrpo.train.config.load`) reads a YAML file whose top-level keys are the fields
+of
 :class:`TrainConfig` (nested sections for ``model``, ``task``, ``budget``, ``sampling``,
 ``loss``, ``optim``, ``eval``), applies dotted command-line overrides such as
 ``["--optim.lr", "1e-4", "--budget.group_size", "8"]`` (values parsed with YAML scalar
@@ -16,8 +17,12 @@ that does not divide N is an error listing the valid divisors.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
+
+from ugrpo.stats.budget import check_divides
+from ugrpo.stats.estimators import ESTIMATORS, GROUP_BASELINES, EstimatorName
 
 __all__ = [
     "ModelConfig",
@@ -28,10 +33,6 @@ __all__ = [
     "OptimConfig",
     "EvalConfig",
     "TrainConfig",
-    "load_config",
-    "config_from_dict",
-    "parse_overrides",
-    "field_names",
 ]
 
 
@@ -93,7 +94,7 @@ class TaskConfig:
         if not self.name:
             raise ValueError("task.name is empty; choose arithmetic | gsm8k | math | custom")
         if not isinstance(self.options, dict):
-            raise TypeError(f"task.options must be a mapping of option -> value, got {self.options!r}")
+            raise ValueError(f"task.options must be a mapping of option -> value, got {self.options!r}")
         _choice("task.", "long_prompts", self.long_prompts, ("error", "skip"))
 
 
@@ -113,12 +114,7 @@ class BudgetConfig:
         _positive("budget.", "samples_per_step", N)
         _positive("budget.", "group_size", G)
         _positive("budget.", "micro_batch", self.micro_batch, strict=False)
-        if N % G:
-            divisors = [d for d in range(1, N + 1) if N % d == 0]
-            raise ValueError(
-                f"budget.samples_per_step N={N} is not divisible by group_size G={G}; "
-                f"choose G among {divisors} (B = N/G prompts per step must be an integer)"
-            )
+        check_divides(N, G, n_name="budget.samples_per_step N", g_name="budget.group_size G")
 
     @property
     def prompts_per_step(self) -> int:
@@ -244,7 +240,7 @@ class TrainConfig:
     """number of optimisation steps n (each samples N = B*G completions)"""
     algorithm: Literal[1, 2] = 1
     """1 = Algorithm 1 (one on-policy update per batch); 2 = Algorithm 2 (m minibatch updates, ratio)"""
-    baseline: Literal["vanilla", "grpo", "grpo_mean", "oracle"] = "grpo"
+    baseline: EstimatorName = "grpo"
     """baseline C of paper eq. (5): vanilla (0), grpo (LOO mean, eq. 4), grpo_mean (full mean), oracle (V(x))"""
     oracle_samples: int = 0
     """M, extra samples per prompt to estimate V(x) for baseline=oracle (their cost is logged)"""
@@ -278,7 +274,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         _positive("", "steps", self.steps)
         _choice("", "algorithm", self.algorithm, (1, 2))
-        _choice("", "baseline", self.baseline, ("vanilla", "grpo", "grpo_mean", "oracle"))
+        _choice("", "baseline", self.baseline, ESTIMATORS)
         _choice("", "scale", self.scale, ("none", "std"))
         _choice("", "zero_std", self.zero_std, ("zero", "eps", "unscaled"))
         _positive("", "eps", self.eps, strict=False)
@@ -289,7 +285,7 @@ class TrainConfig:
         _positive("", "seed", self.seed, strict=False)
         G, B = self.budget.group_size, self.budget.prompts_per_step
         self._check_monitor(G, B)
-        if self.baseline in ("grpo", "grpo_mean") and G < 2:
+        if self.baseline in GROUP_BASELINES and G < 2:
             raise ValueError(
                 f"baseline={self.baseline} needs budget.group_size >= 2 (a group mean over the other samples), "
                 f"got G={G}; raise G or use baseline=vanilla"
@@ -311,7 +307,8 @@ class TrainConfig:
             )
         if self.algorithm == 1:
             if self.minibatches != 1:
-                raise ValueError(f"minibatches={self.minibatches} needs algorithm=2 (Algorithm 1 makes one update per batch)")
+                raise ValueError(f"minibatches={self.minibatches} needs algorithm=2 (Algorithm 1 makes one update per "
+                                 "batch)")
             if self.loss.clip_low is not None or self.loss.clip_high is not None:
                 raise ValueError("loss.clip_low/clip_high need algorithm=2 (Algorithm 1 has no importance ratio)")
 
@@ -320,7 +317,8 @@ class TrainConfig:
         _positive("", "monitor_sketch_dim", self.monitor_sketch_dim)
         _positive("", "monitor_pool", self.monitor_pool)
         if self.monitor_n_boot < 2:
-            raise ValueError(f"monitor_n_boot={self.monitor_n_boot} must be >= 2 (the intervals are bootstrap percentiles; 200 is typical)")
+            raise ValueError(f"monitor_n_boot={self.monitor_n_boot} must be >= 2 (the intervals are bootstrap "
+                             "percentiles; 200 is typical)")
         if self.monitor_every and G < 4:
             raise ValueError(
                 f"monitor_every={self.monitor_every} needs budget.group_size >= 4 (the c2/c3 estimators need G >= 4: "
@@ -336,16 +334,3 @@ class TrainConfig:
     def prompts_per_step(self) -> int:
         """B = N / G."""
         return self.budget.prompts_per_step
-
-
-_LOADERS = ("config_from_dict", "field_names", "load_config", "parse_overrides")
-
-
-def __getattr__(name: str):
-    """The loaders live in config_load.py (kept small); re-exported lazily here for one import path
-    (a plain import at the bottom would make ``import ugrpo.train.config_load`` first a circular import)."""
-    if name in _LOADERS:
-        from ugrpo.train import config_load
-
-        return getattr(config_load, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,12 +11,13 @@ import dataclasses
 import difflib
 import types
 import typing
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Literal
 
 import yaml
 
-from ugrpo.train.config import TrainConfig
+from ugrpo.train.config.schema import TrainConfig
 
 __all__ = ["load_config", "config_from_dict", "parse_overrides", "field_names"]
 

@@ -2,7 +2,8 @@
 
 Example: ``ugrpo gap --groups 4,16 --estimators vanilla,grpo,oracle --runs 400 --steps 1000 --beta 3
 --batch 16 --seed 0 --out runs/gap`` (about 2-3 minutes on 2 CPU cores).
-Parsing only; the logic is :mod:`ugrpo.experiments.gap`.
+Parsing only: the flags become a ``GapConfig`` and one call of
+:func:`ugrpo.experiments.gap.gap_experiment`.
 """
 
 from __future__ import annotations
@@ -11,8 +12,7 @@ import argparse
 import time
 from dataclasses import asdict
 
-from ugrpo.experiments.common import command_line, guarded, parse_int_list
-from ugrpo.runs import RunDir
+from ugrpo.experiments.common import command_line, parse_int_list
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -26,33 +26,24 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scale", type=float, default=3.0, help="feature scale of the built-in singular-Hessian policy")
     p.add_argument("--seed", type=int, default=0, help="cell c uses torch seed seed + c")
     p.add_argument("--out", required=True, help="run folder")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
 
 
-def _main(args: argparse.Namespace) -> int:
-    from ugrpo.experiments.gap import GapConfig, run_gap, write_gap_outputs
+def main(args: argparse.Namespace) -> int:
+    from ugrpo.experiments.gap import GapConfig, gap_experiment
     from ugrpo.report.markdown import text_table
 
     ests = tuple(e.strip() for e in str(args.estimators).split(",") if e.strip())
     cfg = GapConfig(groups=tuple(parse_int_list(args.groups, name="--groups", minimum=2)), estimators=ests,
                     runs=args.runs, steps=args.steps, beta=args.beta, batch=args.batch, offset=args.offset,
                     seed=args.seed, scale=args.scale)
-    argv = command_line("gap", args)
     print("config:", asdict(cfg))
-    rd = RunDir(args.out)
-    rd.write_config({**asdict(cfg), "checkpoints": cfg.checkpoints, "command": "gap", "argv": argv})
-    rd.file("metrics.jsonl").unlink(missing_ok=True)  # a fresh run: cells are not resumable
     t0 = time.perf_counter()
-    results = run_gap(cfg, rd, progress=not args.no_progress)
-    write_gap_outputs(rd, results, cfg, argv, time.perf_counter() - t0)
+    results = gap_experiment(cfg, args.out, argv=command_line("gap", args), progress=not args.no_progress)
     rows = [[c["estimator"], c["G"], c["fit"]["corrected"]["mean"], c["fit"]["corrected"]["se"],
-             c["fit"]["corrected"]["predicted_mean"], c["fit"]["corrected"]["ks_p"], c["fit"]["printed"]["predicted_mean"],
-             c["fit"]["printed"]["ks_p"]] for c in results["cells"]]
+             c["fit"]["corrected"]["predicted_mean"], c["fit"]["corrected"]["ks_p"],
+             c["fit"]["printed"]["predicted_mean"], c["fit"]["printed"]["ks_p"]] for c in results["cells"]]
     print(text_table(["estimator", "G", "mean n*gap", "SE", "E (beta^2)", "KS p", "E (printed)", "KS p printed"], rows))
     print(f"wrote {args.out}/results.json, qq.png, n_dependence.png, corollary9.png, report.md "
           f"({time.perf_counter() - t0:.0f} s)")
     return 0
-
-
-def main(args: argparse.Namespace) -> int:
-    return guarded(_main, args)

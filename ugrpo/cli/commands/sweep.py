@@ -5,19 +5,20 @@ Example: ``ugrpo sweep --env builtin:demo --budget 64,256 --groups 2,4,8,16,32,6
 resumes: finished (N, G, seed) rows in metrics.jsonl are skipped.
 
 On a language model: ``ugrpo sweep --config examples/arith-tiny.yaml --budget 128 --groups 4,8,16,32
---seeds 2 --steps 50 --workers 2 --out runs/lm-sweep [--set optim.lr=1e-4] [--plan-pilot 32,16]``
+--seeds 2 --steps 50 --workers 2 --out runs/lm-sweep [--optim.lr 1e-4] [--plan-pilot 32,16]``
 trains one run per (N, G, seed) with ``ugrpo train`` (docs/lm-sweep.md). ``--env`` and ``--config``
-are mutually exclusive. Parsing only; the logic is :mod:`ugrpo.experiments.sweep` (env) and
-:mod:`ugrpo.experiments.lm_sweep` (config).
+are mutually exclusive. Parsing only: the flags become a ``SweepConfig`` (env) or an ``LMSweepConfig``
+(config) and one call of :func:`ugrpo.experiments.sweep.sweep_experiment` or
+:func:`ugrpo.experiments.lm_sweep.sweep_lm`.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from ugrpo.experiments.common import (command_line, default_workers, guarded, parse_float_list, parse_int_list,
-                                      resolve_env)
-from ugrpo.runs import RunDir
+from ugrpo.cli.options import add_override_flags, parse_overrides, ray_options
+from ugrpo.experiments.common import command_line, default_workers, parse_float_list, parse_int_list
+from ugrpo.stats.estimators import ESTIMATORS
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -35,7 +36,8 @@ def configure(p: argparse.ArgumentParser) -> None:
                    "torch threads)")
     p.add_argument("--ray-gpus", type=float, default=None, help="with --ray: GPUs per run (default 0)")
     p.add_argument("--set", action="append", default=None, metavar="KEY=VALUE",
-                   help="with --config: override a config field, repeatable (e.g. --set optim.lr=1e-4)")
+                   help="with --config: override a config field, repeatable (e.g. --set optim.lr=1e-4); the same as "
+                   "--optim.lr 1e-4")
     p.add_argument("--plan-pilot", default=None, metavar="B0,G0",
                    help="with --config: also run the planner (Thm 7) from a B0 x G0 pilot at the initial model")
     p.add_argument("--budget", required=True, help="samples per step N = B*G; comma-separated for several")
@@ -46,117 +48,83 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="learning rate (constant) or beta (inverse: lr/i); one value, or one per budget "
                    "(comma-separated); default 1.0")
     p.add_argument("--lr-schedule", default=None, choices=["constant", "inverse"], help="default constant")
-    p.add_argument("--baseline", default=None, choices=["vanilla", "grpo", "grpo_mean", "oracle"], help="default grpo")
+    p.add_argument("--baseline", default=None, choices=ESTIMATORS, help="default grpo")
     p.add_argument("--seeds", type=int, default=5, help="independent runs per (N, G)")
     p.add_argument("--seed", type=int, default=0, help="first seed (runs use seed..seed+seeds-1)")
     p.add_argument("--checkpoints", default=None,
-                   help="steps at which the gap is recorded, comma-separated (default: steps/4, steps/2, 3 steps/4, steps)")
+                   help="steps at which the gap is recorded, comma-separated (default: steps/4, steps/2, 3 steps/4, "
+                   "steps)")
     p.add_argument("--out", required=True, help="run folder (resumed if it holds a sweep with the same settings)")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     p.add_argument("--allocation", default=None, metavar="RULE[,RULE...]", help="per-prompt G_b rules "
                    "(uniform,vip,knapsack,ustat) at equal N: gap vs samples per rule (docs/math.md M44)")
     p.add_argument("--allocation-moments", default=None, help="with --allocation: true = exact per-prompt "
                    "moments at the current theta (the ceiling); false (default) = the run's own history")
     p.add_argument("--g-min", type=int, default=None, help="with --allocation: smallest G_b (default 2)")
     p.add_argument("--g-max", type=int, default=None, help="with --allocation: largest G_b (default 64)")
+    from ugrpo.experiments.lm_sweep import SWEEP_KEYS
+
+    # the sweep sets SWEEP_KEYS itself (--budget, --groups, --seed, --steps); --baseline is the synthetic sweep's
+    add_override_flags(p, "with --config: training-config overrides", skip=(*SWEEP_KEYS, "baseline"))
 
 
-def default_checkpoints(steps: int) -> tuple[int, ...]:
-    return tuple(sorted({max(1, steps * k // 4) for k in (1, 2, 3, 4)}))
+def _env_config(args: argparse.Namespace):
+    """The flags of a synthetic sweep -> ``SweepConfig``."""
+    from ugrpo.experiments.sweep import SweepConfig, default_checkpoints
 
-
-def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict:
-    """Run ``ugrpo sweep`` from parsed args; returns results (also used by ``ugrpo demo``)."""
-    from ugrpo.experiments.plan import exact_planner
-    from ugrpo.experiments.sweep import SweepConfig, aggregate, best_groups, check_resume, run_sweep, write_sweep_outputs
-
-    if args.config is not None:
-        return run_lm(args, argv)
     lm_only = [f"--{n.replace('_', '-')}" for n in ("set", "plan_pilot", "ray_address", "ray_cpus", "ray_gpus")
                if getattr(args, n, None) is not None]
-    if getattr(args, "ray", False):
+    if args.ray:
         lm_only.append("--ray")
-    if getattr(args, "workers", None) is not None:
+    if args.workers is not None:
         lm_only.append("--workers")
+    if args.overrides:
+        lm_only.append(args.overrides[0])
     if lm_only:
         raise ValueError(f"{', '.join(lm_only)} need --config (a language-model sweep); drop them for --env")
-    args.env = args.env or "builtin:demo"
-    args.steps = 200 if args.steps is None else args.steps
-    args.lr = "1.0" if args.lr is None else args.lr
-    args.lr_schedule = args.lr_schedule or "constant"
-    args.baseline = args.baseline or "grpo"
-    env = resolve_env(args.env)
-    cps = (default_checkpoints(args.steps) if args.checkpoints is None
+    steps = 200 if args.steps is None else args.steps
+    cps = (default_checkpoints(steps) if args.checkpoints is None
            else tuple(parse_int_list(args.checkpoints, name="--checkpoints", minimum=0)))
     budgets = tuple(parse_int_list(args.budget, name="--budget"))
-    lrs = tuple(parse_float_list(args.lr, name="--lr"))
+    lrs = tuple(parse_float_list("1.0" if args.lr is None else args.lr, name="--lr"))
     lrs = lrs * len(budgets) if len(lrs) == 1 else lrs
-    cfg = SweepConfig(env=args.env, budgets=budgets,
-                      groups=tuple(parse_int_list(args.groups, name="--groups")), steps=args.steps, lr=lrs,
-                      seeds=args.seeds, checkpoints=cps, baseline=args.baseline, lr_schedule=args.lr_schedule,
-                      seed=args.seed)
-    rd = RunDir(args.out)
-    old = rd.read_config()
-    check_resume(old, cfg, args.out)
-    from dataclasses import asdict
-
-    rd.write_config({**asdict(cfg), "command": "sweep", "argv": argv})
-    try:
-        runs = run_sweep(env, cfg, rd, progress=not args.no_progress)
-    except KeyboardInterrupt:
-        raise KeyboardInterrupt(f"interrupted: finished runs are in {rd.file('metrics.jsonl')}; rerun the same "
-                                "command to resume") from None
-    rows = aggregate(runs, cps)
-    results = {"rows": rows, "best_G": best_groups(rows),
-               "planner": exact_planner(env.exact(env.theta0, sigma=False).policy_moments, cfg.budgets, cfg.groups),
-               "config": asdict(cfg), "runs": len(runs)}
-    write_sweep_outputs(rd, results, argv)
-    return results
+    return SweepConfig(env=args.env or "builtin:demo", budgets=budgets,
+                       groups=tuple(parse_int_list(args.groups, name="--groups")), steps=steps, lr=lrs,
+                       seeds=args.seeds, checkpoints=cps, baseline=args.baseline or "grpo",
+                       lr_schedule=args.lr_schedule or "constant", seed=args.seed)
 
 
-def ray_options(args: argparse.Namespace):
-    """``--ray`` and its ``--ray-*`` flags -> RayOptions (None without --ray; the flags alone are an error)."""
-    from ugrpo.experiments.executors import RayOptions, import_ray
-
-    given = [f"--{n.replace('_', '-')}" for n in ("ray_address", "ray_cpus", "ray_gpus")
-             if getattr(args, n, None) is not None]
-    if not getattr(args, "ray", False):
-        if given:
-            raise ValueError(f"{', '.join(given)} only apply with --ray; add --ray or drop them")
-        return None
-    import_ray()  # not installed: say so before any work
-    return RayOptions(address=args.ray_address, cpus_per_run=1.0 if args.ray_cpus is None else args.ray_cpus,
-                      gpus_per_run=0.0 if args.ray_gpus is None else args.ray_gpus)
-
-
-def run_lm(args: argparse.Namespace, argv: list[str] | None = None) -> dict:
-    """``ugrpo sweep --config``: parse the flags into an ``LMSweepConfig`` and run it."""
-    from ugrpo.experiments.lm_sweep import LMSweepConfig, parse_sets, sweep_lm
+def _lm_config(args: argparse.Namespace):
+    """The flags of a language-model sweep -> ``LMSweepConfig`` (training-config overrides: ``--section.field
+    VALUE``, or the older ``--set section.field=VALUE``)."""
+    from ugrpo.experiments.lm_sweep import LMSweepConfig, parse_sets
 
     env_only = [f"--{n.replace('_', '-')}" for n in ("env", "lr", "lr_schedule", "baseline", "checkpoints")
                 if getattr(args, n, None) is not None]
     if env_only:
         raise ValueError(f"--config and {', '.join(env_only)} are mutually exclusive: {', '.join(env_only)} belong "
-                         "to the synthetic sweep (--env); set training fields with --set KEY=VALUE instead")
+                         "to the synthetic sweep (--env); set training fields with --optim.lr VALUE (or --set "
+                         "KEY=VALUE) instead")
     pilot = None
     if args.plan_pilot is not None:
         parts = [t.strip() for t in str(args.plan_pilot).split(",")]
         if len(parts) != 2 or not all(t.isdigit() for t in parts):
             raise ValueError(f"--plan-pilot {args.plan_pilot!r}: give two numbers B0,G0 (pilot prompts, samples each)")
         pilot = (int(parts[0]), int(parts[1]))
-    cfg = LMSweepConfig(config=args.config, ray=ray_options(args),
-                        budgets=tuple(parse_int_list(args.budget, name="--budget")),
-                        groups=tuple(parse_int_list(args.groups, name="--groups")), seeds=args.seeds, seed=args.seed,
-                        steps=args.steps, overrides=parse_sets(args.set),
-                        workers=default_workers() if args.workers is None else args.workers, plan_pilot=pilot)
-    return sweep_lm(cfg, args.out, argv=argv, progress=not args.no_progress)
+    overrides = parse_sets(args.set) + tuple(parse_overrides(args.overrides))
+    return LMSweepConfig(config=args.config, ray=ray_options(args),
+                         budgets=tuple(parse_int_list(args.budget, name="--budget")),
+                         groups=tuple(parse_int_list(args.groups, name="--groups")), seeds=args.seeds,
+                         seed=args.seed, steps=args.steps, overrides=overrides,
+                         workers=default_workers() if args.workers is None else args.workers, plan_pilot=pilot)
 
 
 def _main_lm(args: argparse.Namespace) -> int:
+    from ugrpo.experiments.lm_sweep import sweep_lm
     from ugrpo.report.markdown import fmt_ci, fmt_values, text_table
 
-    results = run_lm(args, command_line("sweep", args))
-    cps, rows = results["checkpoints"], results["rows"]
+    results = sweep_lm(_lm_config(args), args.out, argv=command_line("sweep", args), progress=not args.no_progress)
+    rows = results["rows"]
     metric = "eval_accuracy" if any(r["metric"] == "eval_accuracy" for r in rows) else "eval_pass1"
     print(f"held-out {metric} per checkpoint (mean over seeds, {results.get('interval', '95% t-interval')}):")
     print(text_table(["N", "G", "B", "step", "mean", "95% CI", "seeds"],
@@ -169,7 +137,7 @@ def _main_lm(args: argparse.Namespace) -> int:
             print(f"N={b['budget']} step {b['checkpoint']}: empirical best G = {b['G']} ({b['mean']:.3f}{tie})")
     pl = results.get("planner")
     if pl:
-        from ugrpo.experiments.lm_sweep import swept_g_star
+        from ugrpo.report.lm_sweep_report import swept_g_star
 
         print(f"planner G* = {pl['g_star']} (95% CI {pl['g_star_ci']}), among the swept G: {swept_g_star(pl)}")
     if results["config"]["seeds"] == 1:
@@ -180,17 +148,20 @@ def _main_lm(args: argparse.Namespace) -> int:
     return 0
 
 
-def _main(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace) -> int:
+    from ugrpo.experiments.sweep import sweep_experiment
     from ugrpo.report.markdown import text_table
 
-    from ugrpo.experiments.sweep_alloc import main_from_args
-
-    rc = main_from_args(args, command_line("sweep", args))  # None without --allocation
-    if rc is not None:
-        return rc
+    if args.allocation is not None:
+        return _main_alloc(args)
+    own = [f"--{n.replace('_', '-')}" for n in ("allocation_moments", "g_min", "g_max")
+           if getattr(args, n, None) is not None]
+    if own:
+        raise ValueError(f"{', '.join(own)} only apply with --allocation RULE[,RULE...]; add it or drop them")
     if args.config is not None:
         return _main_lm(args)
-    results = run(args, command_line("sweep", args))
+    results = sweep_experiment(_env_config(args), args.out, argv=command_line("sweep", args),
+                               progress=not args.no_progress)
     last = max(r["checkpoint"] for r in results["rows"])
     rows = [[r["budget"], r["G"], r["B"], r["gap_mean"],
              "-" if r["ci_low"] is None else f"[{r['ci_low']:.4g}, {r['ci_high']:.4g}]"]
@@ -205,5 +176,51 @@ def _main(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(args: argparse.Namespace) -> int:
-    return guarded(_main, args)
+def _alloc_config(args: argparse.Namespace):
+    """The flags of ``sweep --allocation`` -> ``AllocSweepConfig`` (an exact env, one budget, the LOO baseline)."""
+    from ugrpo.experiments.sweep import default_checkpoints
+    from ugrpo.experiments.sweep_alloc import AllocSweepConfig
+
+    other = [f"--{n.replace('_', '-')}" for n in ("config", "set", "plan_pilot", "workers", "ray_address")
+             if getattr(args, n, None) is not None] + (["--ray"] if args.ray else []) + list(args.overrides[:1])
+    if other:
+        raise ValueError(f"--allocation runs on an exact env (--env); drop {', '.join(other)}")
+    if (args.baseline or "grpo") != "grpo":
+        raise ValueError(f"--allocation uses the LOO baseline (grpo), unbiased for any G_b >= 2 (docs/math.md M32); "
+                         f"drop --baseline {args.baseline}")
+    budgets = parse_int_list(args.budget, name="--budget")
+    if len(budgets) != 1:
+        raise ValueError(f"--allocation compares rules at one budget; give one --budget, got {budgets}")
+    moments = {"false": "history", "true": "exact"}.get(str(args.allocation_moments or "false").lower())
+    if moments is None:
+        raise ValueError(f"--allocation-moments {args.allocation_moments!r}: give true (exact moments, the ceiling) "
+                         "or false (the run's own history)")
+    lrs = parse_float_list(args.lr, name="--lr") if args.lr is not None else [1.0]
+    if len(lrs) != 1:
+        raise ValueError(f"--allocation runs one budget: give one --lr, got {lrs}")
+    steps = 200 if args.steps is None else args.steps
+    return AllocSweepConfig(
+        env=args.env or "builtin:demo", budget=budgets[0],
+        rules=tuple(r.strip() for r in str(args.allocation).split(",") if r.strip()),
+        groups=tuple(parse_int_list(args.groups, name="--groups")), steps=steps, lr=lrs[0], seeds=args.seeds,
+        checkpoints=(tuple([0, *default_checkpoints(steps)]) if args.checkpoints is None
+                     else tuple(parse_int_list(args.checkpoints, name="--checkpoints", minimum=0))),
+        lr_schedule=args.lr_schedule or "constant", seed=args.seed, moments=moments,
+        g_min=2 if args.g_min is None else args.g_min, g_max=64 if args.g_max is None else args.g_max)
+
+
+def _main_alloc(args: argparse.Namespace) -> int:
+    from ugrpo.experiments.sweep_alloc import allocation_sweep_experiment
+    from ugrpo.report.markdown import fmt_ci, text_table
+
+    cfg = _alloc_config(args)
+    res = allocation_sweep_experiment(cfg, args.out, argv=command_line("sweep", args), progress=not args.no_progress)
+    last = max(r["checkpoint"] for r in res["rows"])
+    print(f"gap at step {last} (N={cfg.budget}, B={res['B']}; mean over seeds, 95% CI):")
+    print(text_table(["rule", "gap", "95% CI", "seeds"],
+                     [[r["rule"], r["gap_mean"], "-" if r["ci_low"] is None else fmt_ci(r["ci_low"], r["ci_high"]),
+                       r["seeds"]] for r in res["rows"] if r["checkpoint"] == last]))
+    for v in res["versus_uniform"]:
+        print(f"{v['rule']}: {v['verdict']}")
+    print(f"wrote {args.out}/results.json, allocation_sweep.png, report.md")
+    return 0

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ugrpo.report.plots import Series, line_plot
 from ugrpo.runs import RunDir
-from ugrpo.stats.proportions import wilson_interval
+from ugrpo.stats.intervals import wilson_interval
 
 __all__ = ["write_report", "monitor_section"]
 
@@ -100,11 +100,13 @@ def write_report(run: RunDir) -> Path:
     table = "\n".join(f"| {r['step']} | {_f(r.get('eval_accuracy'))} | {_f(r.get('eval_pass1'))} |" for r in evals)
     train_rows = [r for r in rows if r["step"] > 0]
     unscorable = sum(r.get("n_unscorable", 0) for r in train_rows)
+    model, task, optim = cfg.get("model", {}), cfg.get("task", {}), cfg.get("optim", {})
+    N, G = budget.get("samples_per_step"), budget.get("group_size")
     text = f"""# Training report
 
-Model `{cfg.get('model', {}).get('name')}`, task `{cfg.get('task', {}).get('name')}`, algorithm {cfg.get('algorithm')},
-baseline `{cfg.get('baseline')}`, scale `{cfg.get('scale')}`, N = {budget.get('samples_per_step')}, G = {budget.get('group_size')},
-{res.get('steps', len(train_rows))} steps, optimizer {cfg.get('optim', {}).get('name')} lr {cfg.get('optim', {}).get('lr')},
+Model `{model.get('name')}`, task `{task.get('name')}`, algorithm {cfg.get('algorithm')},
+baseline `{cfg.get('baseline')}`, scale `{cfg.get('scale')}`, N = {N}, G = {G},
+{res.get('steps', len(train_rows))} steps, optimizer {optim.get('name')} lr {optim.get('lr')},
 {_f(res.get('minutes'))} minutes of training{_load(res)}.
 
 | | greedy accuracy | sampled pass@1 |

@@ -1,0 +1,89 @@
+"""``ugrpo mse``: Monte-Carlo gradient MSE of vanilla/grpo/grpo_mean/oracle per G (paper Fig. 4).
+
+Example: ``ugrpo mse --env builtin:demo --groups 2,4,8,16,32,64 --batch 8 --reps 2000 --out runs/mse``.
+On a language model: ``ugrpo mse --model tiny:instruct --task arithmetic --groups 4,8,16,32,64 --batch 8
+--reps 30 --ref-samples 256 --prompts 32 --sketch-dim 256 --out runs/lm-mse`` (docs/lm-mse.md).
+Parsing only: the flags become an ``MSEConfig`` or ``LMMSEConfig`` and one call of
+:func:`ugrpo.experiments.mse.mse_experiment` or :func:`ugrpo.experiments.lm_mse.lm_mse_experiment`.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ugrpo.experiments.common import command_line, parse_float_list, parse_int_list
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--env", default=None, help="env JSON (from `ugrpo make-env`) or builtin:demo (the default)")
+    p.add_argument("--model", default=None, help="a language model instead of an env: tiny:STRENGTH, a local folder "
+                   "or a cached hub id (docs/lm-mse.md)")
+    p.add_argument("--task", default=None, help="with --model: the task (arithmetic, gsm8k, math, custom)")
+    p.add_argument("--task-option", action="append", default=[], metavar="NAME=VALUE",
+                   help="with --model: a task option, repeatable (e.g. prompt_style=compact)")
+    p.add_argument("--groups", default=None, help="comma-separated group sizes G (each >= 2); default 2,4,8,16,32,64 "
+                   "(env) or 4,8,16,32,64 (model)")
+    p.add_argument("--batch", type=int, default=8, help="prompts per minibatch B")
+    p.add_argument("--reps", type=int, default=None, help="independent minibatches R per G (default 1000 env, 30 "
+                   "model)")
+    p.add_argument("--ref-samples", type=int, default=256, help="with --model: reference samples M per prompt")
+    p.add_argument("--prompts", type=int, default=32, help="with --model: the fixed prompt set size P (uniform over "
+                   "it)")
+    p.add_argument("--sketch-dim", type=int, default=256, help="with --model: sketch dimension k of the scores")
+    p.add_argument("--temperature", type=float, default=1.0, help="with --model: sampling temperature")
+    p.add_argument("--max-new-tokens", type=int, default=8, help="with --model: completion length cap")
+    p.add_argument("--chat", action="store_true", help="with --model: wrap prompts in the chat template")
+    p.add_argument("--seed", type=int, default=0, help="seed of the Monte-Carlo samples (one stream per G)")
+    p.add_argument("--theta", default=None, help="comma-separated parameters (length D); default: the env's theta0")
+    p.add_argument("--out", required=True, help="run folder to write")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
+def _config(args: argparse.Namespace):
+    """The flags -> an ``MSEConfig`` (env) or an ``LMMSEConfig`` (model)."""
+    if args.model is not None:
+        from ugrpo.experiments.lm_mse import LMMSEConfig
+        from ugrpo.experiments.lm_plan import parse_task_options
+
+        if args.env is not None or args.theta is not None:
+            raise ValueError("give either --env (a synthetic policy) or --model (a language model), not both; "
+                             "--theta is env-only")
+        if args.task is None:
+            raise ValueError("--model needs --task NAME (e.g. --task arithmetic)")
+        return LMMSEConfig(model=args.model, task=args.task, task_options=parse_task_options(args.task_option),
+                           groups=tuple(parse_int_list("4,8,16,32,64" if args.groups is None else args.groups,
+                                                       name="--groups", minimum=2)),
+                           batch=args.batch, reps=30 if args.reps is None else args.reps,
+                           ref_samples=args.ref_samples, prompts=args.prompts, sketch_dim=args.sketch_dim,
+                           seed=args.seed, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
+                           chat=args.chat)
+    from ugrpo.experiments.mse import MSEConfig
+
+    if args.task is not None or args.task_option:
+        raise ValueError("--task and --task-option need --model (an env has no task)")
+    theta = None if args.theta is None else tuple(parse_float_list(args.theta, name="--theta"))
+    return MSEConfig(env=args.env or "builtin:demo",
+                     groups=tuple(parse_int_list("2,4,8,16,32,64" if args.groups is None else args.groups,
+                                                 name="--groups", minimum=2)),  # '' is an error, not the default
+                     batch=args.batch, reps=1000 if args.reps is None else args.reps, seed=args.seed, theta=theta)
+
+
+def main(args: argparse.Namespace) -> int:
+    from ugrpo.report.markdown import fmt_ci, text_table
+
+    cfg, argv = _config(args), command_line("mse", args)
+    if args.model is not None:
+        from ugrpo.experiments.lm_mse import lm_mse_experiment
+
+        results = lm_mse_experiment(cfg, args.out, argv=argv, progress=not args.no_progress)
+        print(text_table(["G", "estimator", "MSE", "95% CI", "predicted"],
+                         [[r["G"], r["estimator"], r["mse"], fmt_ci(r["ci_low"], r["ci_high"]), r["predicted"]]
+                          for r in results["rows"]]))
+    else:
+        from ugrpo.experiments.mse import mse_experiment
+        from ugrpo.report.mse_report import table_rows
+
+        results = mse_experiment(cfg, args.out, argv=argv, progress=not args.no_progress)
+        print(text_table(["G", "estimator", "MC MSE", "95% CI", "exact"], table_rows(results)))
+    print(f"wrote {args.out}/results.json, mse.png, report.md")
+    return 0

@@ -1,0 +1,137 @@
+"""``ugrpo plan``: estimate c1, c2, c3 from a pilot and recommend G for a budget N (paper Thm 7).
+
+From an env: ``ugrpo plan --env builtin:demo --pilot-batch 64 --pilot-group 8 --budget 512 --out DIR
+[--save-pilot pilot.npz]``. From a saved pilot: ``ugrpo plan --pilot pilot.npz --budget 512 --out DIR``
+(format: docs/pilot-format.md). From a language model: ``ugrpo plan --model tiny:instruct --task arithmetic
+--pilot-batch 64 --pilot-group 20 --budget 256 --sketch-dim 256 --out DIR`` (writes DIR/pilot.npz).
+Parsing only: the flags become a ``PlanConfig`` / ``LMPlanConfig`` and one call of
+:mod:`ugrpo.experiments.plan_experiment` (or :func:`ugrpo.experiments.trl_plan.run_trl_plan`).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ugrpo.experiments.common import command_line, parse_float_list
+from ugrpo.experiments.plan_experiment import PlanConfig
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.epilog = ("Sources (exactly one): --env samples a B0 x G0 pilot from an exact synthetic policy (the exact G* is "
+                "printed beside the estimate); --pilot reads a saved pilot; --model samples it from a language "
+                "model on --task (writes OUT/pilot.npz); --trl-config reads the model, data and reward functions of "
+                "a TRL GRPO config and answers with num_generations. Each source's own flags are in its group above.")
+    src = p.add_argument_group("the pilot's source (give exactly one)")
+    src.add_argument("--env", default=None, help="env JSON (from `ugrpo make-env`) or builtin:demo: sample a pilot at "
+                     "theta0 (needs --pilot-batch and --pilot-group)")
+    src.add_argument("--pilot", default=None, help="a saved pilot .npz (docs/pilot-format.md; e.g. from --save-pilot)")
+    src.add_argument("--model", default=None, help="sample the pilot from a language model: tiny:STRENGTH, a local "
+                     "folder or a cached hub id (needs --task, --pilot-batch, --pilot-group; writes OUT/pilot.npz)")
+    src.add_argument("--trl-config", default=None, help="a TRL GRPO config (YAML/JSON): plan num_generations for it "
+                     "(docs/trl.md; examples/grpo-trl.yaml)")
+    common = p.add_argument_group("every source")
+    common.add_argument("--budget", type=int, default=None, help="samples per step N = B*G (required; with "
+                        "--trl-config the default is per_device_train_batch_size * gradient_accumulation_steps * "
+                        "num_processes)")
+    common.add_argument("--seed", type=int, default=0, help="seeds the pilot sampling and the bootstrap")
+    common.add_argument("--n-boot", type=int, default=1000, help="bootstrap replicates for the intervals")
+    common.add_argument("--group", type=int, default=None, help="the group size in use (must divide N): says how "
+                        "much more gradient error it costs than the best G")
+    common.add_argument("--ci-method", choices=("studentized", "studentized-equal-tailed", "percentile"),
+                        default="studentized", help="bootstrap intervals of c1, c2, c3 (docs/math.md M39)")
+    common.add_argument("--out", required=True, help="run folder to write (results.json, plan.png, report.md)")
+    pilot = p.add_argument_group("the sampled pilot (--env, --model; with --trl-config they replace the file's)")
+    pilot.add_argument("--pilot-batch", type=int, default=None, help="pilot prompts B0 (>= 2)")
+    pilot.add_argument("--pilot-group", type=int, default=None, help="pilot samples per prompt G0 (>= 4)")
+    env = p.add_argument_group("with --env")
+    env.add_argument("--theta", default=None, help="comma-separated parameters for the pilot (default: theta0)")
+    env.add_argument("--save-pilot", default=None, help="write the sampled pilot to this .npz")
+    lm = p.add_argument_group("with --model")
+    lm.add_argument("--task", default=None, help="the task (arithmetic, gsm8k, math, custom)")
+    lm.add_argument("--task-option", action="append", default=[], metavar="NAME=VALUE",
+                    help="a task option, repeatable (e.g. prompt_style=compact)")
+    lm.add_argument("--sketch-dim", type=int, default=256, help="sketch dimension k of the scores")
+    lm.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
+    lm.add_argument("--max-new-tokens", type=int, default=8, help="completion length cap")
+    lm.add_argument("--chat", action="store_true", help="wrap prompts in the chat template")
+
+
+def _config(args: argparse.Namespace):
+    """The flags -> a ``PlanConfig`` (env or pilot file) or an ``LMPlanConfig`` (model)."""
+    if args.budget is None:
+        raise ValueError("--budget N is required (samples per step N = B*G)")
+    sources = [f"--{n}" for n in ("env", "pilot", "model") if getattr(args, n, None) is not None]
+    if len(sources) > 1:
+        raise ValueError(f"give exactly one of --env, --pilot or --model; got {' and '.join(sources)}")
+    if args.model is not None:
+        from ugrpo.experiments.lm_plan import LMPlanConfig, parse_task_options
+
+        if args.task is None:
+            raise ValueError("--model needs --task NAME (e.g. --task arithmetic)")
+        if args.pilot_batch is None or args.pilot_group is None:
+            raise ValueError("--model needs --pilot-batch B0 and --pilot-group G0 (e.g. 64 and 20)")
+        if args.theta is not None or args.save_pilot is not None:
+            raise ValueError("--theta and --save-pilot are env-only; --model always writes OUT/pilot.npz")
+        return LMPlanConfig(model=args.model, task=args.task, task_options=parse_task_options(args.task_option),
+                            pilot_batch=args.pilot_batch, pilot_group=args.pilot_group, budget=args.budget,
+                            sketch_dim=args.sketch_dim, seed=args.seed, n_boot=args.n_boot, group=args.group,
+                            temperature=args.temperature, max_new_tokens=args.max_new_tokens, chat=args.chat)
+    if args.task is not None or args.task_option:
+        raise ValueError("--task and --task-option need --model (a language-model pilot)")
+    if args.pilot is not None and args.theta is not None:
+        raise ValueError("--theta only applies to --env (a pilot file was sampled at its own theta)")
+    theta = None if args.theta is None else tuple(parse_float_list(args.theta, name="--theta"))
+    return PlanConfig(budget=args.budget, seed=args.seed, n_boot=args.n_boot, env=args.env, pilot=args.pilot,
+                      pilot_batch=args.pilot_batch, pilot_group=args.pilot_group, save_pilot=args.save_pilot,
+                      theta=theta, group=args.group, ci_method=args.ci_method)
+
+
+def main(args: argparse.Namespace) -> int:
+    from ugrpo.experiments.plan_experiment import lm_plan_experiment, plan_experiment
+    from ugrpo.report.markdown import fmt_ci, text_table
+
+    if args.trl_config is not None:
+        others = [f"--{n}" for n in ("env", "pilot", "model") if getattr(args, n, None) is not None]
+        if others:
+            raise ValueError(f"--trl-config takes the model and data from the TRL config; drop {' and '.join(others)}")
+        return _trl(args)
+    cfg, argv = _config(args), command_line("plan", args)
+    if isinstance(cfg, PlanConfig):
+        r = plan_experiment(cfg, args.out, argv=argv)
+    else:
+        r = lm_plan_experiment(cfg, args.out, argv=argv)
+    ex = r.get("exact") or {}
+    rows = [[k, r[k]["estimate"], fmt_ci(r[k]["ci_low"], r[k]["ci_high"]), ex.get(k)] for k in ("c1", "c2", "c3")]
+    rows.append(["G*", r["g_star"], fmt_ci(*r["g_star_ci"]), ex.get("g_star")])
+    print(text_table(["", "pilot", "95% CI", "exact"], rows))
+    print(r["message"])
+    if "current_group" in r:
+        print(r["current_group"]["message"])
+    if args.save_pilot:
+        print(f"wrote pilot {args.save_pilot}")
+    if "pilot_cost" in r:
+        pc, sc = r["pilot_cost"], r["step_cost"]
+        print(f"pilot: {pc['samples']} samples in {pc['seconds']:.1f} s; one step at N = {r['budget']}: "
+              f"~{sc['seconds']:.2f} s "
+              f"(estimated); pilot saved to {r['pilot_file']}")
+    print(f"wrote {args.out}/results.json, plan.png, report.md")
+    return 0
+
+
+def _trl(args: argparse.Namespace) -> int:
+    """``ugrpo plan --trl-config FILE --out DIR [--budget N] [--pilot-batch B0] [--pilot-group G0]``.
+
+    ``--budget``, ``--pilot-batch`` and ``--pilot-group`` (default None) replace the file's values;
+    ``sketch_dim``, ``seed`` and ``n_boot`` come from the file's ``ugrpo:`` block (the CLI defaults of
+    ``--sketch-dim``, ``--seed``, ``--n-boot`` would otherwise always win over the file).
+    """
+    from ugrpo.experiments.trl_plan import run_trl_plan
+
+    r = run_trl_plan(args.trl_config, args.out, argv=command_line("plan", args), budget=args.budget,
+                     pilot_batch=args.pilot_batch, pilot_group=args.pilot_group)
+    for k in ("c1", "c2", "c3"):
+        e = r[k]
+        print(f"{k} = {e['estimate']:.4g}  95% CI [{e['ci_low']:.4g}, {e['ci_high']:.4g}]")
+    print(r["trl"]["message"])
+    print(f"wrote {args.out}/results.json (key 'trl'), plan.png, report.md")
+    return 0

@@ -1,0 +1,218 @@
+"""Command line: ``ugrpo <command> ...``: the command table and the one error policy.
+
+Each command is a module under :mod:`ugrpo.cli.commands` exposing ``configure(parser)`` (adds its
+flags) and ``main(args) -> int`` (parses them into a config object and calls one library function).
+Modules are imported only when their command runs, so ``ugrpo --help`` is fast.
+
+Error policy (every command, every depth):
+
+- a user error (:func:`user_error_message`: ``ValueError``, :class:`ugrpo.errors.UserError`, a full disk, a
+  missing or unwritable path, out of memory) raised anywhere -- while parsing, or deep inside ``train()`` --
+  prints ``ugrpo <command>: error: <message>`` on one line to stderr and exits 2;
+- Ctrl-C exits 130; the run folder keeps what was written (a command that knows what it saved says so
+  in the ``KeyboardInterrupt`` it raises);
+- anything else is a bug: Python's traceback, exit 1. ``UGRPO_DEBUG=1`` shows the traceback of user
+  errors too.
+
+Quiet by default: no Hugging Face progress bars, no third-party FutureWarning / DeprecationWarning
+(our own progress bars stay; ``--no-progress`` hides them). Under ``torchrun`` / ``accelerate launch`` only
+rank 0 prints. On CPU the command runs with one torch thread unless told otherwise (``--threads N``,
+``UGRPO_THREADS`` or ``OMP_NUM_THREADS``): the models these commands run on a CPU are small, and one thread
+is several times faster for them than threads that contend for a shared core; it says so once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import errno
+import importlib
+import os
+import sys
+import warnings
+
+__all__ = ["COMMANDS", "main", "user_error_message", "choose_threads"]
+
+# name -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "mse": ("ugrpo.cli.commands.mse",
+            "Monte-Carlo gradient MSE of vanilla/grpo/grpo_mean/oracle per group size (Fig. 4)"),
+    "plan": ("ugrpo.cli.commands.plan", "estimate c1, c2, c3 from a pilot and recommend G for a budget N (Thm 7)"),
+    "sweep": ("ugrpo.cli.commands.sweep", "fixed-budget group-size sweep: Algorithm 1 on a synthetic env, or LM "
+              "training runs per (G, seed) (Fig. 5, Table 2)"),
+    "demo": ("ugrpo.cli.commands.demo", "mse + plan + sweep on a built-in synthetic policy, in minutes"),
+    "gap": ("ugrpo.cli.commands.gap",
+            "asymptotic distribution of the suboptimality gap n*gap vs Theorem 8's weighted chi-square"),
+    "allocate": ("ugrpo.cli.commands.allocate", "exact MSE of per-prompt rollout allocation rules at equal budget"),
+    "make-env": ("ugrpo.cli.commands.make_env", "write a random synthetic policy (JSON) with difficulty controls"),
+    "train": ("ugrpo.cli.commands.train", "train a language model with Algorithm 1 or 2 on a verifiable task"),
+    "pretrain-tiny": ("ugrpo.cli.commands.pretrain_tiny",
+                      "warm up the built-in tiny model on arithmetic (supervised)"),
+    "reproduce": ("ugrpo.cli.commands.reproduce",
+                  "run the paper's experiments at the scale the machine allows; one report.html"),
+}
+
+FIXABLE_OS_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EISDIR,
+                     errno.EEXIST, errno.ENOENT, errno.ENAMETOOLONG)
+"""operating-system errors the user can fix (a full disk, a missing or unwritable path)"""
+
+
+def user_error_message(e: BaseException) -> str | None:
+    """The one-line message of an error the user can fix, or None for a bug (which keeps its traceback).
+
+    User errors: :class:`ugrpo.errors.UserError` (a run folder in use, a resume that cannot continue, ...),
+    ``ValueError`` (bad input anywhere: a flag, a config field, a task option), YAML parse errors, running out of
+    memory, and the operating-system errors in ``FIXABLE_OS_ERRORS`` (or raised by ugrpo with a message of its own,
+    such as a missing config file).
+    """
+    from ugrpo.errors import UserError
+
+    path_errors = (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError, FileExistsError)
+    if isinstance(e, (UserError, ValueError)) or type(e).__module__.startswith("yaml"):
+        pass
+    elif isinstance(e, MemoryError) or (isinstance(e, RuntimeError) and "can't allocate memory" in str(e)):
+        return "out of memory: the inputs ask for more memory than this machine has; use smaller sizes"
+    elif not (isinstance(e, OSError) and (e.errno in FIXABLE_OS_ERRORS
+                                          or (e.errno is None and isinstance(e, path_errors)))):
+        return None
+    return " ".join(str(e).split()) or type(e).__name__
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Shows each flag's default, unless its help text already states it or there is none to show."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (not action.option_strings or default is None or default is False or default in ([], "")
+                or default is argparse.SUPPRESS or "default" in text or text == argparse.SUPPRESS):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+def _build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ugrpo",
+        description="GRPO's policy gradient is a U-statistic: estimate, measure, and choose the group size G.",
+        epilog="Environment: UGRPO_CACHE is the folder of the built-in tiny models (default ~/.cache/ugrpo); "
+               "`ugrpo pretrain-tiny --all` builds them ahead of time. UGRPO_THREADS sets the torch threads; "
+               "UGRPO_DEBUG=1 shows the traceback of a user error.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text,
+                           formatter_class=HelpFormatter)
+        if name == only:
+            importlib.import_module(module).configure(p)
+            p.add_argument("--threads", type=int, default=None, metavar="N",
+                           help="torch threads (default: $UGRPO_THREADS, else $OMP_NUM_THREADS, else 1 on CPU; "
+                           "with a GPU, torch's own default)")
+    return parser
+
+
+THIRD_PARTY = r"(transformers|torch|trl|accelerate|peft|datasets|huggingface_hub|tokenizers)(\.|$)"
+"""modules whose FutureWarning / DeprecationWarning a user of the CLI cannot act on"""
+
+
+def quiet_third_party() -> None:
+    """No Hugging Face progress bars or advisory logs, no third-party deprecation warnings (in this process and,
+    through the environment, in the worker processes it starts)."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning,ignore::DeprecationWarning")
+    for category in (FutureWarning, DeprecationWarning):
+        warnings.filterwarnings("ignore", category=category, module=THIRD_PARTY)
+    if "transformers" in sys.modules:  # imported before main() ran (tests): the variables came too late
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+    if "huggingface_hub" in sys.modules:
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
+
+
+def choose_threads(flag: int | None, environ=os.environ, *, gpu: bool | None = None) -> tuple[int | None, str]:
+    """The torch thread count for this command and the one line that says why (None: leave torch's default).
+
+    ``--threads`` wins, then ``UGRPO_THREADS``, then ``OMP_NUM_THREADS`` (torch reads it itself); otherwise 1
+    thread on a CPU-only machine and torch's default when a GPU is visible.
+
+    >>> choose_threads(None, {}, gpu=False)[0], choose_threads(3, {}, gpu=False)[0]
+    (1, 3)
+    >>> choose_threads(None, {"OMP_NUM_THREADS": "4"}, gpu=False)
+    (None, '')
+    """
+    if flag is not None:
+        if flag < 1:
+            raise ValueError(f"--threads {flag}: give a number of threads >= 1")
+        return flag, ""
+    if environ.get("UGRPO_THREADS"):
+        try:
+            n = int(environ["UGRPO_THREADS"])
+        except ValueError:
+            raise ValueError(f"UGRPO_THREADS={environ['UGRPO_THREADS']!r}: give a number of threads >= 1") from None
+        if n < 1:
+            raise ValueError(f"UGRPO_THREADS={n}: give a number of threads >= 1")
+        return n, ""
+    if environ.get("OMP_NUM_THREADS"):
+        return None, ""
+    if gpu is None:
+        import torch
+
+        gpu = torch.cuda.is_available()
+    if gpu:
+        return None, ""
+    return 1, ("ugrpo: 1 torch thread (the fastest for the small models run on a CPU); "
+               "--threads N or UGRPO_THREADS=N to change")
+
+
+def _rank() -> int:
+    for name in ("RANK", "LOCAL_RANK"):  # torchrun and accelerate launch set both
+        if os.environ.get(name, "").isdigit():
+            return int(os.environ[name])
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse ``argv`` (default ``sys.argv[1:]``), run the command, return its exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    if command not in COMMANDS:
+        _build_parser().parse_args(argv or ["--help"])
+        return 2
+    parser = _build_parser(only=command)
+    args = parser.parse_args(argv)
+    module = importlib.import_module(COMMANDS[command][0])
+    main_rank = _rank() == 0
+    with warnings.catch_warnings(), contextlib.ExitStack() as stack:
+        quiet_third_party()
+        if not main_rank:  # torchrun / accelerate: rank 0 speaks for all
+            os.environ.setdefault("TQDM_DISABLE", "1")
+            stack.enter_context(contextlib.redirect_stdout(stack.enter_context(open(os.devnull, "w"))))
+        try:
+            threads, why = choose_threads(args.threads)
+            if threads is not None:
+                import torch
+
+                torch.set_num_threads(threads)
+                if why and main_rank:
+                    print(why, file=sys.stderr)
+            return int(module.main(args) or 0)
+        except KeyboardInterrupt as e:  # a command that knows what it saved says so in the exception
+            print("\n" + (str(e) if e.args else "interrupted: rows finished so far are on disk in the run folder"),
+                  file=sys.stderr)
+            return 130
+        except Exception as e:  # a user error: one line, exit 2; a bug: its traceback
+            msg = user_error_message(e)
+            if msg is None or os.environ.get("UGRPO_DEBUG"):
+                raise
+            if main_rank:
+                print(f"ugrpo {command}: error: {msg}", file=sys.stderr)
+            return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""Flags shared by several commands: the dotted training-config overrides and the ``--ray`` options.
+
+Every command that takes a training config (``train``, ``sweep --config``, ``reproduce``) accepts the
+same override syntax, ``--section.field VALUE`` (``--optim.lr 1e-4``, ``--budget.group_size 8``,
+``--task.options.prompt_style compact``; values follow YAML scalar rules, ``-`` and ``_`` are
+interchangeable). ``--help`` lists every field with its type, default and docstring, by section.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["add_override_flags", "parse_overrides", "ray_options", "add_ray_flags"]
+
+_PREFIX = "override:"
+
+
+def _escape(text: str) -> str:
+    return text.replace("%", "%%")
+
+
+def add_override_flags(parser: argparse.ArgumentParser, title: str, *, skip: Sequence[str] = ()) -> None:
+    """Add one ``--section.field`` flag per training-config field (except ``skip``), grouped by section.
+
+    After parsing, ``args.overrides`` holds the override tokens in command-line order of declaration
+    (e.g. ``['--optim.lr', '1e-4']``), including ``--task.options.NAME VALUE`` and any other unknown
+    ``--name`` flag: the config loader reports unknown names with close matches.
+    """
+    from ugrpo.train.config import describe_fields
+
+    usage = parser.format_usage().strip()
+    parser.usage = usage[len("usage: "):].replace(parser.prog, "%(prog)s", 1) + " [--section.field VALUE ...]"
+    groups: dict[str, Any] = {}
+    for f in describe_fields():
+        if f.name in skip:
+            continue
+        section = f.section or "top-level"
+        if section not in groups:
+            groups[section] = parser.add_argument_group(f"{title}: {section}" if f.section else
+                                                        f"{title}: top-level fields")
+        flags = sorted({f"--{f.name}", f"--{f.name.replace('_', '-')}"})
+        groups[section].add_argument(*flags, dest=_PREFIX + f.name, default=argparse.SUPPRESS, metavar="VALUE",
+                                     help=_escape(f"{f.doc} [{f.type}; default: {f.default}]"))
+    parser.epilog = ((parser.epilog + "\n") if parser.epilog else "") + (
+        "Task options: --task.options.NAME VALUE (e.g. --task.options.prompt_style compact).")
+    known = parser.parse_known_args
+
+    def parse_known_args(args=None, namespace=None):
+        ns, extra = known(args, namespace)
+        tokens: list[str] = []
+        for key in [k for k in vars(ns) if k.startswith(_PREFIX)]:
+            tokens += [f"--{key[len(_PREFIX):]}", getattr(ns, key)]
+            delattr(ns, key)
+        ns.overrides = list(getattr(ns, "overrides", [])) + tokens + list(extra)
+        return ns, []
+
+    parser.parse_known_args = parse_known_args  # type: ignore[method-assign]
+
+
+def parse_overrides(tokens: Sequence[str]) -> list[tuple[str, Any]]:
+    """``['--optim.lr', '1e-4']`` -> ``[('optim.lr', 0.0001)]`` (YAML scalars); see ``ugrpo.train.config``."""
+    from ugrpo.train.config import parse_overrides as parse
+
+    return parse(tokens)
+
+
+def add_ray_flags(p: argparse.ArgumentParser, *, where: str = "") -> None:
+    """``--ray``, ``--ray-address``, ``--ray-cpus``, ``--ray-gpus``."""
+    p.add_argument("--ray", action="store_true",
+                   help=f"{where}one Ray task per training run (pip install 'ugrpo[ray]'); a local Ray of --workers "
+                   "CPUs unless --ray-address or $RAY_ADDRESS names a cluster")
+    p.add_argument("--ray-address", default=None, help="with --ray: the cluster to join (auto, ray://HOST:10001, ...)")
+    p.add_argument("--ray-cpus", type=float, default=None, help="with --ray: CPUs per run (default 1; also its "
+                   "torch threads)")
+    p.add_argument("--ray-gpus", type=float, default=None, help="with --ray: GPUs per run (default 0)")
+
+
+def ray_options(args: argparse.Namespace):
+    """``--ray`` and its ``--ray-*`` flags -> ``RayOptions`` (None without --ray; the flags alone are an error)."""
+    from ugrpo.experiments.executors import RayOptions, import_ray
+
+    given = [f"--{n.replace('_', '-')}" for n in ("ray_address", "ray_cpus", "ray_gpus")
+             if getattr(args, n, None) is not None]
+    if not getattr(args, "ray", False):
+        if given:
+            raise ValueError(f"{', '.join(given)} only apply with --ray; add --ray or drop them")
+        return None
+    import_ray()  # not installed: say so before any work
+    return RayOptions(address=args.ray_address, cpus_per_run=1.0 if args.ray_cpus is None else args.ray_cpus,
+                      gpus_per_run=0.0 if args.ray_gpus is None else args.ray_gpus)

@@ -1,0 +1,118 @@
+"""Report of ``ugrpo plan`` (:mod:`ugrpo.experiments.plan`, :mod:`ugrpo.experiments.lm_plan`; paper Thm 7):
+results.json, ``plan.png`` and report.md, with a cost section for a language-model pilot. Reads the results dict
+only."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ugrpo.runs import RunDir
+
+
+def reading(results: dict[str, Any]) -> list[str]:
+    """Plain-language sentences about a plan result."""
+    from ugrpo.report.markdown import fmt
+
+    N, out = results["budget"], []
+    lo, hi = results["g_star_ci"]
+    G = results["g_star"]
+    band = results.get("band")
+    if band is not None:
+        rec = band["recommended"]
+        near = ", ".join(str(g) for g in band["G"])
+        out.append(f"For a budget of N={N} samples per step use G={rec} (B={N // rec}): the G that minimises the "
+                   f"expected predicted MSE over the bootstrap. Near-optimal band (within "
+                   f"{100 * band['tolerance']:g}% of the best predicted MSE): G in {{{near}}} at the estimates, "
+                   f"[{band['low']}, {band['high']}] with 95% confidence; the worst candidate G = "
+                   f"{band['worst']['G']} gives {band['worst']['ratio']:.2f}x the best.")
+    if G is not None:
+        out.append(f"Point estimate of G*: {G} (continuous optimum 1 + sqrt(c3/c1) = "
+                   f"{fmt(results['g_star_continuous'])}, 95% bootstrap interval of G* [{fmt(lo)}, "
+                   f"{fmt(hi) if hi is not None else 'unbounded'}]).")
+    out.append(f"Planner: {results.get('message')}.")
+    if "current_group" in results:
+        out.append(results["current_group"]["message"][0].upper() + results["current_group"]["message"][1:] + ".")
+    ex = results.get("exact")
+    if ex:
+        parts = []
+        for k in ("c1", "c2", "c3"):
+            e = results[k]
+            inside = e["ci_low"] is not None and e["ci_low"] <= ex[k] <= e["ci_high"]
+            parts.append(f"{k} = {fmt(e['estimate'])} vs exact {fmt(ex[k])} ({'inside' if inside else 'outside'} "
+                         "the 95% interval)")
+        out.append("Pilot estimates vs the exact constants at theta0: " + "; ".join(parts) + ".")
+        out.append(f"With the exact constants the planner gives G* = {ex['g_star']} "
+                   f"(continuous {fmt(ex['g_star_continuous'])}).")
+    return out
+
+
+def write_plan_outputs(run: RunDir, results: dict[str, Any], argv: Sequence[str] | None = None) -> None:
+    """results.json, ``plan.png`` (predicted bound vs G with bootstrap band, G* marked), report.md."""
+    from ugrpo.report.markdown import fmt_ci, header, image, md_table
+    from ugrpo.report.plots import Marker, Series, line_plot
+
+    run.write_results(results)
+    c = results["candidates"]
+    xs = [r["G"] for r in c]
+    series = [Series("predicted bound (pilot)", xs, [r["predicted_mse"] for r in c],
+                     [r.get("band_low") for r in c], [r.get("band_high") for r in c], color="C0")]
+    lo, hi = results["g_star_ci"]
+    markers = []
+    band = results.get("band")
+    if band is not None:
+        markers.append(Marker(band["recommended"], f"G to use = {band['recommended']}; 95% band of near-optimal G",
+                              band["low"], band["high"], color="C2"))
+    if results["g_star"] is not None:
+        markers.append(Marker(results["g_star"], f"G* = {results['g_star']} (pilot)", lo,
+                              hi if hi is not None else max(xs), color="C0"))
+    ex = results.get("exact")
+    exact_at = {r["G"]: r["mse"] for r in (ex or {}).get("curve") or []}
+    if ex and ex.get("curve"):
+        cur = sorted(ex["curve"], key=lambda r: r["G"])
+        series.append(Series("exact bound", [r["G"] for r in cur], [r["mse"] for r in cur], dashed=True, color="C3"))
+        markers.append(Marker(ex["g_star"], f"G* = {ex['g_star']} (exact)", color="C3"))
+    line_plot(run.file("plan.png"), series, xlabel="group size G", ylabel="predicted MSE  c1 G/N + c2/N + c3/(N(G-1))",
+              title=f"Group-size plan for N = {results['budget']}", logx=True, logy=True, markers=markers, xticks=xs)
+    rows = [[k, results[k]["estimate"], fmt_ci(results[k]["ci_low"], results[k]["ci_high"]),
+             ex[k] if ex else None] for k in ("c1", "c2", "c3")]
+    pil = results["pilot"]
+    md = [
+        header("ugrpo plan: group size for a fixed budget (paper Thm 7, eq. (12))", argv),
+        f"Pilot: B0 = {pil['B0']} prompts x G0 = {pil['G0']} samples ({pil['samples']} samples, "
+        f"{100 * pil['frac_zero_std']:.0f}% of prompts with all-equal rewards); {results['n_boot']} bootstrap "
+        f"replicates over prompts (seed {results['seed']}). Budget N = {results['budget']}.",
+        "",
+        "## Reading",
+        "",
+        *[f"- {s}" for s in reading(results)],
+        "",
+        image("plan.png", "predicted MSE vs G"),
+        "",
+        "## Constants",
+        "",
+        md_table(["constant", "pilot estimate", f"95% CI ({results.get('interval_method', 'percentile')} bootstrap)",
+                  "exact"], rows),
+        "",
+        "## Candidates",
+        "",
+        md_table(["G", "B", "predicted MSE", "bootstrap 95% band", "P(in 5% band)", "exact"],
+                 [[r["G"], r["B"], r["predicted_mse"], fmt_ci(r.get("band_low"), r.get("band_high")),
+                   r.get("band_probability"), exact_at.get(r["G"])] for r in c]),
+        "",
+    ]
+    run.write_report("\n".join(md))
+
+
+def write_lm_plan_outputs(run: RunDir, results: dict[str, Any], argv: Sequence[str] | None = None) -> None:
+    """The synthetic planner's results.json, plan.png and report.md, plus a cost section."""
+    write_plan_outputs(run, results, argv)
+    pc, sc = results["pilot_cost"], results["step_cost"]
+    lines = ["## Cost", "",
+             f"Pilot: {pc['samples']} samples in {pc['seconds']:.1f} s (sampling {pc['seconds_sampling']:.1f}, scoring "
+             f"{pc['seconds_scoring']:.1f}, sketch {pc['seconds_sketch']:.1f}); "
+             f"{100 * results['pilot_fraction_of_100_steps']:.1f}% of the samples of 100 training steps at N = "
+             f"{results['budget']}.",
+             f"One training step at N = {results['budget']}: about {sc['seconds']:.2f} s ({sc['how']}).", ""]
+    text = run.file("report.md").read_text()
+    run.write_report(text.rstrip() + "\n\n" + "\n".join(lines))

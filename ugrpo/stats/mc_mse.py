@@ -1,0 +1,168 @@
+"""Monte-Carlo gradient-MSE statistics in sketch space (docs/lm-mse.md R1-R7): the reference moments from M
+samples per prompt, the per-repetition squared errors of every estimator, and the corrected mean with its
+interval. Pure tensor math, used by :mod:`ugrpo.experiments.lm_mse` (paper Fig. 4).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ugrpo.stats.advantages import compute_advantages
+from ugrpo.stats.estimators import ESTIMATORS
+from ugrpo.stats.intervals import normal_interval
+
+__all__ = ["ReferenceMoments", "reference_moments", "block_squared_errors", "corrected_row"]
+
+DT = torch.float64
+
+
+@dataclass(frozen=True, eq=False)
+class ReferenceMoments:
+    """What the M reference samples per prompt give (docs/lm-mse.md R1-R4).
+
+    Attributes
+    ----------
+    g_ref : (k,) reference gradient (1/P) sum_p g_ref(x_p)
+    g_x : (P, k) per-prompt reference gradients g_ref(x_p)
+    v_ref : (P,) reference values V_ref(x_p) = mean reward
+    tr_c : (P,) unbiased estimates of E||g_ref(x_p) - g(x_p)||^2 = tr Cov(WZ|x_p) / M
+    cov : (P, k, k) estimates of Cov(g_ref(x_p)) = Cov(WZ|x_p) / M (for the spread terms of R5)
+    ref_err : unbiased estimate of E||g_ref - g||^2 = (1/P^2) sum_p tr Cov(WZ|x_p) / M   (R2)
+    wvar : unbiased estimate of E_X[E||W||^2 Var(Z|X)] (T2 of docs/math.md M16, averaged over prompts)
+    M : reference samples per prompt
+    """
+
+    g_ref: Tensor
+    g_x: Tensor
+    v_ref: Tensor
+    tr_c: Tensor
+    cov: Tensor
+    ref_err: float
+    wvar: float
+    M: int
+
+    def oracle_extra(self, B: int, G: int) -> float:
+        """Extra error of the oracle that uses V_ref: E_X[E||W||^2 Var(Z|X)] / (B G M)   (R3)."""
+        return self.wvar / (B * G * self.M)
+
+    def within_ref_err(self, idx: Tensor) -> Tensor:
+        """(R,) unbiased E||(1/B) sum_b (g_ref(x_b) - g(x_b))||^2 for the prompt draws idx (R, B)   (R7).
+
+        A prompt drawn n times contributes n^2 tr C_p (its reference error is the same each time).
+        """
+        counts = torch.zeros(idx.shape[0], self.tr_c.numel(), dtype=DT).scatter_add_(
+            1, idx, torch.ones(idx.shape, dtype=DT))                  # (R, P)
+        return (counts**2 @ self.tr_c) / idx.shape[1] ** 2
+
+    def spread(self, idx: Tensor | None = None, direction: Tensor | None = None) -> float:
+        """Plug-in sd of the realised reference error around its mean (docs/lm-mse.md R5).
+
+        idx None: u = g_ref - g with covariance C = sum_p C_p / P^2 and sd ||u||^2 ~ sqrt(2 tr C^2)
+        (Gaussian approximation); idx (R, B): the within-prompt target of R7, C_r = sum_p n_rp^2 C_p / B^2,
+        the mean over repetitions of sqrt(2 tr C_r^2) (>= the sd of their average). ``direction`` b:
+        the sd of <b, u> instead, sqrt(b^T C b).
+        """
+        P = self.tr_c.numel()
+        if idx is None:
+            C = self.cov.sum(0) / P**2                                              # (k, k)
+            if direction is not None:
+                b = direction.to(DT)
+                return math.sqrt(max(float(b @ C @ b), 0.0))
+            return math.sqrt(2 * float((C * C).sum()))
+        counts = torch.zeros(idx.shape[0], P, dtype=DT).scatter_add_(1, idx, torch.ones(idx.shape, dtype=DT))
+        Cr = torch.einsum("rp,pij->rij", counts**2, self.cov) / idx.shape[1] ** 2  # (R, k, k)
+        return float(torch.sqrt(2 * (Cr * Cr).sum((1, 2))).mean())
+
+
+def reference_moments(scores: Tensor, rewards: Tensor) -> ReferenceMoments:
+    """Reference gradient, values and the two correction terms from M samples per prompt.
+
+    Parameters
+    ----------
+    scores : (P, M, k) sketched (or exact) scores S W of the reference samples
+    rewards : (P, M) their rewards Z
+
+    Returns
+    -------
+    ReferenceMoments
+    """
+    if scores.ndim != 3 or rewards.shape != scores.shape[:2]:
+        raise ValueError(f"reference scores (P, M, k) and rewards (P, M) do not match: {tuple(scores.shape)} vs "
+                         f"{tuple(rewards.shape)}")
+    P, M, _ = scores.shape
+    if M < 3:
+        raise ValueError(f"need M >= 3 reference samples per prompt, got {M}")
+    s, z = scores.to(DT), rewards.to(DT)
+    wz = s * z[..., None]                                     # (P, M, k)
+    gx = wz.mean(1)                                           # (P, k) g_ref(x_p)
+    tr_cov = ((wz - gx[:, None]) ** 2).sum(-1).sum(1) / (M - 1)  # (P,) unbiased tr Cov(WZ|x_p)
+    ref_err = float(tr_cov.sum() / M / P**2)
+    diag = (s**2).sum(-1)                                     # (P, M) ||W_j||^2
+    s1, s2 = z.sum(1, keepdim=True), (z * z).sum(1, keepdim=True)
+    o1, o2 = s1 - z, s2 - z * z                               # sums over the others (docs/math.md M18)
+    t2 = (diag * ((M - 1) * o2 - o1 * o1)).sum(1) / (M * (M - 1) * (M - 2))  # (P,) M16
+    dev = wz - gx[:, None]                                    # (P, M, k)
+    cov = torch.einsum("pmi,pmj->pij", dev, dev) / ((M - 1) * M)  # (P, k, k) Cov(WZ|x_p)/M
+    return ReferenceMoments(g_ref=gx.mean(0), g_x=gx, v_ref=z.mean(1), tr_c=tr_cov / M, cov=cov, ref_err=ref_err,
+                            wvar=float(t2.mean()), M=M)
+
+
+def block_squared_errors(scores: Tensor, rewards: Tensor, values: Tensor, g_ref: Tensor, G: int,
+                         g_draws: Tensor | None = None) -> dict[str, Tensor]:
+    """Per-repetition squared errors ||ghat - g_ref||^2 of each estimator at group size G.
+
+    Parameters
+    ----------
+    scores : (R, B, Gmax, k) sketched scores of the estimation blocks (repetition, prompt draw, sample)
+    rewards : (R, B, Gmax)
+    values : (R, B) V used by the oracle (V_ref of the drawn prompt)
+    g_ref : (k,) reference gradient
+    G : group size <= Gmax; the block gives m = Gmax // G disjoint groups, each a (B, G) minibatch
+    g_draws : (R, B, k) optional reference gradients g_ref(x_b) of the drawn prompts
+
+    Returns
+    -------
+    dict estimator -> (R,) mean over the m groups of ||ghat - g_ref||^2 (paper eq. 5, 8), plus
+    ``"residual"``: the same mean of ||ghat_grpo - ghat_oracle||^2 (the Hoeffding residual, eq. 2), and
+    with ``g_draws`` ``"within_<estimator>"``: the mean of ||ghat - (1/B) sum_b g_ref(x_b)||^2, the error
+    within the drawn prompts (no prompt-sampling term c1/B; docs/lm-mse.md R7).
+    """
+    R, B, Gmax, k = scores.shape
+    if not 2 <= G <= Gmax:
+        raise ValueError(f"group size G = {G} must be in [2, {Gmax}] (the block size)")
+    m = Gmax // G
+    s = scores[:, :, : m * G].to(DT).reshape(R, B, m, G, k)
+    z = rewards[:, :, : m * G].to(DT).reshape(R * B * m, G)
+    v = values.to(DT)[:, :, None].expand(R, B, m).reshape(-1)
+    adv = torch.stack([compute_advantages(z, baseline=e, values=v if e == "oracle" else None).advantages
+                       for e in ESTIMATORS], dim=-1)        # (R*B*m, G, E)
+    pg = torch.bmm(adv.transpose(1, 2), s.reshape(R * B * m, G, k)) / G  # (R*B*m, E, k) per-prompt eq. (5)
+    mb = pg.view(R, B, m, len(ESTIMATORS), k).mean(1)        # (R, m, E, k) minibatch eq. (8)
+    err = ((mb - g_ref.to(DT)) ** 2).sum(-1).mean(1)         # (R, E)
+    out = {e: err[:, i] for i, e in enumerate(ESTIMATORS)}
+    gi, oi = ESTIMATORS.index("grpo"), ESTIMATORS.index("oracle")
+    out["residual"] = ((mb[:, :, gi] - mb[:, :, oi]) ** 2).sum(-1).mean(1)
+    if g_draws is not None:
+        target = g_draws.to(DT).mean(1)[:, None, None, :]            # (R, 1, 1, k)
+        werr = ((mb - target) ** 2).sum(-1).mean(1)                   # (R, E)
+        out.update({f"within_{e}": werr[:, i] for i, e in enumerate(ESTIMATORS)})
+    return out
+
+
+def corrected_row(err: Tensor, subtract: float, extra_sd: float) -> dict[str, float]:
+    """Mean of the repetitions minus the correction, with a 95% interval.
+
+    SE^2 = (sample variance of the R values)/R + extra_sd^2, where extra_sd bounds the spread of the
+    reference's realised error around its estimate (docs/lm-mse.md R5).
+    """
+    R = err.numel()
+    raw = float(err.mean())
+    se_rep = float(err.std(correction=1)) / math.sqrt(R)
+    se = math.sqrt(se_rep**2 + extra_sd**2)
+    m = raw - subtract
+    lo, hi = normal_interval(m, se)
+    return {"mse": m, "se": se, "ci_low": lo, "ci_high": hi, "raw_mse": raw, "raw_se": se_rep, "correction": subtract}
