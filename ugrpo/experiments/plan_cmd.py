@@ -61,8 +61,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sketch-dim", type=int, default=256, help="with --model: sketch dimension k of the scores")
     p.add_argument("--group", type=int, default=None, help="the group size in use (must divide N): says how much "
                    "more gradient error it costs than the best G (every source)")
-    p.add_argument("--ci-method", choices=("studentized", "studentized-equal-tailed", "percentile"),
-                   default="studentized", help="bootstrap intervals of c1, c2, c3 (docs/math.md M39)")
+    p.add_argument("--ci-method", choices=("studentized-log", "studentized", "studentized-equal-tailed", "percentile"),
+                   default="studentized-log", help="bootstrap intervals of c1, c2, c3 (docs/math.md M39)")
     p.add_argument("--temperature", type=float, default=1.0, help="with --model: sampling temperature")
     p.add_argument("--max-new-tokens", type=int, default=8, help="with --model: completion length cap")
     p.add_argument("--chat", action="store_true", help="with --model: wrap prompts in the chat template")
@@ -122,7 +122,7 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict:
     rd.file("metrics.jsonl").unlink(missing_ok=True)
     rd.write_config({**asdict(cfg), "command": "plan", "argv": argv})
     results = run_plan(pilot, cfg.budget, n_boot=cfg.n_boot, seed=cfg.seed, run=rd, exact_pm=exact_pm,
-                       exact_curve=curve, method=getattr(args, "ci_method", "studentized"),
+                       exact_curve=curve, method=getattr(args, "ci_method", "studentized-log"),
                        group=getattr(args, "group", None))
     write_plan_outputs(rd, results, argv)
     return results
