@@ -185,8 +185,15 @@ def test_log_scale_interval_formula_and_limits():
     for shift in (None, -2.0):  # no shift (c2, c3) or x + s <= 0: the plain symmetric interval
         e = _summarise(2.0, reps, 0.9, "studentized-log", 0.7, rep_se, shift=shift)
         assert (e.ci_low, e.ci_high) == (sym.ci_low, sym.ci_high)
-    low = _summarise(2.0, reps - 3.0, 0.9, "studentized-log", 0.7, rep_se, shift=s)  # replicates with x*+s <= 0
-    assert low.ci_low >= 0.0 and np.isfinite(low.ci_high) and low.ci_high > 2.0
+    r2 = reps - 1.6  # some replicates with x* + s <= 0: t_u = -inf
+    low = _summarise(2.0, r2, 0.9, "studentized-log", 0.4, rep_se, shift=s)
+    t_low = np.where(r2 + s > 0, (r2 + s) * np.log(np.clip(r2 + s, 1e-300, None) / 2.5) / rep_se, -np.inf)
+    half = np.quantile(np.abs(t_low), 0.9) * 0.4 / 2.5
+    assert (r2 + s <= 0).any() and half <= 1.0
+    assert (low.ci_low, low.ci_high) == pytest.approx((max(2.5 * np.exp(-half) - s, 0.0), 2.5 * np.exp(half) - s))
+    # a log-scale half-width > 1 (here x + s = 0.01, far below the replicates' spread): the plain interval
+    wide = _summarise(2.0, reps, 0.9, "studentized-log", 0.7, rep_se, shift=-1.99)
+    assert (wide.ci_low, wide.ci_high) == (sym.ci_low, sym.ci_high)
 
 
 def test_log_scale_interval_scales_with_the_scores():

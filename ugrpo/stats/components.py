@@ -47,6 +47,10 @@ MIN_PILOT_GROUP = 4
 
 DT = torch.float64
 
+MAX_LOG_HALF_WIDTH = 1.0
+"""studentized-log: the largest half-width on the log(c1 + s) scale used (a factor e either way); wider falls back
+to the plain symmetric bootstrap-t (docs/math.md M39)."""
+
 METHODS = ("studentized-log", "studentized", "studentized-equal-tailed", "percentile")
 """Bootstrap interval methods (docs/math.md M39): symmetric bootstrap-t with c1 on the log(c1 + s) scale (the default:
 it covers best at small pilots), symmetric bootstrap-t, equal-tailed bootstrap-t, or percentile."""
@@ -338,7 +342,8 @@ def _log_t_interval(point: float, reps: np.ndarray, level: float, se: float, rep
 
     se_u = se / (x + s) (delta method), t_u = (log(x*_r + s) - log(x + s)) / (se*_r / (x*_r + s)); a replicate
     with x*_r + s <= 0 has t_u = -inf (kept: it counts as an extreme). None (use the untransformed interval)
-    when there is no shift, x + s <= 0, or the quantile or the mapped-back bounds are not finite.
+    when there is no shift, x + s <= 0, or the half-width on the log scale exceeds MAX_LOG_HALF_WIDTH (there
+    the first-order linearisation behind se_u is meaningless and the mapped-back upper end explodes).
     """
     if shift is None or not point + shift > 0:
         return None
@@ -348,10 +353,11 @@ def _log_t_interval(point: float, reps: np.ndarray, level: float, se: float, rep
         t = np.where(x > 0, x * (np.log(np.where(x > 0, x, 1.0)) - np.log(point + shift)) / x_se, -np.inf)
     if t.size < 2:
         return None
-    with np.errstate(over="ignore", invalid="ignore"):  # inf - inf while interpolating among the -inf: NaN
+    with np.errstate(invalid="ignore"):  # inf - inf while interpolating among the -inf: NaN
         half = float(np.quantile(np.abs(t), level)) * se / (point + shift)
-        lo, hi = (point + shift) * math.exp(-half) - shift, (point + shift) * math.exp(min(half, 700.0)) - shift
-    return (lo, hi) if math.isfinite(half) and math.isfinite(hi) else None
+    if not half <= MAX_LOG_HALF_WIDTH:  # NaN too
+        return None
+    return (point + shift) * math.exp(-half) - shift, (point + shift) * math.exp(half) - shift
 
 
 def point_estimates(rewards: Tensor, *, scores: Tensor | None = None, gram: Tensor | None = None) -> Tensor:
