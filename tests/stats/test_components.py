@@ -12,8 +12,8 @@ from ugrpo.stats.components import (
     _reduce,
     _summarise,
     estimate_components,
-    point_estimates,
     gaussian_sketch,
+    point_estimates,
 )
 
 from ._enumerate import DT, enumerate_group, linear_softmax, policy_moments_exact, sample, softmax_bandit
@@ -68,7 +68,9 @@ def test_unbiased_by_exact_enumeration(make):
     probs, scores, rewards = [], [], []
     for p in range(b.P):
         pr, W, Z = enumerate_group(b, p, G0)
-        probs.append(b.weights[p] * pr); scores.append(W); rewards.append(Z)
+        probs.append(b.weights[p] * pr)
+        scores.append(W)
+        rewards.append(Z)
     probs, scores, rewards = torch.cat(probs), torch.cat(scores), torch.cat(rewards)  # law of one prompt's group
     i, j = torch.meshgrid(torch.arange(len(probs)), torch.arange(len(probs)), indexing="ij")
     i, j = i.reshape(-1), j.reshape(-1)
@@ -254,7 +256,8 @@ def test_errors_name_the_problem():
         estimate_components(Z[:, :3], scores=S[:, :3])
     with pytest.raises(ValueError, match=r"B0 >= 2 pilot prompts needed"):
         estimate_components(Z[:1], scores=S[:1])
-    bad = Z.clone(); bad[2, 1] = float("nan")
+    bad = Z.clone()
+    bad[2, 1] = float("nan")
     with pytest.raises(ValueError, match=r"non-finite value\(s\).*\(2, 1\)"):
         estimate_components(bad, scores=S)
     with pytest.raises(ValueError, match=r"scores must have shape rewards.shape \+ \(D,\)"):
@@ -263,7 +266,8 @@ def test_errors_name_the_problem():
         estimate_components(Z)
     with pytest.raises(ValueError, match=r"gram must have shape \(B0\*G0, B0\*G0\) = \(16, 16\)"):
         estimate_components(Z, gram=torch.zeros(15, 15, dtype=DT))
-    asym = torch.eye(16, dtype=DT); asym[0, 1] = 1.0
+    asym = torch.eye(16, dtype=DT)
+    asym[0, 1] = 1.0
     with pytest.raises(ValueError, match="not symmetric"):
         estimate_components(Z, gram=asym)
     with pytest.raises(ValueError, match="n_boot"):

@@ -227,8 +227,8 @@ def _check_diag(diag: Tensor) -> None:
     if bad.any():
         idx = tuple(int(i) for i in bad.nonzero()[0])
         raise ValueError(
-            f"scores (or gram diagonal) contain non-finite values (NaN or inf) or overflow, first at sample index {idx} "
-            f"(..., prompt, sample); fix the score computation"
+            f"scores (or gram diagonal) contain non-finite values (NaN or inf) or overflow, first at sample index "
+            f"{idx} (..., prompt, sample); fix the score computation"
         )
 
 
