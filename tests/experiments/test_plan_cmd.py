@@ -148,7 +148,7 @@ def test_plan_band_group_and_interval_method(tmp_path, capsys, linear_env_path):
     assert {"tolerance", "G", "low", "high", "probability", "recommended", "worst", "pilot_prompts_needed",
             "c1_status"} <= set(band)
     assert res["g_recommended"] == band["recommended"] and band["low"] <= band["recommended"] <= band["high"]
-    assert res["interval_method"] == "studentized" and band["c1_status"] in ("positive", "interval_contains_zero",
+    assert res["interval_method"] == "studentized-log" and band["c1_status"] in ("positive", "interval_contains_zero",
                                                                               "negative")
     cands = res["candidates"]
     best = min(c["predicted_mse"] for c in cands)

@@ -170,6 +170,53 @@ def test_studentized_interval_is_the_bootstrap_t_formula():
     assert _summarise(0.1, reps - 1.9, 0.9, "studentized", 0.7, rep_se).ci_low == 0.0  # never below the range
 
 
+def test_log_scale_interval_formula_and_limits():
+    """studentized-log: exp(log(x+s) -+ q(|t_u|) se/(x+s)) - s; -> the plain symmetric interval as s -> inf (M39)."""
+    rng = np.random.default_rng(4)
+    reps = 2.0 + rng.exponential(1.0, 2000) - 1.0
+    rep_se = 0.5 + 0.5 * (reps - reps.min()) / np.ptp(reps)
+    s = 0.5
+    lg = _summarise(2.0, reps, 0.9, "studentized-log", 0.7, rep_se, shift=s)
+    t_u = (np.log(reps + s) - np.log(2.0 + s)) / (rep_se / (reps + s))
+    half = np.quantile(np.abs(t_u), 0.9) * 0.7 / (2.0 + s)
+    assert (lg.ci_low, lg.ci_high) == pytest.approx(((2.0 + s) * np.exp(-half) - s, (2.0 + s) * np.exp(half) - s))
+    assert lg.ci_high - 2.0 > 2.0 - lg.ci_low  # the log scale reaches further up than down
+    sym = _summarise(2.0, reps, 0.9, "studentized", 0.7, rep_se)
+    far = _summarise(2.0, reps, 0.9, "studentized-log", 0.7, rep_se, shift=1e7)  # log(x + s) ~ linear in x
+    assert (far.ci_low, far.ci_high) == pytest.approx((sym.ci_low, sym.ci_high), rel=1e-4)
+    for shift in (None, -2.0):  # no shift (c2, c3) or x + s <= 0: the plain symmetric interval
+        e = _summarise(2.0, reps, 0.9, "studentized-log", 0.7, rep_se, shift=shift)
+        assert (e.ci_low, e.ci_high) == (sym.ci_low, sym.ci_high)
+    r2 = reps - 1.6  # some replicates with x* + s <= 0: t_u = -inf
+    low = _summarise(2.0, r2, 0.9, "studentized-log", 0.4, rep_se, shift=s)
+    t_low = np.where(r2 + s > 0, (r2 + s) * np.log(np.clip(r2 + s, 1e-300, None) / 2.5) / rep_se, -np.inf)
+    half = np.quantile(np.abs(t_low), 0.9) * 0.4 / 2.5
+    assert (r2 + s <= 0).any() and half <= 1.0
+    assert (low.ci_low, low.ci_high) == pytest.approx((max(2.5 * np.exp(-half) - s, 0.0), 2.5 * np.exp(half) - s))
+    # a log-scale half-width > 1 (here x + s = 0.01, far below the replicates' spread): the plain interval
+    wide = _summarise(2.0, reps, 0.9, "studentized-log", 0.7, rep_se, shift=-1.99)
+    assert (wide.ci_low, wide.ci_high) == (sym.ci_low, sym.ci_high)
+
+
+def test_log_scale_interval_scales_with_the_scores():
+    """Scores times a: c1 and its shift scale by a^2, so c1's interval scales by a^2; c2, c3 as "studentized"."""
+    b = linear_softmax(6, 3, 5, seed=33)
+    _, scores, rewards = sample(b, 16, 8, torch.Generator().manual_seed(34))
+    one = estimate_components(rewards, scores=scores, n_boot=300, generator=torch.Generator().manual_seed(35))
+    three = estimate_components(rewards, scores=3 * scores, n_boot=300, generator=torch.Generator().manual_seed(35))
+    assert (three.c1.ci_low, three.c1.ci_high) == pytest.approx((9 * one.c1.ci_low, 9 * one.c1.ci_high))
+    st = estimate_components(rewards, scores=scores, n_boot=300, generator=torch.Generator().manual_seed(35),
+                             method="studentized")
+    assert (one.c2, one.c3) == (st.c2, st.c3) and one.c1.estimate == st.c1.estimate
+    # the shift: mean_b ||gbar_b||^2 - T0_b, and c1 + shift = half the mean squared distance of the gbar_b
+    z, diag, M = _reduce(rewards, scores, None)
+    t0 = _prompt_terms(z, diag, M)[0]
+    gbar = (rewards.unsqueeze(-1) * scores).mean(1)
+    pair = sum(float((gbar[i] - gbar[j]) @ (gbar[i] - gbar[j])) for i in range(16) for j in range(16) if i != j)
+    assert one.c1.estimate + float((torch.diagonal(M) - t0).mean()) == pytest.approx(pair / (2 * 16 * 15))
+    assert one.c1.ci_high - one.c1.estimate > one.c1.estimate - one.c1.ci_low or one.c1.ci_low == 0.0
+
+
 def test_estimate_components_result():
     b = linear_softmax(6, 3, 5, seed=30)
     _, scores, rewards = sample(b, 64, 8, torch.Generator().manual_seed(31))
@@ -197,7 +244,7 @@ def test_c1_not_distinguishable_when_prompts_identical():
     assert vc.c1.ci_low == 0.0 < vc.c1.ci_high  # clipped to the range of c1 (>= 0)
     pct = estimate_components(rewards, scores=scores, n_boot=400, generator=torch.Generator().manual_seed(42),
                               method="percentile")
-    assert pct.c1.ci_low == 0.0 < pct.c1.ci_high and pct.method == "percentile" and vc.method == "studentized"
+    assert pct.c1.ci_low == 0.0 < pct.c1.ci_high and pct.method == "percentile" and vc.method == "studentized-log"
     with pytest.raises(ValueError, match="method = 'bca' is unknown"):
         estimate_components(rewards, scores=scores, method="bca")
 

@@ -92,7 +92,7 @@ def _est(e) -> dict[str, Any]:
 
 
 def run_plan(pilot: Pilot, budget: int, *, n_boot: int, seed: int, run: RunDir,
-             exact_pm=None, exact_curve: list[dict[str, float]] | None = None, method: str = "studentized",
+             exact_pm=None, exact_curve: list[dict[str, float]] | None = None, method: str = "studentized-log",
              group: int | None = None, tolerance: float = 0.05) -> dict[str, Any]:
     """Estimate c1, c2, c3 from the pilot, plan G for ``budget``; returns the results.json object.
 
@@ -105,7 +105,7 @@ def run_plan(pilot: Pilot, budget: int, *, n_boot: int, seed: int, run: RunDir,
     run : run folder; one metrics row (the component estimates) is appended
     exact_pm : PolicyMoments at the pilot's policy when known (env), for the ``exact`` block
     exact_curve : [{G, mse}]: exact GRPO minibatch MSE with B = N/G, when known
-    method : bootstrap interval method, "studentized" (default) or "percentile" (docs/math.md M39)
+    method : bootstrap interval method, "studentized-log" (default), "studentized", ... (docs/math.md M39)
     group : the group size in use (optional): ``current_group`` says how much worse it is than the best
     tolerance : the band's tolerance (M40)
     """

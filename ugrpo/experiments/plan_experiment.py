@@ -45,8 +45,9 @@ class PlanConfig:
     group: int | None = None
     """the group size in use (must divide the budget): the results say how much more gradient error it costs than
     the best G"""
-    ci_method: str = "studentized"
-    """bootstrap intervals of c1, c2, c3: studentized, studentized-equal-tailed or percentile (docs/math.md M39)"""
+    ci_method: str = "studentized-log"
+    """bootstrap intervals of c1, c2, c3: studentized-log, studentized, studentized-equal-tailed or percentile
+    (docs/math.md M39)"""
 
     def __post_init__(self) -> None:
         if (self.env is None) == (self.pilot is None):

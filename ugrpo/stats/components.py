@@ -14,10 +14,13 @@ Per prompt (docs/math.md M14-M18), over ordered triples of distinct samples i, j
 * c2_b = T1 - T0, c3_b = T2 + T0; c2, c3 = their means over prompts
 * c1 = mean_b T0_b - 1/(B(B-1)) sum_{b != b'} <gbar_b, gbar_b'>, gbar_b = 1/G sum_i Z_bi W_bi
 
-Intervals: bootstrap over prompts (docs/math.md M20), studentised by default (symmetric bootstrap-t,
-M39: each replicate is divided by its own standard error, from the influence values; the interval
-is the estimate -+ the level-quantile of |t| times the sample's standard error), or the equal-tailed
-bootstrap-t, or percentile (``method=...``); the percentile intervals under-cover at small B0.
+Intervals: bootstrap over prompts (docs/math.md M20), studentised (symmetric bootstrap-t, M39: each
+replicate is divided by its own standard error, from the influence values; the interval is the estimate
+-+ the level-quantile of |t| times the sample's standard error). The default, "studentized-log", does
+this for c1 on the scale log(c1 + s), s the pilot's within-prompt noise term, where c1 + s is the (always
+>= 0) spread of the prompts' mean gradients and its right-skewed, variance-like distribution is close to
+symmetric; c2 and c3 as "studentized". Also: the equal-tailed bootstrap-t, or percentile
+(``method=...``); the percentile intervals under-cover at small B0.
 Every interval is clipped to [0, inf), the range of c1, c2, c3. Cost: O(B0 G0 D) with scores
 (no (B0 G0)^2 Gram is built), O(n_boot B0^2) for the bootstrap.
 
@@ -28,6 +31,7 @@ explicit residual coefficient of docs/math.md M13.
 
 from __future__ import annotations
 
+import math
 import numbers
 from dataclasses import dataclass
 
@@ -43,9 +47,13 @@ MIN_PILOT_GROUP = 4
 
 DT = torch.float64
 
-METHODS = ("studentized", "studentized-equal-tailed", "percentile")
-"""Bootstrap interval methods (docs/math.md M39): symmetric bootstrap-t (the default: it covers best at small pilots),
-equal-tailed bootstrap-t, or percentile."""
+MAX_LOG_HALF_WIDTH = 1.0
+"""studentized-log: the largest half-width on the log(c1 + s) scale used (a factor e either way); wider falls back
+to the plain symmetric bootstrap-t (docs/math.md M39)."""
+
+METHODS = ("studentized-log", "studentized", "studentized-equal-tailed", "percentile")
+"""Bootstrap interval methods (docs/math.md M39): symmetric bootstrap-t with c1 on the log(c1 + s) scale (the default:
+it covers best at small pilots), symmetric bootstrap-t, equal-tailed bootstrap-t, or percentile."""
 
 
 @dataclass(frozen=True)
@@ -74,7 +82,8 @@ class VarianceComponents:
         holds a single distinct prompt have c1 = NaN (c1's cross term is undefined there)
     level : confidence level of the intervals
     n_boot_degenerate : number of such NaN-c1 replicates (excluded from c1's interval)
-    method : "studentized" (symmetric bootstrap-t), "studentized-equal-tailed" or "percentile" (docs/math.md M39)
+    method : "studentized-log" (symmetric bootstrap-t, c1 on the log(c1 + s) scale), "studentized" (symmetric
+        bootstrap-t), "studentized-equal-tailed" or "percentile" (docs/math.md M39)
     """
 
     c1: Estimate
@@ -218,9 +227,8 @@ def _check_diag(diag: Tensor) -> None:
     if bad.any():
         idx = tuple(int(i) for i in bad.nonzero()[0])
         raise ValueError(
-            "scores (or gram diagonal) contain non-finite values (NaN or inf) or overflow, first at sample index "
-            f"{idx} "
-            f"(..., prompt, sample); fix the score computation"
+            f"scores (or gram diagonal) contain non-finite values (NaN or inf) or overflow, first at sample index "
+            f"{idx} (..., prompt, sample); fix the score computation"
         )
 
 
@@ -295,11 +303,13 @@ def _weighted_se(x: Tensor, w: Tensor) -> Tensor:
 
 
 def _summarise(point: float, reps: np.ndarray, level: float, method: str = "percentile",
-               se: float = float("nan"), rep_se: np.ndarray | None = None) -> Estimate:
+               se: float = float("nan"), rep_se: np.ndarray | None = None, shift: float | None = None) -> Estimate:
     """Point, interval clipped at 0, bootstrap sd (docs/math.md M39).
 
     Percentile: quantiles of the replicates. Bootstrap-t with t = (rep - point) / rep_se: symmetric,
-    point -+ q_level(|t|) se; equal-tailed, [point - q_hi(t) se, point - q_lo(t) se].
+    point -+ q_level(|t|) se; equal-tailed, [point - q_hi(t) se, point - q_lo(t) se]. "studentized-log"
+    with a ``shift`` s: the symmetric bootstrap-t of log(x + s) (:func:`_log_t_interval`); without a shift
+    (c2, c3), or where that is undefined, the symmetric bootstrap-t.
     """
     keep = np.isfinite(reps)
     if keep.sum() < 2:
@@ -314,13 +324,40 @@ def _summarise(point: float, reps: np.ndarray, level: float, method: str = "perc
         t = t[keep & np.isfinite(t)]  # a resample with one distinct prompt has SE 0: its t is undefined, dropped
         if t.size < 2 or not se > 0:
             return Estimate(point, max(point, 0.0), max(point, 0.0), sd)
-        if method == "studentized":  # symmetric: point -+ q_level(|t|) se (Hall 1988)
+        log_ci = _log_t_interval(point, reps, level, se, rep_se, shift) if method == "studentized-log" else None
+        if log_ci is not None:
+            lo, hi = log_ci
+        elif method in ("studentized", "studentized-log"):  # symmetric: point -+ q_level(|t|) se (Hall 1988)
             half = float(np.quantile(np.abs(t), level)) * se
             lo, hi = point - half, point + half
         else:
             t_lo, t_hi = np.quantile(t, q)
             lo, hi = point - t_hi * se, point - t_lo * se
     return Estimate(point, max(float(lo), 0.0), max(float(hi), 0.0), sd)
+
+
+def _log_t_interval(point: float, reps: np.ndarray, level: float, se: float, rep_se: np.ndarray,
+                    shift: float | None) -> tuple[float, float] | None:
+    """Symmetric bootstrap-t on the scale u = log(x + s), mapped back: exp(u -+ q_level(|t_u|) se_u) - s (M39).
+
+    se_u = se / (x + s) (delta method), t_u = (log(x*_r + s) - log(x + s)) / (se*_r / (x*_r + s)); a replicate
+    with x*_r + s <= 0 has t_u = -inf (kept: it counts as an extreme). None (use the untransformed interval)
+    when there is no shift, x + s <= 0, or the half-width on the log scale exceeds MAX_LOG_HALF_WIDTH (there
+    the first-order linearisation behind se_u is meaningless and the mapped-back upper end explodes).
+    """
+    if shift is None or not point + shift > 0:
+        return None
+    keep = np.isfinite(reps) & np.isfinite(rep_se) & (rep_se > 0)
+    x, x_se = reps[keep] + shift, rep_se[keep]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.where(x > 0, x * (np.log(np.where(x > 0, x, 1.0)) - np.log(point + shift)) / x_se, -np.inf)
+    if t.size < 2:
+        return None
+    with np.errstate(invalid="ignore"):  # inf - inf while interpolating among the -inf: NaN
+        half = float(np.quantile(np.abs(t), level)) * se / (point + shift)
+    if not half <= MAX_LOG_HALF_WIDTH:  # NaN too
+        return None
+    return (point + shift) * math.exp(-half) - shift, (point + shift) * math.exp(half) - shift
 
 
 def point_estimates(rewards: Tensor, *, scores: Tensor | None = None, gram: Tensor | None = None) -> Tensor:
@@ -357,7 +394,7 @@ def estimate_components(
     n_boot: int = 1000,
     level: float = 0.95,
     generator: torch.Generator | None = None,
-    method: str = "studentized",
+    method: str = "studentized-log",
 ) -> VarianceComponents:
     """c1, c2, c3 of Theorem 7 from a pilot, with bootstrap intervals over prompts (docs/math.md M13-M20, M39).
 
@@ -369,7 +406,8 @@ def estimate_components(
     n_boot : bootstrap replicates over prompts; 0 skips the bootstrap (intervals are NaN)
     level : confidence level of the intervals
     generator : torch.Generator for the resampling (seed it for reproducible intervals)
-    method : "studentized" (symmetric bootstrap-t, the default: it covers best at small pilots, M39),
+    method : "studentized-log" (the default: symmetric bootstrap-t, c1's on the log(c1 + s) scale; it covers
+        best at small pilots, M39), "studentized" (symmetric bootstrap-t on the original scale),
         "studentized-equal-tailed" or "percentile"
 
     Returns
@@ -403,7 +441,7 @@ def estimate_components(
     return _estimate(rewards, scores, gram, n_boot, level, generator, method)
 
 
-def _estimate(rewards, scores, gram, n_boot, level, generator, method="studentized") -> VarianceComponents:
+def _estimate(rewards, scores, gram, n_boot, level, generator, method="studentized-log") -> VarianceComponents:
     z, diag, M = _reduce(rewards, scores, gram)
     _check_diag(diag)
     point = _point(z, diag, M)
@@ -417,7 +455,11 @@ def _estimate(rewards, scores, gram, n_boot, level, generator, method="studentiz
         reps = rep_se = torch.empty(0, 3, dtype=DT)
     se = _bootstrap_replicates(t0, t1, t2, M, torch.ones(1, B0, dtype=DT))[1][0]  # the sample's own SEs
     arr, arr_se = reps.numpy(), rep_se.numpy()
-    est = [_summarise(float(point[i]), arr[:, i], level, method, float(se[i]), arr_se[:, i]) for i in range(3)]
+    # c1 + s = mean_b ||gbar_b||^2 - cross term >= 0 (half the mean squared distance between prompts' mean
+    # gradients); s = mean_b (||gbar_b||^2 - T0_b) >= 0 estimates the within-prompt noise E||gbar_b - g(x_b)||^2
+    shifts = (float((torch.diagonal(M) - t0).mean()), None, None)
+    est = [_summarise(float(point[i]), arr[:, i], level, method, float(se[i]), arr_se[:, i], shifts[i])
+           for i in range(3)]
     spread = rewards.max(dim=1).values - rewards.min(dim=1).values
     return VarianceComponents(
         c1=est[0], c2=est[1], c3=est[2], n_prompts=B0, group_size=G0,

@@ -37,8 +37,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     common.add_argument("--n-boot", type=int, default=1000, help="bootstrap replicates for the intervals")
     common.add_argument("--group", type=int, default=None, help="the group size in use (must divide N): says how "
                         "much more gradient error it costs than the best G")
-    common.add_argument("--ci-method", choices=("studentized", "studentized-equal-tailed", "percentile"),
-                        default="studentized", help="bootstrap intervals of c1, c2, c3 (docs/math.md M39)")
+    common.add_argument("--ci-method",
+                        choices=("studentized-log", "studentized", "studentized-equal-tailed", "percentile"),
+                        default="studentized-log", help="bootstrap intervals of c1, c2, c3 (docs/math.md M39)")
     common.add_argument("--out", required=True, help="run folder to write (results.json, plan.png, report.md)")
     pilot = p.add_argument_group("the sampled pilot (--env, --model; with --trl-config they replace the file's)")
     pilot.add_argument("--pilot-batch", type=int, default=None, help="pilot prompts B0 (>= 2)")
