@@ -7,6 +7,9 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("MPLBACKEND", "Agg")
+# The CLI says once which thread count it chose when none is set; the suite sets one so that a command's stderr
+# holds only what the test looks at (the choice itself is tested in tests/test_cli.py with the variables removed).
+os.environ.setdefault("UGRPO_THREADS", "1")
 
 import pytest
 import torch
