@@ -28,7 +28,7 @@ from ugrpo.stats.allocation import (
     history_stats,
     prompt_error,
 )
-from ugrpo.stats.intervals import normal_interval
+from ugrpo.stats.intervals import normal_interval, ratio_interval
 
 __all__ = ["AllocateConfig", "Lab", "build_lab", "bernoulli_stats", "predicted_stats", "run_allocate", "ratio_ci",
            "allocate_experiment"]
@@ -178,12 +178,13 @@ def _batch_errors(lab: Lab, known: PromptStats, rule: str, batches: np.ndarray, 
 
 
 def ratio_ci(a: np.ndarray, b: np.ndarray) -> dict:
-    """mean(a)/mean(b) for paired per-batch values, with a delta-method 95% interval (clipped at 0)."""
-    n = len(a)
-    r = float(a.mean() / b.mean())
-    se = float(np.std(a - r * b, ddof=1) / math.sqrt(n) / b.mean()) if n > 1 else 0.0
-    lo, hi = normal_interval(r, se)
-    return {"ratio": r, "ci_low": max(0.0, lo), "ci_high": hi}
+    """mean(a)/mean(b) for paired per-batch values: :func:`ugrpo.stats.intervals.ratio_interval` (delta method),
+    clipped at 0 (a ratio of MSEs); one batch gives the ratio with a zero-width interval."""
+    if len(a) < 2:
+        r = float(a.mean() / b.mean())
+        return {"ratio": r, "ci_low": r, "ci_high": r}
+    out = ratio_interval(torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64))
+    return {**out, "ci_low": max(0.0, out["ci_low"])}
 
 
 def run_allocate(env, cfg: AllocateConfig, progress: bool = False) -> dict:

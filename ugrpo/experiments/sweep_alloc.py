@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ugrpo.runs import RunDir
-from ugrpo.stats.intervals import t_interval
+from ugrpo.stats.intervals import t_interval, welch_half_width
 
 __all__ = ["AllocSweepConfig", "uniform_group", "run_alloc_sweep", "aggregate_alloc", "samples_to_reach",
            "compare_to_uniform", "sweep_allocation", "allocation_sweep_experiment"]
@@ -148,19 +148,6 @@ def samples_to_reach(curve: Sequence[tuple[float, float]], target: float) -> flo
     return float(curve[-1][0]) if curve and curve[-1][1] <= target else None
 
 
-def _welch_half_width(se_a: float | None, se_b: float | None, n_a: int, n_b: int) -> float | None:
-    """Half-width of the 95% Welch interval of a difference of two means (Welch-Satterthwaite df)."""
-    from scipy.stats import t as student_t
-
-    if se_a is None or se_b is None:
-        return None
-    v = se_a**2 + se_b**2
-    if v == 0:
-        return 0.0
-    df = v**2 / (se_a**4 / (n_a - 1) + se_b**4 / (n_b - 1))
-    return float(student_t.ppf(0.975, df)) * v**0.5
-
-
 def compare_to_uniform(rows: Sequence[dict]) -> list[dict[str, Any]]:
     """Each rule vs uniform: last-checkpoint gaps (intervals overlap -> 'cannot tell') and samples to reach."""
     if not any(r["rule"] == "uniform" for r in rows):
@@ -183,7 +170,7 @@ def compare_to_uniform(rows: Sequence[dict]) -> list[dict[str, Any]]:
             verdict = "higher gap than uniform"
         else:
             verdict = "cannot tell (95% intervals overlap)"
-        half = _welch_half_width(a["se"], u["se"], a["seeds"], u["seeds"])
+        half = welch_half_width(a["se"], u["se"], a["seeds"], u["seeds"])
         out.append({"rule": rule, "checkpoint": last, "gap": a["gap_mean"], "gap_uniform": u["gap_mean"],
                     "ratio": a["gap_mean"] / u["gap_mean"] if u["gap_mean"] > 0 else None,
                     "diff": diff, "diff_ci_low": None if half is None else diff - half,

@@ -26,8 +26,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["Z95", "Q975", "normal_interval", "mean_interval", "t_interval", "difference_interval", "ratio_interval",
-           "wilson_interval", "clip_interval"]
+__all__ = ["Z95", "Q975", "normal_interval", "mean_interval", "t_interval", "difference_interval", "welch_half_width",
+           "ratio_interval", "wilson_interval", "clip_interval"]
 
 Z95 = 1.96
 """the normal quantile of a two-sided 95% interval, rounded as the reports print it (mean +- 1.96 SE)"""
@@ -93,6 +93,25 @@ def difference_interval(a: Tensor, b: Tensor, shift: float = 0.0) -> dict[str, f
     m, se = float(d.mean()) + shift, float(d.std(correction=1)) / math.sqrt(d.numel())
     lo, hi = normal_interval(m, se)
     return {"mean": m, "ci_low": lo, "ci_high": hi}
+
+
+def welch_half_width(se_a: float | None, se_b: float | None, n_a: int, n_b: int) -> float | None:
+    """Half-width of the 95% Welch interval of a difference of two independent means (Welch-Satterthwaite df).
+
+    Examples
+    --------
+    >>> round(welch_half_width(1.0, 1.0, 10, 10), 4)  # df = 18: t_0.975 * sqrt(2)
+    2.9712
+    """
+    from scipy.stats import t as student_t
+
+    if se_a is None or se_b is None:
+        return None
+    v = se_a**2 + se_b**2
+    if v == 0:
+        return 0.0
+    df = v**2 / (se_a**4 / (n_a - 1) + se_b**4 / (n_b - 1))
+    return float(student_t.ppf(0.975, df)) * v**0.5
 
 
 def ratio_interval(a: Tensor, b: Tensor, a_sub: float = 0.0, b_sub: float = 0.0, *, common_sd: float = 0.0,
