@@ -100,3 +100,19 @@ def test_simulate_is_algorithm1(optimum):
                              checkpoints=[10, 25], theta0=theta0)
         torch.testing.assert_close(theta[0], ref.theta, rtol=0, atol=1e-12)
         torch.testing.assert_close(J[0], torch.tensor(ref.J, dtype=torch.float64), rtol=0, atol=1e-12)
+
+
+def _fit(mean, se, E, p=0.5):
+    return {"mean": mean, "se": se, "predicted_mean": E, "z": (mean - E) / se, "ks_p": p, "cvm_p": p}
+
+
+@pytest.mark.parametrize("corrected,printed,want", [
+    (_fit(9.1, 0.3, 9.0), _fit(9.1, 0.3, 1.0, p=1e-9), ("consistent", "rejected")),      # precise, discriminates
+    (_fit(9.1, 3.0, 9.0), _fit(9.1, 3.0, 1.0, p=1e-9), ("too small to decide", "rejected")),  # 1.96 SE > 25% of E
+    (_fit(1.2, 0.3, 1.1), _fit(1.2, 0.3, 1.0), ("too small to decide", "too small to decide")),  # both fit
+    (_fit(5.0, 0.3, 9.0), _fit(5.0, 0.3, 1.0), ("rejected", "rejected")),                 # a rejection needs no gate
+])
+def test_gap_cell_verdict_has_a_power_gate(corrected, printed, want):
+    from ugrpo.report.gap_report import _verdicts
+
+    assert tuple(_verdicts({"fit": {"corrected": corrected, "printed": printed}}).values()) == want

@@ -3,7 +3,8 @@
 the report.
 
 'too small to decide' comes before any other verdict when the run lacks the power to reach one (the
-``MIN_*`` constants and ``THM8_PRECISION`` below): a verdict from such a run would say more than its data do.
+``MIN_*`` constants below and ``ugrpo.report.gap_report.THM8_PRECISION``): a verdict from such a run would say
+more than its data do.
 
 Pure functions of the parts' ``results.json`` contents (Fig. 4 per strength, the two sweeps, Theorem 8);
 the rules are listed in docs/reproduce.md ("Claims: the rules").
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ugrpo.report.gap_report import THM8_PRECISION, fit_ok
 from ugrpo.report.markdown import fmt
 from ugrpo.stats.intervals import Z95
 
@@ -32,9 +34,6 @@ ORACLE_TOLERANCE = 0.10
 """'GRPO ~ oracle' means MSE_grpo / MSE_oracle within 10% of 1; an interval wider than that on either side (half-width
 > 0.10) cannot resolve the effect it must detect."""
 
-THM8_PRECISION = 0.25
-"""Theorem 8 is judged from the mean of n*gap over the runs against the limit's mean E: when 1.96 SE exceeds 25% of E
-in a cell, a limit 25% away would fit as well, so the run cannot support (or contradict) the beta^2 form."""
 
 
 def summary(parts: dict) -> dict:
@@ -161,9 +160,6 @@ def _thm8_claim(r: dict | None) -> dict:
         return _claim(name, "cannot tell", "Theorem 8 was not run")
     cells = r["cells"]
 
-    def ok(fit):
-        return fit["ks_p"] > 0.01 and fit["cvm_p"] > 0.01 and abs(fit["z"]) < 3
-
     ev = "; ".join(f"{c['estimator']} G={c['G']}: mean n*gap {_f(c['fit']['corrected']['mean'])} +- "
                    f"{_f(Z95 * c['fit']['corrected']['se'])} vs E = {_f(c['fit']['corrected']['predicted_mean'])} "
                    f"(beta^2, KS p {_f(c['fit']['corrected']['ks_p'])}) and "
@@ -175,8 +171,8 @@ def _thm8_claim(r: dict | None) -> dict:
         return _claim(name, TOO_SMALL, ev + f"; in {len(loose)} of {len(cells)} cells the 95% interval of mean n*gap "
                       f"is wider than +-{THM8_PRECISION:.0%} of the beta^2 limit's mean (too few runs): a limit that "
                       "far off would fit as well")
-    corr = all(ok(c["fit"]["corrected"]) for c in cells)
-    printed_rejected = any(not ok(c["fit"]["printed"]) for c in cells)
-    v = ("supports" if corr and printed_rejected else "contradicts" if not any(ok(c["fit"]["corrected"]) for c in cells)
-         else "cannot tell")
+    corr = all(fit_ok(c["fit"]["corrected"]) for c in cells)
+    printed_rejected = any(not fit_ok(c["fit"]["printed"]) for c in cells)
+    none_fit = not any(fit_ok(c["fit"]["corrected"]) for c in cells)
+    v = "supports" if corr and printed_rejected else "contradicts" if none_fit else "cannot tell"
     return _claim(name, v, ev + " (consistent = KS and CvM p > 0.01 and |z| < 3)")

@@ -5,13 +5,43 @@ from __future__ import annotations
 
 from typing import Any
 
-from ugrpo.stats.intervals import normal_interval
+from ugrpo.stats.intervals import Z95, normal_interval
+
+__all__ = ["THM8_PRECISION", "TOO_SMALL", "fit_ok", "cell_verdict", "write_gap_outputs"]
+
+TOO_SMALL = "too small to decide"
+
+THM8_PRECISION = 0.25
+"""Theorem 8 is judged from the mean of n*gap over the runs against the limit's mean E: when 1.96 SE exceeds 25% of E
+in a cell, a limit 25% away would fit as well, so the cell cannot support (or contradict) the beta^2 form."""
 
 
-# ----------------------------------------------------------------------------- plots and report
-def _verdict(fit: dict[str, Any]) -> str:
-    ok = fit["ks_p"] > 0.01 and fit["cvm_p"] > 0.01 and abs(fit["z"]) < 3
-    return "consistent" if ok else "rejected"
+def fit_ok(fit: dict[str, Any]) -> bool:
+    """A fit is not rejected: KS p > 0.01, Cramer-von Mises p > 0.01 and |z| < 3 for the mean (z = (mean - E)/SE)."""
+    return fit["ks_p"] > 0.01 and fit["cvm_p"] > 0.01 and abs(fit["z"]) < 3
+
+
+def cell_verdict(fit: dict[str, Any], alternative: dict[str, Any] | None = None) -> str:
+    """'consistent', 'rejected' or 'too small to decide' for one cell's fit of a predicted limit law.
+
+    A fit that is not rejected is evidence only when the cell could have rejected a wrong limit: when its mean's 95%
+    interval is wider than +-25% of E (:data:`THM8_PRECISION`), or when the ``alternative`` limit (the printed version
+    without beta^2) is not rejected either, the cell says 'too small to decide'. A rejection needs no such gate.
+
+    >>> fit = {"ks_p": 0.5, "cvm_p": 0.5, "z": 0.2, "se": 0.01, "predicted_mean": 1.0}
+    >>> cell_verdict(fit), cell_verdict({**fit, "se": 0.5}), cell_verdict(fit, alternative=fit)
+    ('consistent', 'too small to decide', 'too small to decide')
+    """
+    if not fit_ok(fit):
+        return "rejected"
+    if Z95 * fit["se"] > THM8_PRECISION * fit["predicted_mean"] or (alternative is not None and fit_ok(alternative)):
+        return TOO_SMALL
+    return "consistent"
+
+
+def _verdicts(cell: dict[str, Any]) -> dict[str, str]:
+    corr, printed = cell["fit"]["corrected"], cell["fit"]["printed"]
+    return {"corrected": cell_verdict(corr, alternative=printed), "printed": cell_verdict(printed, alternative=corr)}
 
 
 def _bias_sentence(cells: list[dict[str, Any]]) -> str:
@@ -31,7 +61,7 @@ def write_gap_outputs(rd, results: dict[str, Any], cfg: Any, argv: list[str] | N
 
     results = {**results, "seconds": seconds}
     for cell in results["cells"]:
-        cell["verdict"] = {c: _verdict(f) for c, f in cell["fit"].items()}
+        cell["verdict"] = _verdicts(cell)
     rd.write_results(results)
     cells = results["cells"]
     panels = []
@@ -67,6 +97,7 @@ def write_gap_outputs(rd, results: dict[str, Any], cfg: Any, argv: list[str] | N
              c["fit"]["printed"]["z"], c["fit"]["printed"]["ks_p"], c["verdict"]["printed"],
              c["frac_above_100E"]] for c in cells]
     ok = all(c["verdict"]["corrected"] == "consistent" for c in cells)
+    small = any(c["verdict"]["corrected"] == TOO_SMALL for c in cells)
     bad = all(c["verdict"]["printed"] == "rejected" for c in cells)
     lines = [header("Theorem 8: the limit law of n * gap", argv),
              f"Policy: linear softmax, d = {pol['dim']}, Hessian rank r = {pol['rank']} (eigenvalues "
@@ -80,12 +111,16 @@ def write_gap_outputs(rd, results: dict[str, Any], cfg: Any, argv: list[str] | N
              f"Wall time {seconds:.0f} s.",
              "", "## Verdict", "",
              ("The simulation **supports** Theorem 8 with the beta^2 factor in every cell" if ok else
+              "The simulation is **too small to decide** in some cells (too few runs to reject a wrong limit): "
+              "see the table" if small and not any(c["verdict"]["corrected"] == "rejected" for c in cells) else
               "The simulation does **not** support Theorem 8 (beta^2 version) in every cell: see the table") +
              ("; the printed version (no beta^2, weights smaller by beta^2 = "
               f"{cfg.beta**2:g}) is rejected in every cell." if bad else "; the printed version is not rejected "
               "everywhere."),
              "A cell is 'consistent' when KS p > 0.01, Cramer-von Mises p > 0.01 and |z| < 3 for the mean "
-             "(z = (mean - E)/SE, E = sum w_k). " + _bias_sentence(cells), "",
+             "(z = (mean - E)/SE, E = sum w_k), and 'too small to decide' instead when its mean's 95% interval is "
+             f"wider than +-{THM8_PRECISION:.0%} of E or the other limit (printed / beta^2) is not rejected either: "
+             "such a cell could not have told the two apart. " + _bias_sentence(cells), "",
              md_table(["estimator", "G", "mean ± SE", "E (beta^2)", "z", "KS p", "CvM p", "verdict",
                        "E (printed)", "z", "KS p", "verdict", "stuck"], rows), "",
              "'stuck': fraction of runs with (n+i0) gap > 100 E (left far from Theta*, e.g. on a softmax plateau).", "",
