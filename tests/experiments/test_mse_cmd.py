@@ -107,3 +107,16 @@ def test_mse_ctrl_c_keeps_finished_rows(tmp_path, capsys, bandit_env_path, monke
     assert rc == 130 and str(out / "metrics.jsonl") in err
     rows = metrics(out)
     assert [r["G"] for r in rows] == [2] * 4 and not (out / "results.json").exists()
+
+
+def test_mse_interval_never_goes_below_zero():
+    """Squared errors are >= 0: a skewed sample whose normal interval would dip below 0 is cut at 0, nothing else."""
+    import pytest
+    import torch
+
+    from ugrpo.experiments.mse import _stats
+
+    r = _stats(torch.tensor([0.0, 0.0, 0.0, 100.0]))  # mean 25, se 25: 25 - 1.96 * 25 < 0
+    assert r["ci_low"] == 0.0 and r["ci_high"] == pytest.approx(25 + 1.959964 * 25, rel=1e-6)
+    r = _stats(torch.tensor([1.0, 1.1, 0.9, 1.0]))  # far from 0: unchanged
+    assert r["ci_low"] == pytest.approx(1.0 - 1.959964 * float(torch.tensor([1.0, 1.1, 0.9, 1.0]).std()) / 2)
