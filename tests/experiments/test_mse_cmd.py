@@ -115,8 +115,9 @@ def test_mse_interval_never_goes_below_zero():
     import torch
 
     from ugrpo.experiments.mse import _stats
+    from ugrpo.stats.intervals import Z95
 
     r = _stats(torch.tensor([0.0, 0.0, 0.0, 100.0]))  # mean 25, se 25: 25 - 1.96 * 25 < 0
-    assert r["ci_low"] == 0.0 and r["ci_high"] == pytest.approx(25 + 1.959964 * 25, rel=1e-6)
+    assert r["ci_low"] == 0.0 and r["ci_high"] == pytest.approx(25 + Z95 * 25, rel=1e-6)
     r = _stats(torch.tensor([1.0, 1.1, 0.9, 1.0]))  # far from 0: unchanged
-    assert r["ci_low"] == pytest.approx(1.0 - 1.959964 * float(torch.tensor([1.0, 1.1, 0.9, 1.0]).std()) / 2)
+    assert r["ci_low"] == pytest.approx(1.0 - Z95 * float(torch.tensor([1.0, 1.1, 0.9, 1.0]).std()) / 2)
