@@ -36,6 +36,8 @@ SEEDS = [5, 6, 7]
     ({"allocation__rule": "vip", "scale": "std"}, "supports scale=none only"),
     ({"allocation__rule": "ustat", "monitor_every": 1}, "cannot run with the G\\* monitor"),
     ({"allocation__g_min": 1}, "g_min=1 must be >= 2"),
+    ({"allocation__rule": "dynamic", "baseline": "oracle", "oracle_samples": 2}, "does not support baseline=oracle"),
+    ({"allocation__dynamic_max_rounds": 0}, "dynamic_max_rounds=0 must be > 0"),
 ])
 def test_bad_allocation_configs_are_errors_before_any_work(over, match):
     with pytest.raises(ValueError, match=match):
@@ -224,3 +226,36 @@ def test_allocation_cannot_change_on_resume(ustat_run):
     saved = json.loads((out / "config.json").read_text())
     with pytest.raises(ResumeError, match="allocation.rule is 'vip' but the run .* used 'ustat'"):
         check_resume_config(saved, replace(cfg, allocation=AllocationConfig(rule="vip")), out)
+
+
+# ---------------------------------------------------------------------- dynamic (DAPO)
+
+
+def test_dynamic_without_all_equal_groups_is_the_uniform_run(tiny_model_dir, task_files, tmp_path):
+    """With rewards that are never all equal, round 0 is the whole step: the same parameters as uniform."""
+    over = dict(steps=2, budget__samples_per_step=16, checkpoint_every=0, eval__greedy=False, eval__pass1_samples=0,
+                task__options__reward_fn="dense_reward:varied")
+    train(config_from_dict(small_config(tiny_model_dir, task_files, **over)), tmp_path / "u")
+    train(config_from_dict(small_config(tiny_model_dir, task_files, allocation__rule="dynamic", **over)),
+          tmp_path / "d")
+    a = load_file(str(tmp_path / "u/checkpoints/step-2/model.safetensors"))
+    b = load_file(str(tmp_path / "d/checkpoints/step-2/model.safetensors"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    rows = [json.loads(x) for x in (tmp_path / "d/metrics.jsonl").read_text().splitlines()]
+    assert [(r["samples"], r["dynamic_rounds"], r["samples_zero_std"]) for r in rows[1:]] == [(16, 1, 0)] * 2
+
+
+def test_dynamic_replaces_all_equal_groups_and_counts_every_sample(tiny_model_dir, task_files, tmp_path):
+    cfg = config_from_dict(small_config(tiny_model_dir, task_files, steps=3, budget__samples_per_step=16,
+                                        checkpoint_every=0, eval__greedy=False, eval__pass1_samples=0,
+                                        allocation__rule="dynamic", allocation__dynamic_max_rounds=3))
+    result = train(cfg, tmp_path)
+    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()][1:]
+    assert any(r["dynamic_rounds"] > 1 for r in rows)  # the 'sevens' reward gives all-zero groups
+    for r in rows:
+        assert 1 <= r["dynamic_rounds"] <= 3 and r["samples"] >= 16 and r["samples"] % 4 == 0
+        # informative groups come first: the batch has all-equal groups only when the rounds ran out
+        assert r["frac_reward_zero_std"] == 0 or r["dynamic_rounds"] == 3
+        # every group drawn beyond the first B replaced an all-equal one
+        assert r["samples"] - 16 <= r["samples_zero_std"]
+    assert result.samples == rows[-1]["samples_cum"] == sum(r["samples"] for r in rows)

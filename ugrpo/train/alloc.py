@@ -57,7 +57,8 @@ class Allocator:
 
     @property
     def uniform(self) -> bool:
-        return self.al.rule == "uniform"
+        """True when every group has G samples and no history is kept (``uniform``, ``dynamic``)."""
+        return self.al.rule in ("uniform", "dynamic")
 
     def choose(self, prompts: np.ndarray) -> tuple[np.ndarray, dict]:
         """(G_b (B,), metrics) for the drawn prompts; uniform: every G_b = budget.group_size and no metrics."""

@@ -59,6 +59,7 @@ from ugrpo.train.distributed import (
     init_distributed,
     shard,
 )
+from ugrpo.train.dynamic import dynamic_batch
 from ugrpo.train.evaluate import evaluate
 from ugrpo.train.history import PromptHistory
 from ugrpo.train.monitor import TrainMonitor
@@ -191,6 +192,10 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, *, resume: bool, on_st
     optimizer = make_optimizer(cfg.optim, params)
     scheduler = make_scheduler(cfg.optim, optimizer, cfg.steps)
     B, G = cfg.budget.prompts_per_step, cfg.budget.group_size
+    dynamic = cfg.allocation.rule == "dynamic"
+    if dynamic and ctx.world_size > 1:
+        raise ValueError("allocation.rule=dynamic runs in one process only (several processes are not implemented); "
+                         "launch without torchrun or choose another allocation.rule")
     if B < ctx.world_size:
         raise ValueError(f"B = N/G = {B} prompts per step cannot be shared by {ctx.world_size} processes; raise N or "
                          "lower G")
@@ -253,19 +258,28 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, *, resume: bool, on_st
         idx = choose_prompts(len(train_problems), B, cfg.seed, step)  # (B,) global
         sizes, alloc_row = allocator.choose(idx)  # (B,) G_b from the run's history only, never this step's samples
         mine = shard(B, ctx)  # this process's prompts b in [0, B)
-        problems = [train_problems[idx[b]] for b in mine]
-        prompts = [train_prompts[idx[b]] for b in mine]
-        # ------------------------------------------------------------ 2. G_b completions for prompt b
-        rollout = sample_groups(
-            model, tok, prompts, [int(sizes[b]) for b in mine], seeds=[prompt_seed(cfg.seed, step, b) for b in mine],
-            temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p, max_new_tokens=cfg.sampling.max_new_tokens,
-            batch_size=cfg.budget.micro_batch or None,
-        )
+        if dynamic:  # DAPO: all-equal groups replaced by new prompts until B informative ones (biased; A5)
+            dyn = dynamic_batch(model, tok, task, train_problems, train_prompts, idx, cfg, step, ctx,
+                                lambda r, j, i=step: prompt_seed(cfg.seed, i, j, stream=0 if r == 0 else 1 + r))
+            rollout, problems, sc, rewards, position, idx = (dyn.rollout, dyn.problems, dyn.score, dyn.rewards,
+                                                             dyn.position, dyn.prompts)
+        else:
+            problems = [train_problems[idx[b]] for b in mine]
+            prompts = [train_prompts[idx[b]] for b in mine]
+            # -------------------------------------------------------- 2. G_b completions for prompt b
+            rollout = sample_groups(
+                model, tok, prompts, [int(sizes[b]) for b in mine],
+                seeds=[prompt_seed(cfg.seed, step, b) for b in mine], temperature=cfg.sampling.temperature,
+                top_p=cfg.sampling.top_p, max_new_tokens=cfg.sampling.max_new_tokens,
+                batch_size=cfg.budget.micro_batch or None,
+            )
+            # -------------------------------------------------------- 3. rewards Z (N_local,), prompt-major
+            sc = score(task, rollout.texts,
+                       [p for p, g in zip(problems, rollout.group_sizes.tolist()) for _ in range(g)])
+            rewards = torch.tensor(sc.rewards, dtype=torch.float64)  # (N_local,)
+            position = torch.as_tensor(list(mine), dtype=torch.long)  # (B_local,) place of each group in the batch
         t_sample = time.time() - t0
-        # ------------------------------------------------------------ 3. rewards Z (N_local,), prompt-major
         local_sizes = rollout.group_sizes  # (B_local,)
-        sc = score(task, rollout.texts, [p for p, g in zip(problems, local_sizes.tolist()) for _ in range(g)])
-        rewards = torch.tensor(sc.rewards, dtype=torch.float64)  # (N_local,)
         values = None
         if cfg.baseline == "oracle":  # V(x) from M extra samples per prompt (counted as cost)
             values = _oracle_values(cfg, model, tok, task, problems, prompts, step, mine)
@@ -283,7 +297,7 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, *, resume: bool, on_st
                                     micro_batch=mb) if cfg.algorithm == 2 else None
         updates = []
         Bm = B // cfg.minibatches
-        owner = torch.as_tensor(list(mine), dtype=torch.long)[rollout.prompt_index]  # (N_local,) global b of a row
+        owner = position[rollout.prompt_index]  # (N_local,) place in the batch of each row's group
         for j in range(cfg.minibatches):  # Algorithm 1: m = 1, the whole batch
             mb_rows = torch.nonzero((owner >= j * Bm) & (owner < (j + 1) * Bm)).squeeze(1)
             denom = global_denominator(cfg, rollout, mb_rows, Bm * G, ctx)  # Bm * Gbar rows (seq_*)
@@ -299,8 +313,10 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, *, resume: bool, on_st
         parts = gather_objects((rewards.numpy(), None if sketch is None else sketch.numpy()), ctx)
         alloc_row.update(allocator.observe(idx, sizes, np.concatenate([p[0] for p in parts]),
                                            None if sketch is None else np.concatenate([p[1] for p in parts])))
-        samples_cum += int(sizes.sum())
-        row.update(samples=int(sizes.sum()), samples_cum=samples_cum, **alloc_row)
+        if dynamic:
+            alloc_row.update(samples=dyn.samples, samples_zero_std=dyn.samples_zero_std, dynamic_rounds=dyn.rounds)
+        samples_cum += alloc_row.setdefault("samples", int(sizes.sum()))
+        row.update(samples_cum=samples_cum, **alloc_row)
         if allocator.uses_scores:
             row["s_alloc_sketch"] = t_sketch
         row["s_per_step"] = time.time() - t0
