@@ -259,3 +259,16 @@ def test_dynamic_replaces_all_equal_groups_and_counts_every_sample(tiny_model_di
         # every group drawn beyond the first B replaced an all-equal one
         assert r["samples"] - 16 <= r["samples_zero_std"]
     assert result.samples == rows[-1]["samples_cum"] == sum(r["samples"] for r in rows)
+
+
+def test_ragged_algorithm_2_token_mean_kl_and_micro_batches_run(tiny_model_dir, task_files, tmp_path):
+    """Ragged groups through Algorithm 2 (prompt-range minibatches, ratio, clip, KL to the reference, token_mean)."""
+    cfg = config_from_dict(small_config(
+        tiny_model_dir, task_files, steps=4, algorithm=2, minibatches=2, loss__clip_low=0.2, loss__clip_high=0.2,
+        loss__kl_coef=0.1, loss__aggregation="token_mean", budget__samples_per_step=16, budget__micro_batch=3,
+        eval__every=0, eval__greedy=False, eval__pass1_samples=0, checkpoint_every=0, allocation__rule="knapsack"))
+    train(cfg, tmp_path)
+    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()][1:]
+    assert all(np.isfinite(r["loss"]) and r["samples"] == 16 for r in rows)
+    assert rows[-1]["kl"] > 0 and rows[-1]["ratio_mean"] != 1.0
+    assert any(r["alloc_g_hist"] != {"4": 4} for r in rows)  # the groups were ragged

@@ -85,6 +85,8 @@ def allocation_section(run: RunDir, rows: list[dict], cfg: dict) -> str:
     """Per-prompt group sizes (``allocation.rule`` != uniform, docs/allocation.md): the G_b histogram over all
     steps, predicted vs realised reward variance per step (``alloc_var.png``) and the certificate; else empty."""
     rule = (cfg.get("allocation") or {}).get("rule", "uniform")
+    if rule == "dynamic":
+        return _dynamic_section(rows, cfg)
     al = [r for r in rows if r.get("alloc_g_hist")]
     if rule == "uniform" or not al:
         return ""
@@ -113,6 +115,24 @@ Samples on groups whose rewards were all equal: {zero} of {spent} ({zero / max(s
 Predicted within-batch MSE of the chosen G_b relative to uniform G at the same N (`alloc_predicted_ratio`,
 from the history's predicted moments, M33): mean {_f(sum(ratios) / max(len(ratios), 1))} over {len(ratios)} steps
 (a prediction, not a measurement).
+"""
+
+
+def _dynamic_section(rows: list[dict], cfg: dict) -> str:
+    """DAPO dynamic sampling: samples drawn vs the nominal N per step, rounds, all-equal groups (biased, A5)."""
+    tr = [r for r in rows if r.get("dynamic_rounds") is not None]
+    if not tr:
+        return ""
+    N = (cfg.get("budget") or {}).get("samples_per_step")
+    spent, zero = sum(r["samples"] for r in tr), sum(r.get("samples_zero_std", 0) for r in tr)
+    return f"""
+## Allocation (`dynamic`: DAPO dynamic sampling, a biased estimator)
+
+Samples drawn: {spent} over {len(tr)} steps ({spent / len(tr):.1f} per step against N = {N}); rounds per step:
+mean {sum(r['dynamic_rounds'] for r in tr) / len(tr):.2f}, max {max(r['dynamic_rounds'] for r in tr)}. Samples in
+all-equal groups (dropped, or kept when the rounds ran out): {zero} ({zero / max(spent, 1):.3f}). The batch is
+conditioned on informative prompts, so each step estimates the gradient of a different objective
+(docs/allocation.md A5).
 """
 
 
