@@ -24,7 +24,8 @@ from ugrpo.stats.planner import plan_group_size
 from ugrpo.tasks.base import score
 from ugrpo.tasks.registry import get_task
 from ugrpo.train.config import config_from_dict, load_config
-from ugrpo.train.loop import _line, choose_prompts, prompt_seed, train
+from ugrpo.train.loop import choose_prompts, prompt_seed, train
+from ugrpo.train.steplog import line as _line
 from ugrpo.train.monitor import (
     MONITOR_KEYS,
     MonitorRecord,
