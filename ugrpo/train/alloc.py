@@ -15,11 +15,13 @@ import time
 import numpy as np
 from torch import Tensor
 
+from ugrpo.stats.advantages import compute_advantages
 from ugrpo.stats.allocation import allocate, predicted_mse
+from ugrpo.stats.ragged import ragged_advantages
 from ugrpo.train.config import TrainConfig
 from ugrpo.train.history import PromptHistory, check_unit_rewards
 
-__all__ = ["Allocator", "row_weights", "group_stats"]
+__all__ = ["Allocator", "row_weights", "group_stats", "step_advantages"]
 
 
 def row_weights(sizes: Tensor, mean_size: int) -> Tensor:
@@ -42,6 +44,23 @@ def group_stats(rewards: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.
     np.minimum.at(lo, ids, rewards)
     np.maximum.at(hi, ids, rewards)
     return lo == hi, ss / np.maximum(g - 1, 1)
+
+
+def step_advantages(cfg: TrainConfig, rollout, rewards: Tensor, values) -> tuple[Tensor, int]:
+    """((N_local,) float32 advantages times the row weight Gbar/G_b, all-equal group count) (docs/allocation.md).
+
+    Equal groups take the dense path of :func:`compute_advantages` (every option, weight 1: the plain trainer);
+    ragged groups take :func:`ragged_advantages` (each prompt's own G_b in its LOO mean) times Gbar/G_b, so the
+    loss's usual 1/(B Gbar) sum is (1/B) sum_b (1/G_b) sum_g A_bg W_bg (M32-M33).
+    """
+    if not rollout.ragged:
+        adv = compute_advantages(rewards.view(-1, rollout.group_size), baseline=cfg.baseline, values=values,
+                                 scale=cfg.scale, ddof=cfg.ddof, eps=cfg.eps, zero_std=cfg.zero_std)
+        return adv.advantages.reshape(-1).float(), adv.n_zero_std  # row b*G+g
+    sizes = rollout.group_sizes
+    adv = ragged_advantages(rewards, sizes, baseline=cfg.baseline, values=values)  # (N_local,)
+    zero, _ = group_stats(rewards.numpy(), sizes.numpy())
+    return (adv * row_weights(sizes, cfg.budget.group_size)).float(), int(zero.sum())
 
 
 class Allocator:

@@ -43,12 +43,10 @@ from ugrpo.lm.loading import LoraSettings, context_length, format_prompt, load_p
 from ugrpo.lm.sampling import sample_groups
 from ugrpo.runlock import claim, release
 from ugrpo.runs import RunDir, follow_umask, read_jsonl
-from ugrpo.stats.advantages import compute_advantages
-from ugrpo.stats.ragged import ragged_advantages
 from ugrpo.tasks.base import score
 from ugrpo.tasks.registry import get_task
-from ugrpo.train.alloc import Allocator, group_stats, row_weights
-from ugrpo.train.checkpoint import latest_checkpoint, load_latest, read_extra, save_checkpoint
+from ugrpo.train.alloc import Allocator, step_advantages
+from ugrpo.train.checkpoint import latest_checkpoint, load_latest, save_checkpoint
 from ugrpo.train.config import TrainConfig, summary_line
 from ugrpo.train.distributed import (
     DistContext,
@@ -206,7 +204,7 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, *, resume: bool, on_st
     if loaded is not None:
         start, ckpt = loaded
         if not allocator.uniform:
-            allocator.history = _saved_history(ckpt, len(train_problems))
+            allocator.history = PromptHistory.from_checkpoint(ckpt, len(train_problems))
         if start > cfg.steps:
             raise ResumeError(f"--resume: steps={cfg.steps} but the checkpoint {ckpt} is at step {start}; "
                               f"resume with --steps {start} or more")
@@ -284,7 +282,7 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, *, resume: bool, on_st
         if cfg.baseline == "oracle":  # V(x) from M extra samples per prompt (counted as cost)
             values = _oracle_values(cfg, model, tok, task, problems, prompts, step, mine)
         # ------------------------------------------------------------ 4. advantages from ugrpo.stats
-        advantages, n_zero_std = _advantages(cfg, rollout, rewards, values)  # (N_local,) float32
+        advantages, n_zero_std = step_advantages(cfg, rollout, rewards, values)  # (N_local,) float32
         # ------------------------------------------------------------ 4b. G* monitor: c1, c2, c3 of this batch at theta
         # (Thm 7); ustat's score sketch (||W||^2 per sample for the history) at the sampling parameters
         monitored = (monitor.observe(step, model, rollout, rewards.view(-1, G), ctx)
@@ -373,32 +371,6 @@ def _device(cfg: TrainConfig, ctx: DistContext) -> torch.device:
     if cfg.model.device != "auto":
         return torch.device(cfg.model.device)
     return torch.device(f"cuda:{ctx.local_rank}") if torch.cuda.is_available() else torch.device("cpu")
-
-
-def _advantages(cfg: TrainConfig, rollout, rewards: torch.Tensor, values) -> tuple[torch.Tensor, int]:
-    """((N_local,) float32 advantages times the row weight Gbar/G_b, all-equal group count) (docs/allocation.md).
-
-    Equal groups take the dense path of :func:`compute_advantages` (every option, weight 1: the plain trainer);
-    ragged groups take :func:`ragged_advantages` (each prompt's own G_b in its LOO mean) times Gbar/G_b, so the
-    loss's usual 1/(B Gbar) sum is (1/B) sum_b (1/G_b) sum_g A_bg W_bg (M32-M33).
-    """
-    if not rollout.ragged:
-        adv = compute_advantages(rewards.view(-1, rollout.group_size), baseline=cfg.baseline, values=values,
-                                 scale=cfg.scale, ddof=cfg.ddof, eps=cfg.eps, zero_std=cfg.zero_std)
-        return adv.advantages.reshape(-1).float(), adv.n_zero_std  # row b*G+g
-    sizes = rollout.group_sizes
-    adv = ragged_advantages(rewards, sizes, baseline=cfg.baseline, values=values)  # (N_local,)
-    zero, _ = group_stats(rewards.numpy(), sizes.numpy())
-    return (adv * row_weights(sizes, cfg.budget.group_size)).float(), int(zero.sum())
-
-
-def _saved_history(ckpt: Path, n_prompts: int) -> PromptHistory:
-    """The allocation history saved in checkpoint ``ckpt`` (checksummed JSON)."""
-    data = read_extra(ckpt, "history.json")
-    if data is None:
-        raise ResumeError(f"--resume: checkpoint {ckpt} has no history.json, but allocation.rule needs the "
-                          "per-prompt history; start a new run with a new --out")
-    return PromptHistory.from_json(data, n_prompts, str(ckpt / "history.json"))
 
 
 def _oracle_values(cfg, model, tok, task, problems, prompts, step, mine) -> torch.Tensor:
