@@ -272,3 +272,23 @@ def test_ragged_algorithm_2_token_mean_kl_and_micro_batches_run(tiny_model_dir, 
     assert all(np.isfinite(r["loss"]) and r["samples"] == 16 for r in rows)
     assert rows[-1]["kl"] > 0 and rows[-1]["ratio_mean"] != 1.0
     assert any(r["alloc_g_hist"] != {"4": 4} for r in rows)  # the groups were ragged
+
+
+def test_concat_rollouts_repads_without_changing_log_probs(model, tokenizer):
+    from ugrpo.lm.sampling import concat_rollouts
+
+    a = sample_groups(model, tokenizer, ["1+2=", "3*4="], 2, seeds=[1, 2], max_new_tokens=4)
+    b = sample_groups(model, tokenizer, ["12+37-5="], 3, seeds=[3], max_new_tokens=6)
+    cat = concat_rollouts([(b, torch.arange(3)), (a, torch.tensor([2, 3]))], tokenizer.pad_token_id)
+    assert cat.group_sizes.tolist() == [3, 2] and cat.texts == b.texts + a.texts[2:]
+
+    def lp(r, rows):
+        return completion_logprobs(model, r.prompt_ids[rows], r.prompt_mask[rows], r.completion_ids[rows],
+                                   r.completion_mask[rows]).detach()
+
+    got = lp(cat, torch.arange(5))
+    want = [lp(b, torch.arange(3)), lp(a, torch.tensor([2, 3]))]
+    for rows, w in zip((slice(0, 3), slice(3, 5)), want):
+        T = w.shape[1]
+        torch.testing.assert_close(got[rows, :T], w, rtol=0, atol=1e-5)
+        assert (cat.completion_mask[rows, T:] == 0).all()
