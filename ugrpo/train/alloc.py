@@ -98,6 +98,11 @@ class Allocator:
         }
         return sizes.astype(np.int64), row
 
+    def check_rewards(self, rewards: Tensor) -> None:
+        """A ValueError naming the first reward outside [0, 1] when the rule keeps a history (M38's Beta)."""
+        if not self.uniform:
+            check_unit_rewards(rewards.numpy(), self.al.rule)
+
     def sketch(self, model, rollout, step: int) -> tuple[Tensor | None, float]:
         """(sketched scores (N_local, k) at the sampling parameters, seconds) for ``ustat``; else (None, 0)."""
         if not self.uses_scores:
@@ -114,7 +119,6 @@ class Allocator:
                 sketch: np.ndarray | None) -> dict:
         """Add the step's GLOBAL rewards (N,) (and sketch (N, k)) to the history; the realised-variance metrics."""
         if not self.uniform:
-            check_unit_rewards(rewards, self.al.rule)
             self.history.update(prompts, sizes, rewards, sketch)
         zero, var = group_stats(rewards, sizes)
         row = {"samples_zero_std": int(sizes[zero].sum())}

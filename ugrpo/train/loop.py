@@ -278,6 +278,7 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, *, resume: bool, on_st
             position = torch.as_tensor(list(mine), dtype=torch.long)  # (B_local,) place of each group in the batch
         t_sample = time.time() - t0
         local_sizes = rollout.group_sizes  # (B_local,)
+        allocator.check_rewards(rewards)  # rewards in [0, 1] for the history's Beta posterior (before the update)
         values = None
         if cfg.baseline == "oracle":  # V(x) from M extra samples per prompt (counted as cost)
             values = _oracle_values(cfg, model, tok, task, problems, prompts, step, mine)
