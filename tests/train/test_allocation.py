@@ -292,3 +292,12 @@ def test_concat_rollouts_repads_without_changing_log_probs(model, tokenizer):
         T = w.shape[1]
         torch.testing.assert_close(got[rows, :T], w, rtol=0, atol=1e-5)
         assert (cat.completion_mask[rows, T:] == 0).all()
+
+
+def test_rewards_outside_the_unit_interval_stop_a_history_rule(tiny_model_dir, task_files, tmp_path):
+    cfg = config_from_dict(small_config(tiny_model_dir, task_files, steps=1, allocation__rule="vip",
+                                        eval__greedy=False, eval__pass1_samples=0,
+                                        task__options__reward_fn="dense_reward:above_one"))
+    with pytest.raises(ValueError, match=r"allocation.rule=vip needs rewards in \[0, 1\].*has reward 1\."):
+        train(cfg, tmp_path)
+    assert not (tmp_path / "checkpoints").exists()
