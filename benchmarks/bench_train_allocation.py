@@ -1,8 +1,9 @@
 """``ugrpo train --allocation RULE`` side by side at equal N: time per step and where the samples went (issue 12).
 
 Runs :func:`ugrpo.train.loop.train` on one config (default ``examples/arith-tiny.yaml``) for ``--steps`` steps
-once per rule, in one process, one after the other (same seed, so the same prompts at step 1), and reads each
-run's metrics.jsonl. Per rule: median and mean ``s_per_step`` and their ratio to ``uniform``, the mean
+per rule, in one process, rules round-robin for ``--rounds`` rounds (each round repeats the same deterministic
+runs, so only the timings differ; interleaving spreads the machine's load drift over the rules), and reads each
+run's metrics.jsonl. Timings: medians over all steps of all rounds; everything else from round 1. Per rule: median and mean ``s_per_step`` and their ratio to ``uniform``, the mean
 ``s_alloc_sketch`` (``ustat``'s score sketch), the share of samples on groups whose rewards were all equal
 (``samples_zero_std / samples``), samples spent, the mean certificate ``alloc_predicted_ratio`` (a prediction,
 docs/allocation.md A4), mean predicted vs realised reward variance and the final held-out accuracy (one seed:
@@ -51,21 +52,27 @@ def main() -> None:
     ap.add_argument("--config", default=str(REPO / "examples/arith-tiny.yaml"))
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--rules", default="uniform,ustat,vip,knapsack,dynamic")
+    ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--out", default=str(REPO / "benchmarks/results/local/train_allocation.json"))
     args = ap.parse_args()
-    results = {}
+    results, times = {}, {}
     with tempfile.TemporaryDirectory() as tmp:
-        for rule in args.rules.split(","):
-            cfg = load_config(args.config, ["--steps", str(args.steps), "--allocation.rule", rule,
-                                            "--eval.every", str(args.steps)])
-            train(cfg, Path(tmp) / rule)
-            rows = [json.loads(x) for x in (Path(tmp) / rule / "metrics.jsonl").read_text().splitlines()]
-            results[rule] = _summary(rows)
+        for k in range(args.rounds):
+            for rule in args.rules.split(","):
+                cfg = load_config(args.config, ["--steps", str(args.steps), "--allocation.rule", rule,
+                                                "--eval.every", str(args.steps)])
+                out = Path(tmp) / f"{rule}-{k}"
+                train(cfg, out)
+                rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+                results.setdefault(rule, _summary(rows))
+                times.setdefault(rule, []).extend(r["s_per_step"] for r in rows if r["step"] > 0)
+    for rule, t in times.items():
+        results[rule]["median_s_per_step"], results[rule]["mean_s_per_step"] = statistics.median(t), statistics.mean(t)
     base = results.get("uniform")
     if base:
         for r in results.values():
             r["s_per_step_ratio_vs_uniform"] = r["median_s_per_step"] / base["median_s_per_step"]
-    out = {"config": args.config, "steps": args.steps, "rules": results, "load_average": os.getloadavg(),
+    out = {"config": args.config, "steps": args.steps, "rounds": args.rounds, "rules": results, "load_average": os.getloadavg(),
            "note": "one seed per rule; timings on a shared machine; alloc_predicted_ratio is a prediction"}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
