@@ -3,7 +3,8 @@
 Runs :func:`ugrpo.train.loop.train` on one config (default ``examples/arith-tiny.yaml``) for ``--steps`` steps
 per rule, in one process, rules round-robin for ``--rounds`` rounds (each round repeats the same deterministic
 runs, so only the timings differ; interleaving spreads the machine's load drift over the rules), and reads each
-run's metrics.jsonl. Timings: medians over all steps of all rounds; everything else from round 1. Per rule: median and mean ``s_per_step`` and their ratio to ``uniform``, the mean
+run's metrics.jsonl. Timings: medians over all steps of all rounds; everything else from round 1.
+Per rule: median and mean ``s_per_step`` and their ratio to ``uniform``, the mean
 ``s_alloc_sketch`` (``ustat``'s score sketch), the share of samples on groups whose rewards were all equal
 (``samples_zero_std / samples``), samples spent, the mean certificate ``alloc_predicted_ratio`` (a prediction,
 docs/allocation.md A4), mean predicted vs realised reward variance and the final held-out accuracy (one seed:
@@ -67,7 +68,7 @@ def main() -> None:
                 results.setdefault(rule, _summary(rows))
                 times.setdefault(rule, []).extend(r["s_per_step"] for r in rows if r["step"] > 0)
     for rule, t in times.items():
-        results[rule]["median_s_per_step"], results[rule]["mean_s_per_step"] = statistics.median(t), statistics.mean(t)
+        results[rule].update(median_s_per_step=statistics.median(t), mean_s_per_step=statistics.mean(t))
     base = results.get("uniform")
     if base:
         for r in results.values():
