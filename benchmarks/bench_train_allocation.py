@@ -73,7 +73,8 @@ def main() -> None:
     if base:
         for r in results.values():
             r["s_per_step_ratio_vs_uniform"] = r["median_s_per_step"] / base["median_s_per_step"]
-    out = {"config": args.config, "steps": args.steps, "rounds": args.rounds, "rules": results, "load_average": os.getloadavg(),
+    out = {"config": args.config, "steps": args.steps, "rounds": args.rounds, "rules": results,
+           "load_average": os.getloadavg(),
            "note": "one seed per rule; timings on a shared machine; alloc_predicted_ratio is a prediction"}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
