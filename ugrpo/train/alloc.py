@@ -27,6 +27,7 @@ __all__ = ["Allocator", "row_weights", "group_stats", "step_advantages"]
 def row_weights(sizes: Tensor, mean_size: int) -> Tensor:
     """(N,) weight Gbar / G_b of each row (prompt-major); all ones when every G_b = Gbar.
 
+    >>> import torch
     >>> row_weights(torch.tensor([2, 6]), 4)
     tensor([2.0000, 2.0000, 0.6667, 0.6667, 0.6667, 0.6667, 0.6667, 0.6667])
     """
