@@ -1,0 +1,124 @@
+"""Per-prompt group sizes on a language model: realised gradient MSE per allocation rule at equal samples.
+
+``ugrpo mse --model PATH --task NAME --allocation uniform,vip,knapsack,ustat [--g-min 2] [--g-max Gmax]``
+adds one allocation study per uniform group size G of ``--groups`` with G < g_max (docs/lm-mse.md R8-R10):
+
+* budget N = B G samples per minibatch; rule ``uniform`` gives every prompt G, the others choose
+  g_min <= G_b <= g_max with sum_b G_b = N (:func:`ugrpo.stats.allocation.allocate`) from what they know about
+  the B drawn prompts **before** the block is drawn;
+* every rule reads the first G_b samples of the same (r, b) block of Gmax = max(--groups) samples (common random
+  numbers), and its squared error against g_ref gets the same correction as the uniform rows (R8);
+* moments: ``true`` = per-prompt p, c2(x), c3(x) from the M reference samples (the ceiling of the gain);
+  ``predicted`` = a simulated history of V visits x h samples per prompt, drawn from its own sample stream
+  (independent of the reference and the blocks), through the Beta/shrinkage predictor of docs/math.md M38;
+* per rule: the corrected MSE with its 95% interval, the predicted MSE (M33 with the rule's moments and c1 of the
+  reference pool), the realised ratio rule / uniform with a paired 95% interval, and the predicted ratio.
+
+Deviation from training: the history visits every prompt V times at the same theta (no policy drift), and the
+uniform row reads one group of G per block (the estimator rows of the same G average floor(Gmax/G) groups).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ugrpo.experiments.allocate import _prediction_quality
+from ugrpo.stats.allocation import PromptStats, allocate, predicted_mse
+from ugrpo.stats.intervals import ratio_interval
+from ugrpo.stats.mc_mse import (
+    ReferenceMoments,
+    block_squared_errors,
+    corrected_row,
+    history_prompt_stats,
+    ragged_block_errors,
+    sample_prompt_stats,
+)
+
+__all__ = ["allocation_groups", "rule_sizes", "run_allocation_study"]
+
+
+def allocation_groups(groups: tuple[int, ...], g_max: int) -> list[int]:
+    """The uniform G of ``--groups`` that leave the rules room to differ from uniform (G < g_max)."""
+    return sorted(G for G in groups if G < g_max)
+
+
+def rule_sizes(rule: str, known: PromptStats, idx: Tensor, G: int, g_min: int, g_max: int) -> np.ndarray:
+    """(R, B) group sizes of ``rule`` for every repetition's drawn prompts ``idx`` (R, B) at budget N = B G."""
+    R, B = idx.shape
+    if rule == "uniform":
+        return np.full((R, B), G, dtype=np.int64)
+    return np.stack([allocate(rule, known.take(row), B * G, g_min=g_min, g_max=g_max).sizes
+                     for row in idx.numpy()])
+
+
+def _ratio(a: Tensor, b: Tensor, ref: ReferenceMoments, sd_ref: float) -> dict[str, float | None]:
+    """Corrected mean(a) / mean(b) over paired repetitions (same blocks, same g_ref: the shift is common, R10)."""
+    if torch.equal(a, b):
+        return {"ratio": 1.0, "ci_low": 1.0, "ci_high": 1.0}
+    out = ratio_interval(a, b, ref.ref_err, ref.ref_err, common_sd=sd_ref)
+    if out["ratio"] is None:
+        return out
+    return {**out, "ci_low": max(0.0, out["ci_low"])}  # a ratio of MSEs is >= 0
+
+
+def _study(G: int, moments: str, known: PromptStats, true: PromptStats, rules: tuple[str, ...], est_s: Tensor,
+           est_z: Tensor, idx: Tensor, ref: ReferenceMoments, sd_ref: float, c1: float, g_min: int,
+           g_max: int) -> list[dict[str, Any]]:
+    """The rows of one (G, moments) study: every rule at N = B G on the same blocks."""
+    B = idx.shape[1]
+    errs, rows = {}, []
+    for rule in ("uniform", *[r for r in rules if r != "uniform"]):  # uniform always: the ratios are against it
+        sizes = rule_sizes(rule, known, idx, G, g_min, g_max)                       # (R, B)
+        errs[rule] = ragged_block_errors(est_s, est_z, torch.as_tensor(sizes), ref.g_ref)
+        pred = [predicted_mse(s, known.take(i), c1=c1) for s, i in zip(sizes, idx.numpy())]
+        pred_true = [predicted_mse(s, true.take(i), c1=c1) for s, i in zip(sizes, idx.numpy())]
+        row = {"rule": rule, "moments": moments, "budget": B * G, "G": G, "B": B,
+               **corrected_row(errs[rule], ref.ref_err, sd_ref), "predicted": float(np.mean(pred)),
+               "predicted_true_moments": float(np.mean(pred_true)), "reps": int(idx.shape[0]),
+               "sizes": {"mean": float(sizes.mean()), "min": int(sizes.min()), "max": int(sizes.max()),
+                         "frac_at_g_min": float((sizes == g_min).mean())}}
+        row["ci_low"] = max(0.0, row["ci_low"])  # an MSE is >= 0
+        rows.append(row)
+    uni = rows[0]
+    for row in rows:
+        r = _ratio(errs[row["rule"]], errs["uniform"], ref, sd_ref)
+        row["ratio"], row["ratio_ci"] = r["ratio"], [r["ci_low"], r["ci_high"]]
+        row["predicted_ratio"] = row["predicted"] / uni["predicted"] if uni["predicted"] > 0 else None
+        ok = None not in (r["ci_low"], row["predicted_ratio"]) and row["rule"] != "uniform"
+        row["predicted_inside"] = (r["ci_low"] <= row["predicted_ratio"] <= r["ci_high"]) if ok else None
+    return rows
+
+
+def run_allocation_study(cfg, ref_s: Tensor, ref_z: Tensor, est_s: Tensor, est_z: Tensor, idx: Tensor,
+                         hist_s: Tensor, hist_z: Tensor, ref: ReferenceMoments, sd_ref: float,
+                         comp: dict[str, Any]) -> dict[str, Any]:
+    """The ``allocation`` section of results.json (module docstring); cfg is an ``LMMSEConfig``."""
+    Gmax = est_s.shape[2]
+    g_max = cfg.g_max if cfg.g_max is not None else Gmax
+    true = sample_prompt_stats(ref_s, ref_z)
+    pred = history_prompt_stats(hist_s, hist_z)
+    c1 = float(comp["c1"]["estimate"])
+    rows, checks = [], []
+    for G in allocation_groups(cfg.groups, g_max):
+        for moments, known in (("true", true), ("predicted", pred)):
+            rows += _study(G, moments, known, true, cfg.allocation, est_s, est_z, idx, ref, sd_ref, c1, cfg.g_min,
+                           g_max)
+        # the uniform rule is the grpo estimator on the first G samples of each block (block_squared_errors, m = 1)
+        dense = block_squared_errors(est_s[:, :, :G], est_z[:, :, :G], ref.v_ref[idx], ref.g_ref, G)["grpo"]
+        checks.append({"G": G, "grpo_first_group_mse": corrected_row(dense, ref.ref_err, sd_ref)["mse"],
+                       "grpo_row_groups_per_block": Gmax // G})
+    verdicts = [{"G": r["G"], "moments": r["moments"], "rule": r["rule"], "inside": r["predicted_inside"]}
+                for r in rows if r["rule"] != "uniform"]
+    return {"rows": rows, "uniform_checks": checks, "verdicts": verdicts,
+            "all_inside": bool(verdicts) and all(v["inside"] for v in verdicts),
+            "g_min": cfg.g_min, "g_max": g_max, "block": Gmax, "c1": c1,
+            "history": {"visits": cfg.history_visits, "group": cfg.history_group,
+                        "samples": int(hist_z.numel()), "source": "own sample stream per prompt (independent of "
+                        "the reference and the estimation blocks)"},
+            "prediction_quality": _prediction_quality(pred, true) if len(true) > 2 else None,
+            "true_moments": {"mean_p": float(true.value.mean()), "frac_p_0_or_1": float(
+                ((true.value == 0) | (true.value == 1)).mean())}}
