@@ -70,10 +70,11 @@ def _study(G: int, moments: str, known: PromptStats, true: PromptStats, rules: t
            g_max: int) -> list[dict[str, Any]]:
     """The rows of one (G, moments) study: every rule at N = B G on the same blocks."""
     B = idx.shape[1]
-    errs, rows = {}, []
+    errs, rows, same = {}, [], {}
     for rule in ("uniform", *[r for r in rules if r != "uniform"]):  # uniform always: the ratios are against it
         sizes = rule_sizes(rule, known, idx, G, g_min, g_max)                       # (R, B)
         errs[rule] = ragged_block_errors(est_s, est_z, torch.as_tensor(sizes), ref.g_ref)
+        same[rule] = bool((sizes == G).all())  # the rule chose uniform G in every repetition
         pred = [predicted_mse(s, known.take(i), c1=c1) for s, i in zip(sizes, idx.numpy())]
         pred_true = [predicted_mse(s, true.take(i), c1=c1) for s, i in zip(sizes, idx.numpy())]
         row = {"rule": rule, "moments": moments, "budget": B * G, "G": G, "B": B,
@@ -88,7 +89,9 @@ def _study(G: int, moments: str, known: PromptStats, true: PromptStats, rules: t
         r = _ratio(errs[row["rule"]], errs["uniform"], ref, sd_ref)
         row["ratio"], row["ratio_ci"] = r["ratio"], [r["ci_low"], r["ci_high"]]
         row["predicted_ratio"] = row["predicted"] / uni["predicted"] if uni["predicted"] > 0 else None
-        ok = None not in (r["ci_low"], row["predicted_ratio"]) and row["rule"] != "uniform"
+        row["same_as_uniform"] = same[row["rule"]]
+        # no verdict for uniform itself, nor for a rule that chose uniform G everywhere (ratio 1 [1, 1] trivially)
+        ok = None not in (r["ci_low"], row["predicted_ratio"]) and not same[row["rule"]]
         row["predicted_inside"] = (r["ci_low"] <= row["predicted_ratio"] <= r["ci_high"]) if ok else None
     return rows
 
@@ -112,9 +115,9 @@ def run_allocation_study(cfg, ref_s: Tensor, ref_z: Tensor, est_s: Tensor, est_z
         checks.append({"G": G, "grpo_first_group_mse": corrected_row(dense, ref.ref_err, sd_ref)["mse"],
                        "grpo_row_groups_per_block": Gmax // G})
     verdicts = [{"G": r["G"], "moments": r["moments"], "rule": r["rule"], "inside": r["predicted_inside"]}
-                for r in rows if r["rule"] != "uniform"]
+                for r in rows if r["predicted_inside"] is not None]
     return {"rows": rows, "uniform_checks": checks, "verdicts": verdicts,
-            "all_inside": bool(verdicts) and all(v["inside"] for v in verdicts),
+            "all_inside": all(v["inside"] for v in verdicts) if verdicts else None,
             "g_min": cfg.g_min, "g_max": g_max, "block": Gmax, "c1": c1,
             "history": {"visits": cfg.history_visits, "group": cfg.history_group,
                         "samples": int(hist_z.numel()), "source": "own sample stream per prompt (independent of "

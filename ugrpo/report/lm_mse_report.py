@@ -130,6 +130,7 @@ def allocation_table(alloc: dict[str, Any]) -> tuple[list[str], list[list[Any]]]
                "predicted ratio", "inside"]
     rows = [[r["G"], r["moments"], r["rule"], r["sizes"]["mean"], r["mse"], fmt_ci(r["ci_low"], r["ci_high"]),
              r["predicted"], r["ratio"], fmt_ci(*r["ratio_ci"]), r["predicted_ratio"],
+             "= uniform" if r["same_as_uniform"] and r["rule"] != "uniform" else
              "-" if r["predicted_inside"] is None else ("yes" if r["predicted_inside"] else "no")]
             for r in alloc["rows"]]
     return headers, rows
@@ -160,7 +161,8 @@ def _allocation_plot(path, alloc: dict[str, Any], title: str) -> None:
         ax.set_ylabel("MSE ratio rule / uniform (equal samples)")
         ax.set_title(title)
         ax.grid(True, axis="y", alpha=0.3)
-        ax.legend(fontsize=8)
+        if rows:
+            ax.legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(path)
     finally:
@@ -185,7 +187,9 @@ def allocation_section(run: RunDir, results: dict[str, Any]) -> list[str]:
         "through the Beta/shrinkage predictor (docs/math.md M38). MSE corrected for the reference error as above; "
         "ratio = paired ratio to uniform over the repetitions; predicted = c1/B + (1/B^2) sum_b f_b(G_b) (M33) with "
         "the rule's own moments and c1 of the reference pool.", "",
-        f"**Predicted ratio inside the realised ratio's 95% interval: {n_in} of {len(inside)}** (misses: {miss}).",
+        (f"**Predicted ratio inside the realised ratio's 95% interval: {n_in} of {len(inside)}** (misses: {miss}; "
+         "rules that chose uniform G in every repetition get no verdict)." if inside else
+         "**No rule differed from uniform G in any repetition: nothing to check.**"),
         "", image("allocation.png", "realised vs predicted MSE ratio per rule"), "",
         md_table(*allocation_table(alloc)), "",
         f"The uniform rows are the grpo estimator on the first G samples of each block (checked: {checks}); the "
