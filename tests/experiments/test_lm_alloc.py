@@ -39,6 +39,9 @@ def test_allocation_end_to_end(tmp_path, capsys, tiny_model_dir, task_args):
         assert r["predicted"] > 0 and math.isfinite(r["predicted_ratio"])
         assert 2 <= r["sizes"]["min"] and r["sizes"]["max"] <= 8 and r["sizes"]["mean"] == pytest.approx(3)
         assert (r["predicted_inside"] is None) == r["same_as_uniform"]
+        w = r["within_prompts"]
+        assert w["ratio_ci"][0] <= w["ratio"] <= w["ratio_ci"][1] and 0 < w["predicted"] < r["predicted"]
+        assert (w["predicted_inside"] is None) == r["same_as_uniform"]
         assert r["same_as_uniform"] == (r["sizes"]["max"] == 3)
     uni = [r for r in rows if r["rule"] == "uniform"]
     assert uni[0]["mse"] == uni[1]["mse"] and uni[0]["ratio"] == 1.0 and uni[0]["predicted_ratio"] == 1.0
@@ -52,9 +55,9 @@ def test_allocation_end_to_end(tmp_path, capsys, tiny_model_dir, task_args):
     assert res["cost"]["samples_history"] == 24 and res["cost"]["samples"] == 4 * 8 + 4 * 3 * 8 + 24
     assert_png(out / "allocation.png")
     report = (out / "report.md").read_text()
-    verdict = ("Predicted ratio inside the realised ratio's 95% interval" if al["verdicts"] else
-               "No rule differed from uniform G")
-    assert verdict in report and "allocation.png" in report
+    verdict = ("predicted ratio inside the realised ratio's 95% interval" if al["verdicts"] else
+               "no rule differed from uniform G")
+    assert verdict in report and "allocation.png" in report and "Within the drawn prompts" in report
     assert "predicted ratio" in stdout and "ustat" in stdout
 
 
@@ -71,6 +74,8 @@ def test_uniform_rule_equals_grpo_row_when_one_group_per_block(tmp_path, capsys,
     uni = next(r for r in res["allocation"]["rows"] if r["rule"] == "uniform" and r["G"] == 4)
     for key in ("mse", "se", "raw_mse", "correction", "ci_high"):
         assert uni[key] == pytest.approx(grpo[key], rel=1e-12), key
+    for key in ("mse", "se", "ci_high"):  # within the drawn prompts too (R7)
+        assert uni["within_prompts"][key] == pytest.approx(grpo["within_prompts"][key], rel=1e-12), key
 
 
 @pytest.mark.parametrize(("extra", "msg"), [

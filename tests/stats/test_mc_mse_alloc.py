@@ -35,6 +35,8 @@ def test_ragged_block_errors_match_per_row_loops():
     s, z, g, gen = _blocks(R, B, Gmax, k, 0)
     sizes = torch.randint(2, Gmax + 1, (R, B), generator=gen)
     got = ragged_block_errors(s, z, sizes, g)
+    targets = torch.randn(R, k, generator=gen, dtype=DT)  # one target per repetition (within the drawn prompts)
+    got_t = ragged_block_errors(s, z, sizes, targets)
     for r in range(R):
         est = torch.zeros(k, dtype=DT)
         for b in range(B):
@@ -43,6 +45,7 @@ def test_ragged_block_errors_match_per_row_loops():
                 others = [float(z[r, b, j]) for j in range(n) if j != i]
                 est += (float(z[r, b, i]) - sum(others) / len(others)) * s[r, b, i] / n / B
         assert float(got[r]) == pytest.approx(float(((est - g) ** 2).sum()), rel=1e-12)
+        assert float(got_t[r]) == pytest.approx(float(((est - targets[r]) ** 2).sum()), rel=1e-12)
 
 
 def test_uniform_sizes_equal_dense_grpo_on_first_group():

@@ -20,6 +20,7 @@ uniform row reads one group of G per block (the estimator rows of the same G ave
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -55,45 +56,69 @@ def rule_sizes(rule: str, known: PromptStats, idx: Tensor, G: int, g_min: int, g
                      for row in idx.numpy()])
 
 
-def _ratio(a: Tensor, b: Tensor, ref: ReferenceMoments, sd_ref: float) -> dict[str, float | None]:
-    """Corrected mean(a) / mean(b) over paired repetitions (same blocks, same g_ref: the shift is common, R10)."""
+@dataclass(frozen=True, eq=False)
+class _Target:
+    """What the squared errors are measured against: g_ref (total MSE; c1 = the pool's c1) or the drawn prompts'
+    (1/B) sum_b g_ref(x_b) per repetition (within the drawn prompts, R7; c1 = 0), with the reference correction
+    ``sub`` and its spread ``sd`` (R2, R5, R7)."""
+
+    vec: Tensor  # (k,) or (R, k)
+    sub: float
+    sd: float
+    c1: float
+
+
+def _ratio(a: Tensor, b: Tensor, t: _Target) -> dict[str, float | None]:
+    """Corrected mean(a) / mean(b) over paired repetitions (same blocks, same reference: the shift is common, R10)."""
     if torch.equal(a, b):
         return {"ratio": 1.0, "ci_low": 1.0, "ci_high": 1.0}
-    out = ratio_interval(a, b, ref.ref_err, ref.ref_err, common_sd=sd_ref)
+    out = ratio_interval(a, b, t.sub, t.sub, common_sd=t.sd)
     if out["ratio"] is None:
         return out
     return {**out, "ci_low": max(0.0, out["ci_low"])}  # a ratio of MSEs is >= 0
 
 
+def _cells(errs: dict[str, Tensor], preds: dict[str, float], t: _Target) -> dict[str, dict[str, Any]]:
+    """Per rule: corrected MSE with its interval, the paired ratio to uniform, the prediction and the verdict."""
+    out = {}
+    for rule, e in errs.items():
+        row = corrected_row(e, t.sub, t.sd)
+        r = _ratio(e, errs["uniform"], t)
+        pr = preds[rule] / preds["uniform"] if preds["uniform"] > 0 else None
+        same = torch.equal(e, errs["uniform"])
+        # no verdict for uniform itself, nor for a rule that chose uniform G everywhere (ratio 1 [1, 1] trivially)
+        ok = None not in (r["ci_low"], pr) and not same
+        out[rule] = {**row, "ci_low": max(0.0, row["ci_low"]), "predicted": preds[rule], "ratio": r["ratio"],
+                     "ratio_ci": [r["ci_low"], r["ci_high"]], "predicted_ratio": pr,
+                     "predicted_inside": (r["ci_low"] <= pr <= r["ci_high"]) if ok else None}
+    return out
+
+
 def _study(G: int, moments: str, known: PromptStats, true: PromptStats, rules: tuple[str, ...], est_s: Tensor,
-           est_z: Tensor, idx: Tensor, ref: ReferenceMoments, sd_ref: float, c1: float, g_min: int,
+           est_z: Tensor, idx: Tensor, total: _Target, within: _Target, g_min: int,
            g_max: int) -> list[dict[str, Any]]:
     """The rows of one (G, moments) study: every rule at N = B G on the same blocks."""
-    B = idx.shape[1]
-    errs, rows, same = {}, [], {}
+    R, B = idx.shape
+    errs = {"total": {}, "within": {}}
+    preds = {"total": {}, "within": {}, "true": {}}
+    info = {}
     for rule in ("uniform", *[r for r in rules if r != "uniform"]):  # uniform always: the ratios are against it
         sizes = rule_sizes(rule, known, idx, G, g_min, g_max)                       # (R, B)
-        errs[rule] = ragged_block_errors(est_s, est_z, torch.as_tensor(sizes), ref.g_ref)
-        same[rule] = bool((sizes == G).all())  # the rule chose uniform G in every repetition
-        pred = [predicted_mse(s, known.take(i), c1=c1) for s, i in zip(sizes, idx.numpy())]
-        pred_true = [predicted_mse(s, true.take(i), c1=c1) for s, i in zip(sizes, idx.numpy())]
-        row = {"rule": rule, "moments": moments, "budget": B * G, "G": G, "B": B,
-               **corrected_row(errs[rule], ref.ref_err, sd_ref), "predicted": float(np.mean(pred)),
-               "predicted_true_moments": float(np.mean(pred_true)), "reps": int(idx.shape[0]),
-               "sizes": {"mean": float(sizes.mean()), "min": int(sizes.min()), "max": int(sizes.max()),
-                         "frac_at_g_min": float((sizes == g_min).mean())}}
-        row["ci_low"] = max(0.0, row["ci_low"])  # an MSE is >= 0
-        rows.append(row)
-    uni = rows[0]
-    for row in rows:
-        r = _ratio(errs[row["rule"]], errs["uniform"], ref, sd_ref)
-        row["ratio"], row["ratio_ci"] = r["ratio"], [r["ci_low"], r["ci_high"]]
-        row["predicted_ratio"] = row["predicted"] / uni["predicted"] if uni["predicted"] > 0 else None
-        row["same_as_uniform"] = same[row["rule"]]
-        # no verdict for uniform itself, nor for a rule that chose uniform G everywhere (ratio 1 [1, 1] trivially)
-        ok = None not in (r["ci_low"], row["predicted_ratio"]) and not same[row["rule"]]
-        row["predicted_inside"] = (r["ci_low"] <= row["predicted_ratio"] <= r["ci_high"]) if ok else None
-    return rows
+        for key, t in (("total", total), ("within", within)):
+            errs[key][rule] = ragged_block_errors(est_s, est_z, torch.as_tensor(sizes), t.vec)
+            preds[key][rule] = float(np.mean([predicted_mse(a, known.take(i), c1=t.c1)
+                                              for a, i in zip(sizes, idx.numpy())]))
+        preds["true"][rule] = float(np.mean([predicted_mse(a, true.take(i), c1=total.c1)
+                                             for a, i in zip(sizes, idx.numpy())]))
+        info[rule] = {"same_as_uniform": bool((sizes == G).all()),  # the rule chose G in every repetition
+                      "sizes": {"mean": float(sizes.mean()), "min": int(sizes.min()), "max": int(sizes.max()),
+                                "frac_at_g_min": float((sizes == g_min).mean())}}
+    tot, win = _cells(errs["total"], preds["total"], total), _cells(errs["within"], preds["within"], within)
+    return [{"rule": rule, "moments": moments, "budget": B * G, "G": G, "B": B, "reps": R, **tot[rule],
+             "predicted_true_moments": preds["true"][rule], **info[rule],
+             "within_prompts": {k: win[rule][k] for k in ("mse", "se", "ci_low", "ci_high", "ratio", "ratio_ci",
+                                                           "predicted", "predicted_ratio", "predicted_inside")}}
+            for rule in errs["total"]]
 
 
 def run_allocation_study(cfg, ref_s: Tensor, ref_z: Tensor, est_s: Tensor, est_z: Tensor, idx: Tensor,
@@ -105,16 +130,19 @@ def run_allocation_study(cfg, ref_s: Tensor, ref_z: Tensor, est_s: Tensor, est_z
     true = sample_prompt_stats(ref_s, ref_z)
     pred = history_prompt_stats(hist_s, hist_z)
     c1 = float(comp["c1"]["estimate"])
+    total = _Target(ref.g_ref, ref.ref_err, sd_ref, c1)
+    within = _Target(ref.g_x[idx].mean(1), float(ref.within_ref_err(idx).mean()), ref.spread(idx), 0.0)
     rows, checks = [], []
     for G in allocation_groups(cfg.groups, g_max):
         for moments, known in (("true", true), ("predicted", pred)):
-            rows += _study(G, moments, known, true, cfg.allocation, est_s, est_z, idx, ref, sd_ref, c1, cfg.g_min,
+            rows += _study(G, moments, known, true, cfg.allocation, est_s, est_z, idx, total, within, cfg.g_min,
                            g_max)
         # the uniform rule is the grpo estimator on the first G samples of each block (block_squared_errors, m = 1)
         dense = block_squared_errors(est_s[:, :, :G], est_z[:, :, :G], ref.v_ref[idx], ref.g_ref, G)["grpo"]
         checks.append({"G": G, "grpo_first_group_mse": corrected_row(dense, ref.ref_err, sd_ref)["mse"],
                        "grpo_row_groups_per_block": Gmax // G})
-    verdicts = [{"G": r["G"], "moments": r["moments"], "rule": r["rule"], "inside": r["predicted_inside"]}
+    verdicts = [{"G": r["G"], "moments": r["moments"], "rule": r["rule"], "inside": r["predicted_inside"],
+                 "inside_within_prompts": r["within_prompts"]["predicted_inside"]}
                 for r in rows if r["predicted_inside"] is not None]
     return {"rows": rows, "uniform_checks": checks, "verdicts": verdicts,
             "all_inside": all(v["inside"] for v in verdicts) if verdicts else None,

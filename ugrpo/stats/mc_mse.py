@@ -187,7 +187,8 @@ def ragged_block_errors(scores: Tensor, rewards: Tensor, sizes: Tensor, g_ref: T
     scores : (R, B, Gmax, k) sketched scores of the estimation blocks
     rewards : (R, B, Gmax)
     sizes : (R, B) integer group sizes, 2 <= G_rb <= Gmax, fixed before the blocks were drawn
-    g_ref : (k,) reference gradient
+    g_ref : (k,) reference gradient, or (R, k) one target per repetition (e.g. the drawn prompts' mean
+        reference gradient (1/B) sum_b g_ref(x_rb): the error within the drawn prompts, R7)
 
     Returns
     -------

@@ -105,7 +105,10 @@ def main(args: argparse.Namespace) -> int:
         if results.get("allocation"):
             from ugrpo.report.lm_mse_report import allocation_table
 
+            print("allocation, total MSE:")
             print(text_table(*allocation_table(results["allocation"])))
+            print("allocation, within the drawn prompts (no c1/B):")
+            print(text_table(*allocation_table(results["allocation"], "within")))
     else:
         from ugrpo.experiments.mse import mse_experiment
         from ugrpo.report.mse_report import table_rows
