@@ -100,7 +100,7 @@ def _study(G: int, moments: str, known: PromptStats, true: PromptStats, rules: t
     """The rows of one (G, moments) study: every rule at N = B G on the same blocks."""
     R, B = idx.shape
     errs = {"total": {}, "within": {}}
-    preds = {"total": {}, "within": {}, "true": {}}
+    preds = {"total": {}, "within": {}, "true": {}, "true_within": {}}
     info = {}
     for rule in ("uniform", *[r for r in rules if r != "uniform"]):  # uniform always: the ratios are against it
         sizes = rule_sizes(rule, known, idx, G, g_min, g_max)                       # (R, B)
@@ -108,17 +108,28 @@ def _study(G: int, moments: str, known: PromptStats, true: PromptStats, rules: t
             errs[key][rule] = ragged_block_errors(est_s, est_z, torch.as_tensor(sizes), t.vec)
             preds[key][rule] = float(np.mean([predicted_mse(a, known.take(i), c1=t.c1)
                                               for a, i in zip(sizes, idx.numpy())]))
-        preds["true"][rule] = float(np.mean([predicted_mse(a, true.take(i), c1=total.c1)
-                                             for a, i in zip(sizes, idx.numpy())]))
+        for key, t in (("true", total), ("true_within", within)):  # the same sizes priced with the true moments
+            preds[key][rule] = float(np.mean([predicted_mse(a, true.take(i), c1=t.c1)
+                                              for a, i in zip(sizes, idx.numpy())]))
         info[rule] = {"same_as_uniform": bool((sizes == G).all()),  # the rule chose G in every repetition
                       "sizes": {"mean": float(sizes.mean()), "min": int(sizes.min()), "max": int(sizes.max()),
                                 "frac_at_g_min": float((sizes == g_min).mean())}}
     tot, win = _cells(errs["total"], preds["total"], total), _cells(errs["within"], preds["within"], within)
-    return [{"rule": rule, "moments": moments, "budget": B * G, "G": G, "B": B, "reps": R, **tot[rule],
-             "predicted_true_moments": preds["true"][rule], **info[rule],
-             "within_prompts": {k: win[rule][k] for k in ("mse", "se", "ci_low", "ci_high", "ratio", "ratio_ci",
-                                                           "predicted", "predicted_ratio", "predicted_inside")}}
-            for rule in errs["total"]]
+    rows = []
+    for rule in errs["total"]:
+        w = {k: win[rule][k] for k in ("mse", "se", "ci_low", "ci_high", "ratio", "ratio_ci", "predicted",
+                                       "predicted_ratio", "predicted_inside")}
+        w["predicted_true_moments"] = preds["true_within"][rule]
+        w["predicted_ratio_true_moments"] = _safe_ratio(preds["true_within"][rule], preds["true_within"]["uniform"])
+        rows.append({"rule": rule, "moments": moments, "budget": B * G, "G": G, "B": B, "reps": R, **tot[rule],
+                     "predicted_true_moments": preds["true"][rule],
+                     "predicted_ratio_true_moments": _safe_ratio(preds["true"][rule], preds["true"]["uniform"]),
+                     **info[rule], "within_prompts": w})
+    return rows
+
+
+def _safe_ratio(a: float, b: float) -> float | None:
+    return a / b if b > 0 else None
 
 
 def run_allocation_study(cfg, ref_s: Tensor, ref_z: Tensor, est_s: Tensor, est_z: Tensor, idx: Tensor,
