@@ -180,12 +180,17 @@ def _allocation_plot(path, alloc: dict[str, Any], title: str) -> None:
 
 
 def _verdict(verdicts: list[dict[str, Any]], key: str, what: str) -> str:
+    """One line: per moment source, how many predicted ratios lie inside the realised ratio's interval."""
     inside = [v for v in verdicts if v[key] is not None]
     if not inside:
         return f"**{what}: no rule differed from uniform G in any repetition, nothing to check.**"
+    parts = []
+    for m in ("true", "predicted"):
+        vs = [v for v in inside if v["moments"] == m]
+        if vs:
+            parts.append(f"{m} moments {sum(v[key] for v in vs)} of {len(vs)}")
     miss = ", ".join(f"{v['rule']} ({v['moments']}, G={v['G']})" for v in inside if not v[key]) or "none"
-    return (f"**{what}: predicted ratio inside the realised ratio's 95% interval: {sum(v[key] for v in inside)} of "
-            f"{len(inside)}** (misses: {miss}).")
+    return f"**{what}: predicted ratio inside the realised ratio's 95% interval: {'; '.join(parts)}** (misses: {miss})."
 
 
 def allocation_section(run: RunDir, results: dict[str, Any]) -> list[str]:
