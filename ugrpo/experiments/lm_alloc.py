@@ -12,7 +12,8 @@ adds one allocation study per uniform group size G of ``--groups`` with G < g_ma
   ``predicted`` = a simulated history of V visits x h samples per prompt, drawn from its own sample stream
   (independent of the reference and the blocks), through the Beta/shrinkage predictor of docs/math.md M38;
 * per rule: the corrected MSE with its 95% interval, the predicted MSE (M33 with the rule's moments and c1 of the
-  reference pool), the realised ratio rule / uniform with a paired 95% interval, and the predicted ratio.
+  reference pool), the realised ratio rule / uniform with a paired 95% interval, and the predicted ratio; all of it
+  again within the drawn prompts (against (1/B) sum_b g_ref(x_b), no c1/B: the part an allocation can change).
 
 Deviation from training: the history visits every prompt V times at the same theta (no policy drift), and the
 uniform row reads one group of G per block (the estimator rows of the same G average floor(Gmax/G) groups).
