@@ -69,6 +69,15 @@ class LMMSEConfig:
     max_new_tokens: int = 8
     chat: bool = False
     chunk_size: int = 512
+    allocation: tuple[str, ...] = ()
+    """allocation rules to compare at equal samples (docs/lm-mse.md R8-R10); empty: no allocation study"""
+    g_min: int = 2
+    g_max: int | None = None
+    """largest G_b of a rule; default and upper bound: the block size max(groups)"""
+    history_visits: int = 2
+    """simulated history of the ``predicted`` moments: visits per prompt"""
+    history_group: int = 4
+    """samples per history visit"""
 
     def __post_init__(self) -> None:
         if not self.groups or min(self.groups) < 2:
@@ -84,6 +93,37 @@ class LMMSEConfig:
             raise ValueError(f"--seed = {self.seed} must be >= 0")
         if not self.temperature > 0:
             raise ValueError(f"--temperature = {self.temperature} must be > 0")
+        if self.allocation:
+            self._check_allocation()
+
+    def _check_allocation(self) -> None:
+        """Every allocation error before any sampling (unknown rule, bounds, budget N = B G < B g_min)."""
+        from ugrpo.experiments.lm_alloc import allocation_groups
+        from ugrpo.stats.allocation import RULES
+
+        bad = [r for r in self.allocation if r not in RULES]
+        if bad:
+            raise ValueError(f"--allocation: unknown rule(s) {bad}; choose among {list(RULES)}")
+        block = max(self.groups)
+        g_max = block if self.g_max is None else self.g_max
+        for name, v, lo in (("g-min", self.g_min, 2), ("g-max", g_max, 2), ("history-visits", self.history_visits, 1),
+                            ("history-group", self.history_group, 3)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                why = " (the per-visit ||g(x)||^2 estimate needs pairs, M14)" if name == "history-group" else ""
+                raise ValueError(f"--{name} = {v!r} must be an integer >= {lo}{why}")
+        if g_max > block:
+            raise ValueError(f"--g-max = {g_max} exceeds the block size max(--groups) = {block}: a rule can read "
+                             f"at most the {block} samples of a block; add {g_max} to --groups or lower --g-max")
+        if g_max < self.g_min:
+            raise ValueError(f"--g-max = {g_max} is below --g-min = {self.g_min}; raise --g-max or lower --g-min")
+        low = [G for G in self.groups if G < self.g_min]
+        if low:
+            raise ValueError(f"budget N = B x G = {self.batch} x {low[0]} = {self.batch * low[0]} is below "
+                             f"B x g_min = {self.batch * self.g_min} (every prompt needs --g-min {self.g_min} "
+                             f"samples); drop G = {low[0]} from --groups or lower --g-min")
+        if not allocation_groups(self.groups, g_max):
+            raise ValueError(f"--allocation needs a uniform G in --groups below g_max = {g_max} (at G = g_max every "
+                             f"rule must give every prompt g_max samples); e.g. --groups 8,{max(32, 2 * block)}")
 
 
 # the pure math (reference moments, squared errors, corrected rows) is ugrpo.stats.mc_mse
@@ -124,15 +164,32 @@ def _sample_pool(policy, task, problems, idx: Tensor, cfg: LMMSEConfig, progress
             bar.update(n)
     finally:
         bar.close()
+    hist = _sample_history(policy, task, problems, cfg, cost) if cfg.allocation else None
     est_s = torch.empty(R * B, Gmax, cfg.sketch_dim, dtype=DT)
     est_z = torch.empty(R * B, Gmax, dtype=DT)
     seen = [0] * P
     for i, p in enumerate(flat):  # occurrence j of prompt p uses block j of p
         est_s[i], est_z[i] = blocks_s[p][seen[p]], blocks_z[p][seen[p]]
         seen[p] += 1
-    cost.update(samples=P * M + R * B * Gmax, samples_reference=P * M, samples_estimation=R * B * Gmax,
-                tokens=tokens, n_unscorable=n_unscorable)
-    return ref_s, ref_z, est_s.view(R, B, Gmax, -1), est_z.view(R, B, Gmax), cost
+    n_hist = 0 if hist is None else hist[1].numel()
+    cost.update(samples=P * M + R * B * Gmax + n_hist, samples_reference=P * M, samples_estimation=R * B * Gmax,
+                samples_history=n_hist, tokens=tokens + cost.pop("tokens_history", 0),
+                n_unscorable=n_unscorable + cost.pop("n_unscorable_history", 0))
+    return ref_s, ref_z, est_s.view(R, B, Gmax, -1), est_z.view(R, B, Gmax), hist, cost
+
+
+def _sample_history(policy, task, problems, cfg: LMMSEConfig, cost: dict) -> tuple[Tensor, Tensor]:
+    """History scores (P, V, h, k) and rewards (P, V, h) for the ``predicted`` moments: V visits of h samples per
+    prompt from the prompt's own stream (a seed family apart from the reference and the blocks, docs/lm-mse.md R9)."""
+    V, h, P = cfg.history_visits, cfg.history_group, len(problems)
+    seeds = [derive_seed(cfg.seed, p, stride=7_919, offset=3_989) for p in range(P)]
+    ss = sample_sketched(policy, task, problems, V * h, seeds, k=cfg.sketch_dim, sketch_seed=cfg.seed,
+                         temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, chat=cfg.chat,
+                         chunk_size=cfg.chunk_size)
+    for key, v in ss.seconds.items():
+        cost[key] += v
+    cost["tokens_history"], cost["n_unscorable_history"] = int(ss.lengths.sum()), ss.n_unscorable
+    return ss.scores.view(P, V, h, cfg.sketch_dim), ss.rewards.view(P, V, h)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -196,7 +253,7 @@ def run_lm_mse(cfg: LMMSEConfig, run: RunDir, *, progress: bool = True, n_boot: 
     policy = load_policy(cfg.model, seed=cfg.seed)
     check_context(policy, problems, cfg.max_new_tokens, cfg.chat)
     idx = torch.randint(0, cfg.prompts, (cfg.reps, cfg.batch), generator=torch.Generator().manual_seed(cfg.seed))
-    ref_s, ref_z, est_s, est_z, cost = _sample_pool(policy, task, problems, idx, cfg, progress)
+    ref_s, ref_z, est_s, est_z, hist, cost = _sample_pool(policy, task, problems, idx, cfg, progress)
     ref = reference_moments(ref_s, ref_z)
     values = ref.v_ref[idx]                                                  # (R, B)
     comp = _components(ref_s, ref_z, n_boot, cfg.seed)
@@ -235,10 +292,17 @@ def run_lm_mse(cfg: LMMSEConfig, run: RunDir, *, progress: bool = True, n_boot: 
                                                     common_sd=sd_ref),
                       "residual_over_oracle": ratio_interval(err["residual"], err["oracle"], extra, ref.ref_err + extra,
                                                         b_sd=sd_ref)})
+    alloc = None
+    if cfg.allocation:
+        from ugrpo.experiments.lm_alloc import run_allocation_study
+
+        alloc = run_allocation_study(cfg, ref_s, ref_z, est_s, est_z, idx, *hist, ref, sd_ref, comp)
+        for row in alloc["rows"]:
+            run.append_metrics({"section": "allocation", **row})
     n_params = sum(p.numel() for p in policy.model.parameters() if p.requires_grad)
     cost["seconds_total"] = time.perf_counter() - t_start
     return to_jsonable({
-        "rows": rows, "hoeffding_grpo": split, "comparisons": comps, "components": comp,
+        "rows": rows, "allocation": alloc, "hoeffding_grpo": split, "comparisons": comps, "components": comp,
         "reference": {"M": ref.M, "P": cfg.prompts, "ref_err": ref.ref_err, "ref_err_sd": sd_ref,
                       "within_ref_err": w_ref, "within_ref_err_sd": sd_w, "oracle_vref_wvar": ref.wvar,
                       "oracle_vref_err": {str(G): ref.oracle_extra(B, G) for G in sorted(cfg.groups)},

@@ -1,6 +1,7 @@
 """Report of ``ugrpo mse --model`` (:mod:`ugrpo.experiments.lm_mse`): ``results.json``, ``mse.png`` (paper
 Fig. 4 layout, the values predicted from c1, c2, c3 dashed), ``mse_within.png`` and ``report.md`` with a
-plain-language reading of the two checks (vanilla vs grpo, grpo vs oracle at G = 32) and the Hoeffding split.
+plain-language reading of the two checks (vanilla vs grpo, grpo vs oracle at G = 32) and the Hoeffding split;
+with ``--allocation`` also ``allocation.png`` and the allocation table (realised vs predicted ratio per rule).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from ugrpo.report.plots import estimator_series, line_plot
 from ugrpo.runs import RunDir
 from ugrpo.stats.estimators import ESTIMATORS
 
-__all__ = ["reading", "write_lm_mse_outputs"]
+__all__ = ["reading", "write_lm_mse_outputs", "allocation_table", "allocation_section"]
 
 
 def reading(results: dict[str, Any]) -> list[str]:
@@ -114,4 +115,112 @@ def write_lm_mse_outputs(run: RunDir, results: dict[str, Any], argv: Sequence[st
         f"{cost['sampling']:.1f}, scoring {cost['scoring']:.1f}, sketch {cost['sketch']:.1f}, total "
         f"{cost['seconds_total']:.1f}.", "",
     ]
+    if results.get("allocation"):
+        md += allocation_section(run, results)
     run.write_report("\n".join(md))
+
+
+# ---------------------------------------------------------------------------------------------
+# the allocation study (docs/lm-mse.md R8-R10)
+
+
+def allocation_table(alloc: dict[str, Any], part: str = "total") -> tuple[list[str], list[list[Any]]]:
+    """(headers, rows) of the allocation study: realised MSE and ratio with 95% intervals, and the predictions;
+    ``part`` = ``total`` (E||ghat - g||^2) or ``within`` (against the drawn prompts' gradients, no c1/B)."""
+    headers = ["G", "moments", "rule", "G_b range", "MSE", "95% CI", "predicted", "ratio", "95% CI",
+               "predicted ratio", "inside", "pred. ratio, true moments"]
+    out = []
+    for r in alloc["rows"]:
+        c = r if part == "total" else r["within_prompts"]
+        verdict = ("= uniform" if r["same_as_uniform"] and r["rule"] != "uniform" else
+                   "-" if c["predicted_inside"] is None else ("yes" if c["predicted_inside"] else "no"))
+        out.append([r["G"], r["moments"], r["rule"], f"{r['sizes']['min']}-{r['sizes']['max']}", c["mse"],
+                    fmt_ci(c["ci_low"], c["ci_high"]), c["predicted"], c["ratio"], fmt_ci(*c["ratio_ci"]),
+                    c["predicted_ratio"], verdict, c["predicted_ratio_true_moments"]])
+    return headers, out
+
+
+def _allocation_plot(path, alloc: dict[str, Any], title: str) -> None:
+    """Realised ratio rule / uniform with its 95% interval (points with bars) and the predicted ratio (crosses);
+    left: total MSE, right: within the drawn prompts."""
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in alloc["rows"] if r["rule"] != "uniform" and r["ratio"] is not None]
+    order = ("vip", "knapsack", "ustat")
+    keys = sorted({(r["G"], r["rule"]) for r in rows}, key=lambda k: (k[0], order.index(k[1])))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.4), dpi=110, sharey=False)
+    try:
+        for ax, part in zip(axes, ("total", "within")):
+            for j, (moments, color) in enumerate((("true", "C2"), ("predicted", "C0"))):
+                sel = {(r["G"], r["rule"]): (r if part == "total" else r["within_prompts"]) for r in rows
+                       if r["moments"] == moments}
+                xs = [i + (j - 0.5) * 0.25 for i, k in enumerate(keys) if k in sel]
+                cs = [sel[k] for k in keys if k in sel]
+                if not cs:
+                    continue
+                y = [c["ratio"] for c in cs]
+                err = [[c["ratio"] - c["ratio_ci"][0] for c in cs], [c["ratio_ci"][1] - c["ratio"] for c in cs]]
+                ax.errorbar(xs, y, yerr=err, fmt="o", color=color, capsize=3,
+                            label=f"realised, {moments} moments (95% CI)")
+                ax.plot(xs, [c["predicted_ratio"] for c in cs], "x", color=color, markersize=9,
+                        label=f"predicted, {moments} moments")
+            ax.axhline(1.0, color="black", linewidth=0.8, linestyle=":")
+            ax.set_xticks(range(len(keys)))
+            ax.set_xticklabels([f"{rule}\nG={G}" for G, rule in keys])
+            ax.set_ylabel("MSE ratio rule / uniform (equal samples)")
+            ax.set_title("total E||ghat - g||^2" if part == "total" else "within the drawn prompts (no c1/B)")
+            ax.grid(True, axis="y", alpha=0.3)
+            if rows:
+                ax.legend(fontsize=7)
+        fig.suptitle(title)
+        fig.tight_layout()
+        fig.savefig(path)
+    finally:
+        plt.close(fig)
+
+
+def _verdict(verdicts: list[dict[str, Any]], key: str, what: str) -> str:
+    """One line: per moment source, how many predicted ratios lie inside the realised ratio's interval."""
+    inside = [v for v in verdicts if v[key] is not None]
+    if not inside:
+        return f"**{what}: no rule differed from uniform G in any repetition, nothing to check.**"
+    parts = []
+    for m in ("true", "predicted"):
+        vs = [v for v in inside if v["moments"] == m]
+        if vs:
+            parts.append(f"{m} moments {sum(v[key] for v in vs)} of {len(vs)}")
+    miss = ", ".join(f"{v['rule']} ({v['moments']}, G={v['G']})" for v in inside if not v[key]) or "none"
+    return f"**{what}: predicted ratio inside the realised ratio's 95% interval: {'; '.join(parts)}** (misses: {miss})."
+
+
+def allocation_section(run: RunDir, results: dict[str, Any]) -> list[str]:
+    """report.md lines of the allocation study, and ``allocation.png``."""
+    alloc = results["allocation"]
+    _allocation_plot(run.file("allocation.png"), alloc, f"{results['policy']['model']}: realised vs predicted ratio")
+    hist, pq = alloc["history"], alloc["prediction_quality"] or {}
+    checks = "; ".join(f"G={c['G']}: {fmt(c['grpo_first_group_mse'])}" for c in alloc["uniform_checks"])
+    return [
+        "## Per-prompt group sizes at equal samples (docs/lm-mse.md section 9, R8-R10)", "",
+        f"Budget N = B x G samples per minibatch; rules choose {alloc['g_min']} <= G_b <= {alloc['g_max']} and read "
+        f"the first G_b samples of the same blocks of {alloc['block']} (common random numbers). Moments: `true` = "
+        "per-prompt p, c2(x), c3(x) from the reference samples (the ceiling); `predicted` = a history of "
+        f"{hist['visits']} visits x {hist['group']} samples per prompt ({hist['samples']} samples, {hist['source']}) "
+        "through the Beta/shrinkage predictor (docs/math.md M38). MSE corrected for the reference error as above; "
+        "ratio = paired ratio to uniform over the repetitions; predicted = c1/B + (1/B^2) sum_b f_b(G_b) (M33) with "
+        "the rule's own moments and c1 of the reference pool (within the drawn prompts: without c1/B); the last "
+        "column prices the same sizes with the `true` moments (for `predicted` rows: is a miss the history's or "
+        "the formula's?). Rules that chose uniform G in every repetition get no verdict.", "",
+        _verdict(alloc["verdicts"], "inside", "Total MSE"), "",
+        _verdict(alloc["verdicts"], "inside_within_prompts", "Within the drawn prompts"), "",
+        image("allocation.png", "realised vs predicted MSE ratio per rule"), "",
+        "Total MSE E||ghat - g||^2:", "", md_table(*allocation_table(alloc)), "",
+        "Within the drawn prompts, E||ghat - (1/B) sum_b g(x_b)||^2 (the part an allocation can change; c1/B is the "
+        "same for every rule):", "", md_table(*allocation_table(alloc, "within")), "",
+        f"The uniform rows are the grpo estimator on the first G samples of each block (checked: {checks}); the "
+        "estimator table's grpo row at the same G averages all floor(block/G) groups of the block (same "
+        "expectation, smaller spread).",
+        f"History predictions against the reference moments: Spearman of f_x(4) {fmt(pq.get('spearman_f4'))}, "
+        f"median |log(predicted / reference)| {fmt(pq.get('median_abs_log_ratio_f4'))}; "
+        f"{100 * alloc['true_moments']['frac_p_0_or_1']:.0f}% of the prompts have a reference p of exactly 0 or 1.",
+        "",
+    ]

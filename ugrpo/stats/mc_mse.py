@@ -1,6 +1,8 @@
 """Monte-Carlo gradient-MSE statistics in sketch space (docs/lm-mse.md R1-R7): the reference moments from M
 samples per prompt, the per-repetition squared errors of every estimator, and the corrected mean with its
-interval. Pure tensor math, used by :mod:`ugrpo.experiments.lm_mse` (paper Fig. 4).
+interval; the ragged squared errors of per-prompt group sizes and the per-prompt moments the allocation rules
+know (R8-R10). Pure tensor math, used by :mod:`ugrpo.experiments.lm_mse` (paper Fig. 4) and
+:mod:`ugrpo.experiments.lm_alloc`.
 """
 
 from __future__ import annotations
@@ -8,14 +10,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from ugrpo.stats.advantages import compute_advantages
+from ugrpo.stats.allocation import PromptStats, history_stats
+from ugrpo.stats.components import _prompt_terms, _reduce
 from ugrpo.stats.estimators import ESTIMATORS
 from ugrpo.stats.intervals import normal_interval
+from ugrpo.stats.ragged import ragged_advantages, ragged_prompt_gradients
 
-__all__ = ["ReferenceMoments", "reference_moments", "block_squared_errors", "corrected_row"]
+__all__ = ["ReferenceMoments", "reference_moments", "block_squared_errors", "corrected_row", "ragged_block_errors",
+           "sample_prompt_stats", "history_prompt_stats"]
 
 DT = torch.float64
 
@@ -166,3 +173,82 @@ def corrected_row(err: Tensor, subtract: float, extra_sd: float) -> dict[str, fl
     m = raw - subtract
     lo, hi = normal_interval(m, se)
     return {"mse": m, "se": se, "ci_low": lo, "ci_high": hi, "raw_mse": raw, "raw_se": se_rep, "correction": subtract}
+
+
+# ---------------------------------------------------------------------------------------------
+# per-prompt group sizes (docs/lm-mse.md R8-R10)
+
+
+def ragged_block_errors(scores: Tensor, rewards: Tensor, sizes: Tensor, g_ref: Tensor) -> Tensor:
+    """Per-repetition ||ghat - g_ref||^2 of the ragged LOO estimate that reads the first G_b samples of each block.
+
+    Parameters
+    ----------
+    scores : (R, B, Gmax, k) sketched scores of the estimation blocks
+    rewards : (R, B, Gmax)
+    sizes : (R, B) integer group sizes, 2 <= G_rb <= Gmax, fixed before the blocks were drawn
+    g_ref : (k,) reference gradient, or (R, k) one target per repetition (e.g. the drawn prompts' mean
+        reference gradient (1/B) sum_b g_ref(x_rb): the error within the drawn prompts, R7)
+
+    Returns
+    -------
+    (R,) tensor: ||(1/B) sum_b (1/G_rb) sum_{g <= G_rb} A_rbg S W_rbg - g_ref||^2 with the leave-one-out
+    advantage of each prompt's own group (docs/math.md M32, M37). With all G_rb = G this is
+    :func:`block_squared_errors`'s ``grpo`` on the first G samples of each block.
+    """
+    R, B, Gmax, k = scores.shape
+    sizes = torch.as_tensor(sizes)
+    if sizes.shape != (R, B) or sizes.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"sizes must be an integer (R, B) = ({R}, {B}) tensor, got {tuple(sizes.shape)} {sizes.dtype}")
+    if int(sizes.min()) < 2 or int(sizes.max()) > Gmax:
+        raise ValueError(f"every group size must be in [2, {Gmax}] (the block size); got {int(sizes.min())}.."
+                         f"{int(sizes.max())}")
+    keep = torch.arange(Gmax) < sizes[..., None]                       # (R, B, Gmax), the first G_rb of each block
+    flat_s, flat_z = scores.to(DT)[keep], rewards.to(DT)[keep]         # (n, k), (n,) in prompt order
+    flat_sizes = sizes.reshape(-1).to(torch.int64)
+    adv = ragged_advantages(flat_z, flat_sizes, baseline="grpo")       # (n,)
+    pg = ragged_prompt_gradients(flat_s, adv, flat_sizes).view(R, B, k)  # (R, B, k) eq. (5) with G_rb
+    return ((pg.mean(1) - g_ref.to(DT)) ** 2).sum(-1)                  # (R,)
+
+
+def sample_prompt_stats(scores: Tensor, rewards: Tensor) -> PromptStats:
+    """Per-prompt p, c2(x), c3(x) from M >= 3 samples of each prompt (the rules' "true" moments, R9).
+
+    p = mean reward; c2(x) = T1 - T0 and c3(x) = T2 + T0 with the unbiased per-prompt U-statistics T0, T1, T2
+    of docs/math.md M14-M16 (the terms ``estimate_components`` averages over prompts), clipped at 0.
+
+    Parameters
+    ----------
+    scores : (P, M, k) sketched scores
+    rewards : (P, M) rewards in [0, 1]
+    """
+    if scores.ndim != 3 or rewards.shape != scores.shape[:2] or scores.shape[1] < 3:
+        raise ValueError(f"need scores (P, M, k) and rewards (P, M) with M >= 3; got {tuple(scores.shape)}, "
+                         f"{tuple(rewards.shape)}")
+    z, diag, gram = _reduce(rewards, scores, None)
+    t0, t1, t2 = _prompt_terms(z, diag, gram)
+    return PromptStats(value=z.mean(1).numpy(), c2=(t1 - t0).clamp_min(0).numpy(),
+                       c3=(t2 + t0).clamp_min(0).numpy(), g_norm2=t0.clamp_min(0).numpy())
+
+
+def history_prompt_stats(scores: Tensor, rewards: Tensor, *, prior_a: float = 1.0, prior_b: float = 1.0,
+                         shrink: float = 4.0) -> PromptStats:
+    """Per-prompt moments predicted from V earlier visits of h samples each (docs/math.md M38; R9).
+
+    Parameters
+    ----------
+    scores : (P, V, h, k) sketched scores of the history samples (h >= 2)
+    rewards : (P, V, h) Bernoulli rewards
+    prior_a, prior_b, shrink : see :func:`ugrpo.stats.allocation.history_stats`
+    """
+    if scores.ndim != 4 or rewards.shape != scores.shape[:3] or scores.shape[2] < 2:
+        raise ValueError(f"need history scores (P, V, h, k) and rewards (P, V, h) with h >= 2; got "
+                         f"{tuple(scores.shape)}, {tuple(rewards.shape)}")
+    P, V, h, _ = scores.shape
+    s, z = scores.to(DT), rewards.to(DT)
+    w2 = (s**2).sum(-1)                                                   # (P, V, h) ||S W||^2
+    zw = (z[..., None] * s).sum(2)                                        # (P, V, k)
+    t0 = ((zw**2).sum(-1) - (z**2 * w2).sum(2)) / (h * (h - 1))          # (P, V) unbiased ||g(x)||^2 (M14)
+    return history_stats(np.full(P, V, dtype=float), np.full(P, V * h, dtype=float), z.sum((1, 2)).numpy(),
+                         (z * w2).sum((1, 2)).numpy(), ((1 - z) * w2).sum((1, 2)).numpy(), t0.sum(1).numpy(),
+                         prior_a=prior_a, prior_b=prior_b, shrink=shrink)

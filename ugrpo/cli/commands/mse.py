@@ -2,7 +2,8 @@
 
 Example: ``ugrpo mse --env builtin:demo --groups 2,4,8,16,32,64 --batch 8 --reps 2000 --out runs/mse``.
 On a language model: ``ugrpo mse --model tiny:instruct --task arithmetic --groups 4,8,16,32,64 --batch 8
---reps 30 --ref-samples 256 --prompts 32 --sketch-dim 256 --out runs/lm-mse`` (docs/lm-mse.md).
+--reps 30 --ref-samples 256 --prompts 32 --sketch-dim 256 --out runs/lm-mse`` (docs/lm-mse.md); add
+``--groups 8,32 --allocation uniform,vip,knapsack,ustat`` for per-prompt group sizes at equal samples.
 Parsing only: the flags become an ``MSEConfig`` or ``LMMSEConfig`` and one call of
 :func:`ugrpo.experiments.mse.mse_experiment` or :func:`ugrpo.experiments.lm_mse.lm_mse_experiment`.
 """
@@ -33,6 +34,15 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--temperature", type=float, default=1.0, help="with --model: sampling temperature")
     p.add_argument("--max-new-tokens", type=int, default=8, help="with --model: completion length cap")
     p.add_argument("--chat", action="store_true", help="with --model: wrap prompts in the chat template")
+    p.add_argument("--allocation", default=None, metavar="RULES", help="with --model: compare per-prompt allocation "
+                   "rules at equal samples N = B x G, comma-separated among uniform,vip,knapsack,ustat (one study per "
+                   "G of --groups below --g-max; docs/lm-mse.md R8-R10)")
+    p.add_argument("--g-min", type=int, default=2, help="with --allocation: smallest G_b")
+    p.add_argument("--g-max", type=int, default=None, help="with --allocation: largest G_b (default and at most: "
+                   "the block size max(--groups))")
+    p.add_argument("--history-visits", type=int, default=2, help="with --allocation: simulated earlier visits per "
+                   "prompt for the predicted moments")
+    p.add_argument("--history-group", type=int, default=4, help="with --allocation: samples per history visit")
     p.add_argument("--seed", type=int, default=0, help="seed of the Monte-Carlo samples (one stream per G)")
     p.add_argument("--theta", default=None, help="comma-separated parameters (length D); default: the env's theta0")
     p.add_argument("--out", required=True, help="run folder to write")
@@ -56,16 +66,29 @@ def _config(args: argparse.Namespace):
                            batch=args.batch, reps=30 if args.reps is None else args.reps,
                            ref_samples=args.ref_samples, prompts=args.prompts, sketch_dim=args.sketch_dim,
                            seed=args.seed, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
-                           chat=args.chat)
+                           chat=args.chat, allocation=_rules(args.allocation), g_min=args.g_min, g_max=args.g_max,
+                           history_visits=args.history_visits, history_group=args.history_group)
     from ugrpo.experiments.mse import MSEConfig
 
     if args.task is not None or args.task_option:
         raise ValueError("--task and --task-option need --model (an env has no task)")
+    if args.allocation is not None:
+        raise ValueError("--allocation needs --model (on an exact env use `ugrpo allocate --env FILE`)")
     theta = None if args.theta is None else tuple(parse_float_list(args.theta, name="--theta"))
     return MSEConfig(env=args.env or "builtin:demo",
                      groups=tuple(parse_int_list("2,4,8,16,32,64" if args.groups is None else args.groups,
                                                  name="--groups", minimum=2)),  # '' is an error, not the default
                      batch=args.batch, reps=1000 if args.reps is None else args.reps, seed=args.seed, theta=theta)
+
+
+def _rules(text: str | None) -> tuple[str, ...]:
+    """``--allocation a,b`` -> ('a', 'b'); '' is an error (not 'no study')."""
+    if text is None:
+        return ()
+    rules = tuple(r.strip() for r in text.split(","))
+    if not all(rules):
+        raise ValueError(f"--allocation {text!r}: give comma-separated rule names, e.g. uniform,vip,knapsack,ustat")
+    return rules
 
 
 def main(args: argparse.Namespace) -> int:
@@ -79,6 +102,13 @@ def main(args: argparse.Namespace) -> int:
         print(text_table(["G", "estimator", "MSE", "95% CI", "predicted"],
                          [[r["G"], r["estimator"], r["mse"], fmt_ci(r["ci_low"], r["ci_high"]), r["predicted"]]
                           for r in results["rows"]]))
+        if results.get("allocation"):
+            from ugrpo.report.lm_mse_report import allocation_table
+
+            print("allocation, total MSE:")
+            print(text_table(*allocation_table(results["allocation"])))
+            print("allocation, within the drawn prompts (no c1/B):")
+            print(text_table(*allocation_table(results["allocation"], "within")))
     else:
         from ugrpo.experiments.mse import mse_experiment
         from ugrpo.report.mse_report import table_rows

@@ -1,0 +1,167 @@
+"""Per-prompt group sizes on a language model: realised gradient MSE per allocation rule at equal samples.
+
+``ugrpo mse --model PATH --task NAME --allocation uniform,vip,knapsack,ustat [--g-min 2] [--g-max Gmax]``
+adds one allocation study per uniform group size G of ``--groups`` with G < g_max (docs/lm-mse.md R8-R10):
+
+* budget N = B G samples per minibatch; rule ``uniform`` gives every prompt G, the others choose
+  g_min <= G_b <= g_max with sum_b G_b = N (:func:`ugrpo.stats.allocation.allocate`) from what they know about
+  the B drawn prompts **before** the block is drawn;
+* every rule reads the first G_b samples of the same (r, b) block of Gmax = max(--groups) samples (common random
+  numbers), and its squared error against g_ref gets the same correction as the uniform rows (R8);
+* moments: ``true`` = per-prompt p, c2(x), c3(x) from the M reference samples (the ceiling of the gain);
+  ``predicted`` = a simulated history of V visits x h samples per prompt, drawn from its own sample stream
+  (independent of the reference and the blocks), through the Beta/shrinkage predictor of docs/math.md M38;
+* per rule: the corrected MSE with its 95% interval, the predicted MSE (M33 with the rule's moments and c1 of the
+  reference pool), the realised ratio rule / uniform with a paired 95% interval, and the predicted ratio; all of it
+  again within the drawn prompts (against (1/B) sum_b g_ref(x_b), no c1/B: the part an allocation can change).
+
+Deviation from training: the history visits every prompt V times at the same theta (no policy drift), and the
+uniform row reads one group of G per block (the estimator rows of the same G average floor(Gmax/G) groups).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ugrpo.experiments.allocate import _prediction_quality
+from ugrpo.stats.allocation import PromptStats, allocate, predicted_mse
+from ugrpo.stats.intervals import ratio_interval
+from ugrpo.stats.mc_mse import (
+    ReferenceMoments,
+    block_squared_errors,
+    corrected_row,
+    history_prompt_stats,
+    ragged_block_errors,
+    sample_prompt_stats,
+)
+
+__all__ = ["allocation_groups", "rule_sizes", "run_allocation_study"]
+
+
+def allocation_groups(groups: tuple[int, ...], g_max: int) -> list[int]:
+    """The uniform G of ``--groups`` that leave the rules room to differ from uniform (G < g_max)."""
+    return sorted(G for G in groups if G < g_max)
+
+
+def rule_sizes(rule: str, known: PromptStats, idx: Tensor, G: int, g_min: int, g_max: int) -> np.ndarray:
+    """(R, B) group sizes of ``rule`` for every repetition's drawn prompts ``idx`` (R, B) at budget N = B G."""
+    R, B = idx.shape
+    if rule == "uniform":
+        return np.full((R, B), G, dtype=np.int64)
+    return np.stack([allocate(rule, known.take(row), B * G, g_min=g_min, g_max=g_max).sizes
+                     for row in idx.numpy()])
+
+
+@dataclass(frozen=True, eq=False)
+class _Target:
+    """What the squared errors are measured against: g_ref (total MSE; c1 = the pool's c1) or the drawn prompts'
+    (1/B) sum_b g_ref(x_b) per repetition (within the drawn prompts, R7; c1 = 0), with the reference correction
+    ``sub`` and its spread ``sd`` (R2, R5, R7)."""
+
+    vec: Tensor  # (k,) or (R, k)
+    sub: float
+    sd: float
+    c1: float
+
+
+def _ratio(a: Tensor, b: Tensor, t: _Target) -> dict[str, float | None]:
+    """Corrected mean(a) / mean(b) over paired repetitions (same blocks, same reference: the shift is common, R10)."""
+    if torch.equal(a, b):
+        return {"ratio": 1.0, "ci_low": 1.0, "ci_high": 1.0}
+    out = ratio_interval(a, b, t.sub, t.sub, common_sd=t.sd)
+    if out["ratio"] is None:
+        return out
+    return {**out, "ci_low": max(0.0, out["ci_low"])}  # a ratio of MSEs is >= 0
+
+
+def _cells(errs: dict[str, Tensor], preds: dict[str, float], t: _Target) -> dict[str, dict[str, Any]]:
+    """Per rule: corrected MSE with its interval, the paired ratio to uniform, the prediction and the verdict."""
+    out = {}
+    for rule, e in errs.items():
+        row = corrected_row(e, t.sub, t.sd)
+        r = _ratio(e, errs["uniform"], t)
+        pr = preds[rule] / preds["uniform"] if preds["uniform"] > 0 else None
+        same = torch.equal(e, errs["uniform"])
+        # no verdict for uniform itself, nor for a rule that chose uniform G everywhere (ratio 1 [1, 1] trivially)
+        ok = None not in (r["ci_low"], pr) and not same
+        out[rule] = {**row, "ci_low": max(0.0, row["ci_low"]), "predicted": preds[rule], "ratio": r["ratio"],
+                     "ratio_ci": [r["ci_low"], r["ci_high"]], "predicted_ratio": pr,
+                     "predicted_inside": (r["ci_low"] <= pr <= r["ci_high"]) if ok else None}
+    return out
+
+
+def _study(G: int, moments: str, known: PromptStats, true: PromptStats, rules: tuple[str, ...], est_s: Tensor,
+           est_z: Tensor, idx: Tensor, total: _Target, within: _Target, g_min: int,
+           g_max: int) -> list[dict[str, Any]]:
+    """The rows of one (G, moments) study: every rule at N = B G on the same blocks."""
+    R, B = idx.shape
+    errs = {"total": {}, "within": {}}
+    preds = {"total": {}, "within": {}, "true": {}, "true_within": {}}
+    info = {}
+    for rule in ("uniform", *[r for r in rules if r != "uniform"]):  # uniform always: the ratios are against it
+        sizes = rule_sizes(rule, known, idx, G, g_min, g_max)                       # (R, B)
+        for key, t in (("total", total), ("within", within)):
+            errs[key][rule] = ragged_block_errors(est_s, est_z, torch.as_tensor(sizes), t.vec)
+            preds[key][rule] = float(np.mean([predicted_mse(a, known.take(i), c1=t.c1)
+                                              for a, i in zip(sizes, idx.numpy())]))
+        for key, t in (("true", total), ("true_within", within)):  # the same sizes priced with the true moments
+            preds[key][rule] = float(np.mean([predicted_mse(a, true.take(i), c1=t.c1)
+                                              for a, i in zip(sizes, idx.numpy())]))
+        info[rule] = {"same_as_uniform": bool((sizes == G).all()),  # the rule chose G in every repetition
+                      "sizes": {"mean": float(sizes.mean()), "min": int(sizes.min()), "max": int(sizes.max()),
+                                "frac_at_g_min": float((sizes == g_min).mean())}}
+    tot, win = _cells(errs["total"], preds["total"], total), _cells(errs["within"], preds["within"], within)
+    rows = []
+    for rule in errs["total"]:
+        w = {k: win[rule][k] for k in ("mse", "se", "ci_low", "ci_high", "ratio", "ratio_ci", "predicted",
+                                       "predicted_ratio", "predicted_inside")}
+        w["predicted_true_moments"] = preds["true_within"][rule]
+        w["predicted_ratio_true_moments"] = _safe_ratio(preds["true_within"][rule], preds["true_within"]["uniform"])
+        rows.append({"rule": rule, "moments": moments, "budget": B * G, "G": G, "B": B, "reps": R, **tot[rule],
+                     "predicted_true_moments": preds["true"][rule],
+                     "predicted_ratio_true_moments": _safe_ratio(preds["true"][rule], preds["true"]["uniform"]),
+                     **info[rule], "within_prompts": w})
+    return rows
+
+
+def _safe_ratio(a: float, b: float) -> float | None:
+    return a / b if b > 0 else None
+
+
+def run_allocation_study(cfg, ref_s: Tensor, ref_z: Tensor, est_s: Tensor, est_z: Tensor, idx: Tensor,
+                         hist_s: Tensor, hist_z: Tensor, ref: ReferenceMoments, sd_ref: float,
+                         comp: dict[str, Any]) -> dict[str, Any]:
+    """The ``allocation`` section of results.json (module docstring); cfg is an ``LMMSEConfig``."""
+    Gmax = est_s.shape[2]
+    g_max = cfg.g_max if cfg.g_max is not None else Gmax
+    true = sample_prompt_stats(ref_s, ref_z)
+    pred = history_prompt_stats(hist_s, hist_z)
+    c1 = float(comp["c1"]["estimate"])
+    total = _Target(ref.g_ref, ref.ref_err, sd_ref, c1)
+    within = _Target(ref.g_x[idx].mean(1), float(ref.within_ref_err(idx).mean()), ref.spread(idx), 0.0)
+    rows, checks = [], []
+    for G in allocation_groups(cfg.groups, g_max):
+        for moments, known in (("true", true), ("predicted", pred)):
+            rows += _study(G, moments, known, true, cfg.allocation, est_s, est_z, idx, total, within, cfg.g_min,
+                           g_max)
+        # the uniform rule is the grpo estimator on the first G samples of each block (block_squared_errors, m = 1)
+        dense = block_squared_errors(est_s[:, :, :G], est_z[:, :, :G], ref.v_ref[idx], ref.g_ref, G)["grpo"]
+        checks.append({"G": G, "grpo_first_group_mse": corrected_row(dense, ref.ref_err, sd_ref)["mse"],
+                       "grpo_row_groups_per_block": Gmax // G})
+    verdicts = [{"G": r["G"], "moments": r["moments"], "rule": r["rule"], "inside": r["predicted_inside"],
+                 "inside_within_prompts": r["within_prompts"]["predicted_inside"]}
+                for r in rows if r["predicted_inside"] is not None]
+    return {"rows": rows, "uniform_checks": checks, "verdicts": verdicts,
+            "all_inside": all(v["inside"] for v in verdicts) if verdicts else None,
+            "g_min": cfg.g_min, "g_max": g_max, "block": Gmax, "c1": c1,
+            "history": {"visits": cfg.history_visits, "group": cfg.history_group,
+                        "samples": int(hist_z.numel()), "source": "own sample stream per prompt (independent of "
+                        "the reference and the estimation blocks)"},
+            "prediction_quality": _prediction_quality(pred, true) if len(true) > 2 else None,
+            "true_moments": {"mean_p": float(true.value.mean()), "frac_p_0_or_1": float(
+                ((true.value == 0) | (true.value == 1)).mean())}}
