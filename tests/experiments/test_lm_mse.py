@@ -181,10 +181,10 @@ def test_lm_mse_end_to_end(tmp_path, capsys, tiny_model_dir, task_args):
     for r in res["rows"]:
         assert {"estimator", "G", "B", "mse", "ci_low", "ci_high", "exact"} <= set(r)
         assert r["exact"] is None and r["B"] == 2 and r["reps"] == 3
-        assert r["ci_low"] <= r["mse"] <= r["ci_high"] and math.isfinite(r["predicted"])
+        assert 0 <= r["ci_low"] <= max(r["mse"], 0) <= r["ci_high"] and math.isfinite(r["predicted"])
         assert r["mse"] == pytest.approx(r["raw_mse"] - r["correction"])
         w = r["within_prompts"]
-        assert w["ci_low"] <= w["mse"] <= w["ci_high"]
+        assert 0 <= w["ci_low"] <= max(w["mse"], 0) <= w["ci_high"]
     assert len(metrics(out)) == 8
     cost = res["cost"]
     assert cost["samples"] == 4 * 8 + 3 * 2 * 8 and cost["samples_reference"] == 32

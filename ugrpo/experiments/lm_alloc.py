@@ -89,7 +89,7 @@ def _cells(errs: dict[str, Tensor], preds: dict[str, float], t: _Target) -> dict
         same = torch.equal(e, errs["uniform"])
         # no verdict for uniform itself, nor for a rule that chose uniform G everywhere (ratio 1 [1, 1] trivially)
         ok = None not in (r["ci_low"], pr) and not same
-        out[rule] = {**row, "ci_low": max(0.0, row["ci_low"]), "predicted": preds[rule], "ratio": r["ratio"],
+        out[rule] = {**row, "predicted": preds[rule], "ratio": r["ratio"],
                      "ratio_ci": [r["ci_low"], r["ci_high"]], "predicted_ratio": pr,
                      "predicted_inside": (r["ci_low"] <= pr <= r["ci_high"]) if ok else None}
     return out

@@ -18,7 +18,7 @@ from ugrpo.stats.advantages import compute_advantages
 from ugrpo.stats.allocation import PromptStats, history_stats
 from ugrpo.stats.components import _prompt_terms, _reduce
 from ugrpo.stats.estimators import ESTIMATORS
-from ugrpo.stats.intervals import normal_interval
+from ugrpo.stats.intervals import clip_interval, normal_interval
 from ugrpo.stats.ragged import ragged_advantages, ragged_prompt_gradients
 
 __all__ = ["ReferenceMoments", "reference_moments", "block_squared_errors", "corrected_row", "ragged_block_errors",
@@ -161,17 +161,19 @@ def block_squared_errors(scores: Tensor, rewards: Tensor, values: Tensor, g_ref:
 
 
 def corrected_row(err: Tensor, subtract: float, extra_sd: float) -> dict[str, float]:
-    """Mean of the repetitions minus the correction, with a 95% interval.
+    """Mean of the repetitions minus the correction, with a 95% interval cut at 0.
 
     SE^2 = (sample variance of the R values)/R + extra_sd^2, where extra_sd bounds the spread of the
-    reference's realised error around its estimate (docs/lm-mse.md R5).
+    reference's realised error around its estimate (docs/lm-mse.md R5). The corrected mean stays unbiased and
+    may fall below 0 when the correction is as large as the noise; the interval is for an MSE, which is never
+    negative, so it is cut at 0 (which never removes the true value: the coverage is unchanged).
     """
     R = err.numel()
     raw = float(err.mean())
     se_rep = float(err.std(correction=1)) / math.sqrt(R)
     se = math.sqrt(se_rep**2 + extra_sd**2)
     m = raw - subtract
-    lo, hi = normal_interval(m, se)
+    lo, hi = clip_interval(*normal_interval(m, se), hi=math.inf)
     return {"mse": m, "se": se, "ci_low": lo, "ci_high": hi, "raw_mse": raw, "raw_se": se_rep, "correction": subtract}
 
 
