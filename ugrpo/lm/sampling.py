@@ -50,9 +50,10 @@ __all__ = ["Rollout", "GumbelNoiseProcessor", "row_seed", "sample_groups", "comp
 
 @dataclass(frozen=True)
 class Rollout:
-    """The completions of ``len(prompts)`` prompts, ``group_size`` each, in prompt-major order.
+    """The completions of ``len(prompts)`` prompts, ``group_sizes[b]`` for prompt b, in prompt-major order.
 
-    Rows ``b*G .. b*G+G-1`` belong to prompt ``b``; N = B * G rows in all.
+    Rows ``offset_b .. offset_b + G_b - 1`` belong to prompt ``b`` (offset_b = G_0 + ... + G_{b-1}); N = sum_b G_b
+    rows in all. With equal sizes (the usual case) rows ``b*G .. b*G+G-1`` belong to prompt ``b``.
 
     Attributes
     ----------
@@ -69,9 +70,12 @@ class Rollout:
     truncated : Tensor (N,) bool
         True where no EOS was generated within ``max_new_tokens``.
     prompt_index : Tensor (N,) long
-        ``b`` for each row: ``prompt_index = arange(B).repeat_interleave(G)``.
+        ``b`` for each row: ``prompt_index = arange(B).repeat_interleave(group_sizes)``.
     group_size : int
-        G.
+        G when every prompt has G rows; for ragged groups the rounded mean N // B (only a hint for chunking:
+        code that needs each group's size reads ``group_sizes``).
+    group_sizes : Tensor (B,) long or None
+        G_b per prompt; None (a hand-built equal-group Rollout) means ``group_size`` for every prompt.
     """
 
     prompt_ids: Tensor
@@ -82,10 +86,21 @@ class Rollout:
     truncated: Tensor
     prompt_index: Tensor
     group_size: int
+    group_sizes: Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if self.group_sizes is None:
+            object.__setattr__(self, "group_sizes",
+                               torch.full((len(self.texts) // self.group_size,), self.group_size, dtype=torch.long))
 
     @property
     def num_prompts(self) -> int:
-        return len(self.texts) // self.group_size
+        return int(self.group_sizes.numel())
+
+    @property
+    def ragged(self) -> bool:
+        """True when the prompts have different group sizes."""
+        return bool((self.group_sizes != self.group_size).any())
 
     @property
     def completion_lengths(self) -> Tensor:
@@ -178,13 +193,26 @@ def completion_mask_from_ids(completion_ids: Tensor, eos_ids: Sequence[int]) -> 
     return mask, ~has_eos
 
 
+def _group_sizes(group_size: int | Sequence[int], B: int) -> list[int]:
+    """One G_b per prompt from an int (every prompt) or a sequence of B ints; each must be >= 1."""
+    if isinstance(group_size, (int, np.integer)):
+        sizes = [int(group_size)] * B
+    else:
+        sizes = [int(g) for g in group_size]
+        if len(sizes) != B:
+            raise ValueError(f"sample_groups: got {len(sizes)} group sizes for {B} prompts; pass one G_b per prompt "
+                             "or one int")
+    if min(sizes) < 1:
+        raise ValueError(f"sample_groups: group_size={group_size} must be >= 1 for every prompt")
+    return sizes
+
+
 def _check_args(prompts, group_size, seeds, temperature, top_p, max_new_tokens, batch_size) -> None:
     if isinstance(prompts, str):
         raise TypeError("sample_groups: prompts must be a sequence of strings, got one string; wrap it in a list")
     if len(prompts) == 0:
         raise ValueError("sample_groups: prompts is empty")
-    if group_size < 1:
-        raise ValueError(f"sample_groups: group_size={group_size} must be >= 1")
+    _group_sizes(group_size, len(prompts))
     if len(seeds) != len(prompts):
         raise ValueError(f"sample_groups: got {len(seeds)} seeds for {len(prompts)} prompts; pass one seed per prompt")
     if any(int(s) < 0 for s in seeds):
@@ -205,7 +233,7 @@ def sample_groups(
     model,
     tokenizer,
     prompts: Sequence[str],
-    group_size: int,
+    group_size: int | Sequence[int],
     *,
     seeds: Sequence[int],
     temperature: float = 1.0,
@@ -225,10 +253,11 @@ def sample_groups(
         With ``pad_token_id`` and ``eos_token_id`` set; prompts are left-padded.
     prompts : sequence of str, length B
         Already formatted (see :func:`ugrpo.lm.loading.format_prompt`).
-    group_size : int
-        G >= 1 completions per prompt.
+    group_size : int or sequence of B ints
+        G >= 1 completions per prompt, or G_b for prompt b (ragged groups, docs/allocation.md).
     seeds : sequence of int, length B
-        One seed per prompt; row g of prompt b draws its noise from ``row_seed(seeds[b], g)``.
+        One seed per prompt; row g of prompt b draws its noise from ``row_seed(seeds[b], g)``, so the first
+        G_b completions of a prompt are the same whatever its G_b (and whatever the other prompts get).
     temperature, top_p : float
         The sampled distribution is softmax(logits / temperature) restricted to the top-p set.
     max_new_tokens : int
@@ -246,21 +275,22 @@ def sample_groups(
     Returns
     -------
     Rollout
-        N = B * G rows in prompt-major order; see :class:`Rollout`.
+        N = sum_b G_b rows in prompt-major order; see :class:`Rollout`.
     """
     _check_args(prompts, group_size, seeds, temperature, top_p, max_new_tokens, batch_size)
     if tokenizer.pad_token_id is None:
         raise ValueError("sample_groups: tokenizer.pad_token_id is None; load the policy with load_policy (sets it)")
     eos_ids = _eos_ids(tokenizer, model)
     device = next(model.parameters()).device
-    B, G = len(prompts), group_size
-    N = B * G
+    B, sizes = len(prompts), _group_sizes(group_size, len(prompts))
+    N = sum(sizes)
+    reps = torch.tensor(sizes, dtype=torch.long)  # (B,)
     enc = tokenizer(list(prompts), padding=True, return_tensors="pt", add_special_tokens=add_special_tokens)
     if tokenizer.padding_side != "left":  # re-pad on the left without touching the caller's tokenizer
         enc = _left_pad(enc["input_ids"], enc["attention_mask"], tokenizer.pad_token_id)
-    prompt_ids = enc["input_ids"].repeat_interleave(G, dim=0)  # (N, P)
-    prompt_mask = enc["attention_mask"].repeat_interleave(G, dim=0)  # (N, P)
-    row_seeds = [row_seed(int(seeds[b]), g) for b in range(B) for g in range(G)]
+    prompt_ids = enc["input_ids"].repeat_interleave(reps, dim=0)  # (N, P)
+    prompt_mask = enc["attention_mask"].repeat_interleave(reps, dim=0)  # (N, P)
+    row_seeds = [row_seed(int(seeds[b]), g) for b in range(B) for g in range(sizes[b])]
     gen_config = GenerationConfig(
         do_sample=False,
         max_new_tokens=max_new_tokens,
@@ -317,8 +347,9 @@ def sample_groups(
         completion_mask=completion_mask,
         texts=list(texts),
         truncated=truncated,
-        prompt_index=torch.arange(B).repeat_interleave(G),
-        group_size=G,
+        prompt_index=torch.arange(B).repeat_interleave(reps),
+        group_size=N // B,
+        group_sizes=reps,
     )
 
 

@@ -8,6 +8,8 @@ left by such a kill is removed by the next save). Contents:
   model under full fine-tuning, the adapter under LoRA)
 * ``optimizer.pt``, ``scheduler.pt``
 * ``rng-rank{r}.pt``      python, numpy and torch (and CUDA) RNG states of each process
+* ``history.json``        the per-prompt allocation history (:mod:`ugrpo.train.history`; runs with
+  ``allocation.rule`` other than uniform only), plain JSON
 * ``state.json``          ``{"step": K, "world_size": W, "sha256": {file: digest}}``, written last
 
 Loading is safe for files from others (run folders on shared storage): tensors come from
@@ -36,7 +38,7 @@ from ugrpo.train.distributed import DistContext, barrier, gather_objects
 
 __all__ = [
     "save_checkpoint", "load_checkpoint", "load_latest", "latest_checkpoint", "checkpoints", "verify_checkpoint",
-    "rng_state", "set_rng_state",
+    "rng_state", "set_rng_state", "read_extra",
 ]
 
 
@@ -71,8 +73,12 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def save_checkpoint(root: Path, step: int, model, optimizer, scheduler, ctx: DistContext) -> Path | None:
-    """Write ``root/step-{step}`` atomically (rank 0 writes; every rank contributes its RNG state)."""
+def save_checkpoint(root: Path, step: int, model, optimizer, scheduler, ctx: DistContext,
+                    extra: dict[str, dict] | None = None) -> Path | None:
+    """Write ``root/step-{step}`` atomically (rank 0 writes; every rank contributes its RNG state).
+
+    ``extra`` maps file names (``history.json``) to JSON-safe dicts written beside the rest and checksummed.
+    """
     from ugrpo.runs import follow_umask
 
     rngs = gather_objects(rng_state(), ctx)
@@ -90,6 +96,8 @@ def save_checkpoint(root: Path, step: int, model, optimizer, scheduler, ctx: Dis
             torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
             for r, state in enumerate(rngs):
                 torch.save(state, tmp / f"rng-rank{r}.pt")
+            for name, data in (extra or {}).items():
+                (tmp / name).write_text(json.dumps(data) + "\n")
             sums = {p.name: _sha256(p) for p in sorted(tmp.iterdir())}
             state = {"step": step, "world_size": ctx.world_size, "sha256": sums}
             (tmp / "state.json").write_text(json.dumps(state, indent=1) + "\n")
@@ -170,6 +178,18 @@ def _apply(path: Path, parts, model, optimizer, scheduler) -> int:
     if rng is not None:
         set_rng_state(rng)
     return int(state["step"])
+
+
+def read_extra(path: Path, name: str) -> dict | None:
+    """The JSON file ``name`` saved by ``save_checkpoint(extra=...)``, checked against its sha256; None if absent."""
+    path = Path(path)
+    state = verify_checkpoint(path)
+    if name not in state.get("sha256", {}):
+        return None
+    try:
+        return json.loads((path / name).read_text())
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{path / name} is unreadable ({e})") from e
 
 
 def load_checkpoint(path: Path, model, optimizer, scheduler, ctx: DistContext) -> int:

@@ -29,7 +29,6 @@ Run: ``ugrpo train --config examples/arith-tiny.yaml --out runs/x [--resume] [--
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -43,11 +42,13 @@ from ugrpo.errors import NonFiniteError, ResumeError
 from ugrpo.lm.loading import LoraSettings, context_length, format_prompt, load_policy
 from ugrpo.lm.sampling import sample_groups
 from ugrpo.runlock import claim, release
-from ugrpo.runs import RunDir, follow_umask, read_jsonl, repair_metrics
+from ugrpo.runs import RunDir, follow_umask, read_jsonl
 from ugrpo.stats.advantages import compute_advantages
+from ugrpo.stats.ragged import ragged_advantages
 from ugrpo.tasks.base import score
 from ugrpo.tasks.registry import get_task
-from ugrpo.train.checkpoint import latest_checkpoint, load_latest, save_checkpoint
+from ugrpo.train.alloc import Allocator, group_stats, row_weights
+from ugrpo.train.checkpoint import latest_checkpoint, load_latest, read_extra, save_checkpoint
 from ugrpo.train.config import TrainConfig, summary_line
 from ugrpo.train.distributed import (
     DistContext,
@@ -59,9 +60,19 @@ from ugrpo.train.distributed import (
     shard,
 )
 from ugrpo.train.evaluate import evaluate
-from ugrpo.train.monitor import TrainMonitor, console_column
+from ugrpo.train.history import PromptHistory
+from ugrpo.train.monitor import TrainMonitor
 from ugrpo.train.resume import check_resume_config, finished_result, hashed_config
 from ugrpo.train.setup import Reference, check_prompt_lengths, make_optimizer, make_scheduler
+from ugrpo.train.steplog import (
+    check_finite_weights,
+    fmt_value,
+    line,
+    nonfinite_message,
+    repair_run_metrics,
+    step_metrics,
+    tensorboard,
+)
 from ugrpo.train.update import global_denominator, rollout_logprobs, update_on_rows
 
 __all__ = ["TrainResult", "train", "choose_prompts", "prompt_seed"]
@@ -185,14 +196,17 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, *, resume: bool, on_st
                          "lower G")
 
     start, initial, logged = 0, {}, []
+    allocator = Allocator(cfg, len(train_problems))  # G_b per prompt (uniform: G for all) and the history
     loaded = load_latest(out / "checkpoints", model, optimizer, scheduler, ctx) if resume else None
     if loaded is not None:
         start, ckpt = loaded
+        if not allocator.uniform:
+            allocator.history = _saved_history(ckpt, len(train_problems))
         if start > cfg.steps:
             raise ResumeError(f"--resume: steps={cfg.steps} but the checkpoint {ckpt} is at step {start}; "
                               f"resume with --steps {start} or more")
         if run is not None:
-            _repair_metrics(out, start)
+            repair_run_metrics(out, start)
             (out / "results.json").unlink(missing_ok=True)  # the run goes on: its old result no longer holds
             print(f"resuming from step {start} ({ckpt}); steps {start + 1}..{cfg.steps} to go", flush=True)
         barrier(ctx)
@@ -201,10 +215,12 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, *, resume: bool, on_st
     elif resume and run is not None:  # died before its first checkpoint: nothing to continue, start over
         print(f"resuming: {out} has no checkpoint yet, so the run starts over from step 0", flush=True)
         (out / "metrics.jsonl").unlink(missing_ok=True)
+    samples_cum = next((r["samples_cum"] for r in reversed(logged) if "samples_cum" in r),
+                       start * cfg.budget.samples_per_step)  # policy samples spent up to the checkpoint
     if run is not None:
         run.write_config({**asdict(cfg), "derived": {"prompts_per_step": B, "world_size": ctx.world_size}})
         print(f"{summary_line(cfg)}; full config: {run.file('config.json')}", flush=True)
-    writer = _tensorboard(out) if ctx.is_main else None
+    writer = tensorboard(out) if ctx.is_main else None
     monitor = (TrainMonitor.from_config(cfg, warned=any("monitor_warning" in r for r in logged))
                if cfg.monitor_every else None)
 
@@ -227,7 +243,7 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, *, resume: bool, on_st
 
     # ---------------------------------------------------------------- step 0: evaluate before any update
     if start == 0:
-        initial = {"step": 0, **run_eval(), "lr": scheduler.get_last_lr()[0]}
+        initial = {"step": 0, **run_eval(), "lr": scheduler.get_last_lr()[0], "samples": 0, "samples_cum": 0}
         log(initial)
     last_eval = next((r for r in reversed(logged) if "eval_accuracy" in r or "eval_pass1" in r), initial)
     bar = tqdm(range(start + 1, cfg.steps + 1), desc="train", unit="step", disable=not ctx.is_main, dynamic_ncols=True)
@@ -235,31 +251,31 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, *, resume: bool, on_st
         t0 = time.time()
         # ------------------------------------------------------------ 1. prompts: B iid from the train set
         idx = choose_prompts(len(train_problems), B, cfg.seed, step)  # (B,) global
+        sizes, alloc_row = allocator.choose(idx)  # (B,) G_b from the run's history only, never this step's samples
         mine = shard(B, ctx)  # this process's prompts b in [0, B)
         problems = [train_problems[idx[b]] for b in mine]
         prompts = [train_prompts[idx[b]] for b in mine]
-        # ------------------------------------------------------------ 2. G completions per prompt
+        # ------------------------------------------------------------ 2. G_b completions for prompt b
         rollout = sample_groups(
-            model, tok, prompts, G, seeds=[prompt_seed(cfg.seed, step, b) for b in mine],
+            model, tok, prompts, [int(sizes[b]) for b in mine], seeds=[prompt_seed(cfg.seed, step, b) for b in mine],
             temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p, max_new_tokens=cfg.sampling.max_new_tokens,
             batch_size=cfg.budget.micro_batch or None,
         )
         t_sample = time.time() - t0
-        # ------------------------------------------------------------ 3. rewards Z (B_local, G)
-        sc = score(task, rollout.texts, [p for p in problems for _ in range(G)])
-        rewards = torch.tensor(sc.rewards, dtype=torch.float64).view(-1, G)  # (B_local, G)
+        # ------------------------------------------------------------ 3. rewards Z (N_local,), prompt-major
+        local_sizes = rollout.group_sizes  # (B_local,)
+        sc = score(task, rollout.texts, [p for p, g in zip(problems, local_sizes.tolist()) for _ in range(g)])
+        rewards = torch.tensor(sc.rewards, dtype=torch.float64)  # (N_local,)
         values = None
         if cfg.baseline == "oracle":  # V(x) from M extra samples per prompt (counted as cost)
             values = _oracle_values(cfg, model, tok, task, problems, prompts, step, mine)
         # ------------------------------------------------------------ 4. advantages from ugrpo.stats
-        adv = compute_advantages(
-            rewards, baseline=cfg.baseline, values=values, scale=cfg.scale, ddof=cfg.ddof, eps=cfg.eps,
-            zero_std=cfg.zero_std
-        )
-        advantages = adv.advantages.reshape(-1).float()  # (B_local*G,) row b*G+g
+        advantages, n_zero_std = _advantages(cfg, rollout, rewards, values)  # (N_local,) float32
         # ------------------------------------------------------------ 4b. G* monitor: c1, c2, c3 of this batch at theta
-        # (Thm 7)
-        monitored = monitor.observe(step, model, rollout, rewards, ctx) if monitor and monitor.due(step) else {}
+        # (Thm 7); ustat's score sketch (||W||^2 per sample for the history) at the sampling parameters
+        monitored = (monitor.observe(step, model, rollout, rewards.view(-1, G), ctx)
+                     if monitor and monitor.due(step) else {})
+        sketch, t_sketch = allocator.sketch(model, rollout, step)  # (N_local, k) or None
         # ------------------------------------------------------------ 5. update(s)
         mb = cfg.budget.micro_batch
         logp_ref = reference.logprobs(model, rollout, cfg.sampling.temperature, mb) if reference else None
@@ -267,10 +283,10 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, *, resume: bool, on_st
                                     micro_batch=mb) if cfg.algorithm == 2 else None
         updates = []
         Bm = B // cfg.minibatches
+        owner = torch.as_tensor(list(mine), dtype=torch.long)[rollout.prompt_index]  # (N_local,) global b of a row
         for j in range(cfg.minibatches):  # Algorithm 1: m = 1, the whole batch
-            local_prompts = [i for i, b in enumerate(mine) if j * Bm <= b < (j + 1) * Bm]
-            mb_rows = torch.tensor([i * G + g for i in local_prompts for g in range(G)], dtype=torch.long)
-            denom = global_denominator(cfg, rollout, mb_rows, Bm * G, ctx)
+            mb_rows = torch.nonzero((owner >= j * Bm) & (owner < (j + 1) * Bm)).squeeze(1)
+            denom = global_denominator(cfg, rollout, mb_rows, Bm * G, ctx)  # Bm * Gbar rows (seq_*)
             updates.append(update_on_rows(
                 model, params, optimizer, rollout, mb_rows, advantages, logp_old=logp_old, logp_ref=logp_ref,
                 denominator=denom, cfg=cfg, ctx=ctx,
@@ -279,7 +295,14 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, *, resume: bool, on_st
         scheduler.step()
         n_nonfinite = sum(u.skipped for u in updates)  # updates dropped: NaN/inf loss or gradient
         # ------------------------------------------------------------ 6. metrics (all processes), eval, checkpoint
-        row = _step_metrics(step, rewards, adv.n_zero_std, sc, rollout, updates, lr, ctx)
+        row = step_metrics(step, rewards, len(local_sizes), n_zero_std, sc, rollout, updates, lr, ctx)
+        parts = gather_objects((rewards.numpy(), None if sketch is None else sketch.numpy()), ctx)
+        alloc_row.update(allocator.observe(idx, sizes, np.concatenate([p[0] for p in parts]),
+                                           None if sketch is None else np.concatenate([p[1] for p in parts])))
+        samples_cum += int(sizes.sum())
+        row.update(samples=int(sizes.sum()), samples_cum=samples_cum, **alloc_row)
+        if allocator.uses_scores:
+            row["s_alloc_sketch"] = t_sketch
         row["s_per_step"] = time.time() - t0
         row["s_sampling"] = t_sample
         row["tokens_per_s"] = row.pop("_tokens") / max(row["s_per_step"], 1e-9)
@@ -288,17 +311,18 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, *, resume: bool, on_st
         row["n_nonfinite_updates"] = n_nonfinite
         if n_nonfinite and cfg.optim.nonfinite == "stop":
             log(row)
-            raise NonFiniteError(_nonfinite_message(step, updates, out))
+            raise NonFiniteError(nonfinite_message(step, updates, out))
         if step == cfg.steps or (cfg.eval.every and step % cfg.eval.every == 0):
             last_eval = run_eval()
             row.update(last_eval)
         log(row)
         if step == cfg.steps or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
-            _check_finite_weights(params, step, out)
-            save_checkpoint(out / "checkpoints", step, model, optimizer, scheduler, ctx)
-        bar.set_postfix(reward=f"{row['reward_mean']:.3f}", acc=_fmt(last_eval.get("eval_accuracy")))
+            check_finite_weights(params, step, out)
+            save_checkpoint(out / "checkpoints", step, model, optimizer, scheduler, ctx,
+                            extra=None if allocator.uniform else {"history.json": allocator.history.to_json()})
+        bar.set_postfix(reward=f"{row['reward_mean']:.3f}", acc=fmt_value(last_eval.get("eval_accuracy")))
         if ctx.is_main and step % cfg.log_every == 0:
-            tqdm.write(_line(row))
+            tqdm.write(line(row))
         if on_step is not None:
             on_step(step, row)
     bar.close()
@@ -307,11 +331,11 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, *, resume: bool, on_st
         out_dir=str(out), steps=cfg.steps,
         initial_eval_accuracy=initial.get("eval_accuracy"), initial_eval_pass1=initial.get("eval_pass1"),
         final_eval_accuracy=last_eval.get("eval_accuracy"), final_eval_pass1=last_eval.get("eval_pass1"),
-        minutes=(time.time() - t_loaded) / 60, samples=cfg.steps * cfg.budget.samples_per_step,
+        minutes=(time.time() - t_loaded) / 60, samples=samples_cum,
         oracle_samples=cfg.steps * B * cfg.oracle_samples if cfg.baseline == "oracle" else 0,
         skipped_prompts=skipped, load_minutes=(t_loaded - t_start) / 60,
     )
-    _check_finite_weights(params, cfg.steps, out)
+    check_finite_weights(params, cfg.steps, out)
     if run is not None:
         run.write_results(result)
         model.save_pretrained(out / "final_model", safe_serialization=True)
@@ -335,6 +359,32 @@ def _device(cfg: TrainConfig, ctx: DistContext) -> torch.device:
     return torch.device(f"cuda:{ctx.local_rank}") if torch.cuda.is_available() else torch.device("cpu")
 
 
+def _advantages(cfg: TrainConfig, rollout, rewards: torch.Tensor, values) -> tuple[torch.Tensor, int]:
+    """((N_local,) float32 advantages times the row weight Gbar/G_b, all-equal group count) (docs/allocation.md).
+
+    Equal groups take the dense path of :func:`compute_advantages` (every option, weight 1: the plain trainer);
+    ragged groups take :func:`ragged_advantages` (each prompt's own G_b in its LOO mean) times Gbar/G_b, so the
+    loss's usual 1/(B Gbar) sum is (1/B) sum_b (1/G_b) sum_g A_bg W_bg (M32-M33).
+    """
+    if not rollout.ragged:
+        adv = compute_advantages(rewards.view(-1, rollout.group_size), baseline=cfg.baseline, values=values,
+                                 scale=cfg.scale, ddof=cfg.ddof, eps=cfg.eps, zero_std=cfg.zero_std)
+        return adv.advantages.reshape(-1).float(), adv.n_zero_std  # row b*G+g
+    sizes = rollout.group_sizes
+    adv = ragged_advantages(rewards, sizes, baseline=cfg.baseline, values=values)  # (N_local,)
+    zero, _ = group_stats(rewards.numpy(), sizes.numpy())
+    return (adv * row_weights(sizes, cfg.budget.group_size)).float(), int(zero.sum())
+
+
+def _saved_history(ckpt: Path, n_prompts: int) -> PromptHistory:
+    """The allocation history saved in checkpoint ``ckpt`` (checksummed JSON)."""
+    data = read_extra(ckpt, "history.json")
+    if data is None:
+        raise ResumeError(f"--resume: checkpoint {ckpt} has no history.json, but allocation.rule needs the "
+                          "per-prompt history; start a new run with a new --out")
+    return PromptHistory.from_json(data, n_prompts, str(ckpt / "history.json"))
+
+
 def _oracle_values(cfg, model, tok, task, problems, prompts, step, mine) -> torch.Tensor:
     """V(x) of each local prompt: mean reward of ``oracle_samples`` extra samples (seed stream 1)."""
     M = cfg.oracle_samples
@@ -346,97 +396,4 @@ def _oracle_values(cfg, model, tok, task, problems, prompts, step, mine) -> torc
     sc = score(task, ro.texts, [p for p in problems for _ in range(M)])
     return torch.tensor(sc.rewards, dtype=torch.float64).view(-1, M).mean(dim=1)  # (B_local,)
 
-
-def _step_metrics(step, rewards, n_zero_std, sc, rollout, updates, lr, ctx) -> dict:
-    """Reduce one step's numbers over processes into a metrics row."""
-    local = {
-        "rewards": rewards.reshape(-1).tolist(),
-        "lengths": rollout.completion_mask.sum(dim=1).tolist(),
-        "truncated": int(rollout.truncated.sum()),
-        "empty": sum(1 for t in rollout.texts if not t.strip()),
-        "n_zero_std": n_zero_std,
-        "n_groups": rewards.shape[0],
-        "unscorable": sc.n_unscorable,
-        "timeouts": sc.n_timeouts,
-        "parse": sc.n_parse_failures,
-        "errors": sc.n_errors,
-        "first_error": sc.first_error,
-    }
-    parts = gather_objects(local, ctx)
-    z = np.array([r for p in parts for r in p["rewards"]])
-    lengths = np.array([n for p in parts for n in p["lengths"]])
-    n = len(z)
-    return {
-        "step": step,
-        "reward_mean": float(z.mean()),
-        "reward_std": float(z.std()),
-        "frac_reward_zero_std": sum(p["n_zero_std"] for p in parts) / max(1, sum(p["n_groups"] for p in parts)),
-        "loss": float(np.mean([u.loss for u in updates])),
-        "grad_norm": float(np.mean([u.grad_norm for u in updates])),
-        "kl": float(np.mean([u.kl for u in updates])),
-        "clip_frac": float(np.mean([u.clip_frac for u in updates])),
-        "ratio_mean": float(np.mean([u.ratio_mean for u in updates])),
-        "lr": lr,
-        "completion_len_mean": float(lengths.mean()),
-        "truncated_frac": sum(p["truncated"] for p in parts) / n,
-        "n_unscorable": sum(p["unscorable"] for p in parts),
-        "n_empty": sum(p["empty"] for p in parts),
-        "n_timeouts": sum(p["timeouts"] for p in parts),
-        "n_parse_failures": sum(p["parse"] for p in parts),
-        "n_errors": sum(p["errors"] for p in parts),
-        "first_error": next((p["first_error"] for p in parts if p["first_error"]), None),
-        "_tokens": float(lengths.sum()),
-    }
-
-
-def _repair_metrics(out: Path, start: int) -> None:
-    """Cut metrics.jsonl back to the checkpoint (torn line, later rows); warn about steps it lost before it."""
-    rep = repair_metrics(out / "metrics.jsonl", start)
-    if rep.torn_line_dropped:
-        print(f"warning: {out / 'metrics.jsonl'}: a torn last line (a crash mid-write) was dropped", file=sys.stderr)
-    if rep.missing_steps:
-        k = rep.missing_steps
-        ranges = f"{k[0]}..{k[-1]}" if len(k) == k[-1] - k[0] + 1 else ", ".join(map(str, k[:10]))
-        print(f"warning: {out / 'metrics.jsonl'} has no rows for {len(k)} step(s) before the checkpoint at step "
-              f"{start} ({ranges}): the weights resume exactly, but those rows are lost", file=sys.stderr)
-
-
-def _nonfinite_message(step: int, updates, out: Path) -> str:
-    loss = [u.loss for u in updates]
-    norm = [u.grad_norm for u in updates]
-    return (f"step {step}: the loss ({loss}) or gradient norm ({norm}) is not finite; the update was not made "
-            f"and the last checkpoint in {out / 'checkpoints'} is intact. Lower optim.lr, set optim.grad_clip or check "
-            "the rewards; or set optim.nonfinite=skip to skip such steps (counted as n_nonfinite_updates)")
-
-
-def _check_finite_weights(params, step: int, out: Path) -> None:
-    """Never write a NaN model: non-finite weights stop the run before any checkpoint or final model."""
-    bad = sum(int((~torch.isfinite(p.detach())).sum()) for p in params)
-    if bad:
-        raise NonFiniteError(f"after step {step} {bad} weight(s) are NaN/inf (an update overflowed); nothing was "
-                             f"written for this step and earlier checkpoints in {out / 'checkpoints'} are intact. "
-                             "Lower optim.lr or set optim.grad_clip")
-
-
-def _fmt(v) -> str:
-    return "-" if v is None else f"{v:.3f}"
-
-
-def _line(row: dict) -> str:
-    keys = ("reward_mean", "frac_reward_zero_std", "loss", "grad_norm", "kl", "clip_frac", "completion_len_mean",
-            "s_per_step")
-    parts = [f"step {row['step']}"] + [f"{k}={row[k]:.4g}" for k in keys if isinstance(row.get(k), (int, float))]
-    if row.get("eval_accuracy") is not None or row.get("eval_pass1") is not None:
-        parts.append(f"eval_accuracy={_fmt(row.get('eval_accuracy'))} eval_pass1={_fmt(row.get('eval_pass1'))}")
-    parts += [c for c in [console_column(row)] if c]  # the G* monitor's column (steps it measured)
-    return " ".join(parts)
-
-
-def _tensorboard(out: Path):
-    """A SummaryWriter when tensorboard is installed, else None (never an error)."""
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:
-        return None
-    return SummaryWriter(log_dir=str(out / "tensorboard"))
 

@@ -6,7 +6,8 @@ gradient of the whole batch's loss (paper Algorithm 1: 1/(B G) sum_b,g, or Algor
 1/|B_j| sum_{b in B_j}).
 
 Micro-batches hold whole groups: a ``micro_batch`` of at least G rows is rounded down to a
-multiple of G, so :func:`ugrpo.lm.logprobs.completion_logprobs` (with ``share_prompts=True``)
+multiple of G (ragged groups, docs/allocation.md: whole groups are packed greedily), so
+:func:`ugrpo.lm.logprobs.completion_logprobs` (with ``share_prompts=True``)
 runs each prompt once and shares it across its G completions (same result, less work). A ``micro_batch`` below G
 splits groups (still correct, less sharing).
 """
@@ -42,13 +43,39 @@ class UpdateStats:
     """the loss or the gradient was not finite: no update was made (the gradient was dropped)"""
 
 
-def _chunks(rows: Tensor, size: int, group_size: int = 1) -> list[Tensor]:
-    """Split ``rows`` into micro-batches of ``size`` rows (0 = one), rounded down to whole groups."""
+def _chunks(rows: Tensor, size: int, group_size: int = 1, prompt_index: Tensor | None = None) -> list[Tensor]:
+    """Split ``rows`` into micro-batches of ``size`` rows (0 = one), rounded down to whole groups.
+
+    With ``prompt_index`` (ragged groups: the prompt of every rollout row) whole groups are packed greedily into
+    micro-batches of at most ``size`` rows; a group larger than ``size`` is split into pieces of ``size``.
+    """
     if size <= 0 or size >= len(rows):
         return [rows]
+    if prompt_index is not None:
+        return _group_chunks(rows, size, prompt_index[rows])
     if size >= group_size:
         size -= size % group_size
     return [rows[i:i + size] for i in range(0, len(rows), size)]
+
+
+def _group_chunks(rows: Tensor, size: int, owner: Tensor) -> list[Tensor]:
+    starts = [0] + [i for i in range(1, len(rows)) if owner[i] != owner[i - 1]] + [len(rows)]
+    out: list[Tensor] = []
+    lo = 0
+    for a, b in zip(starts[:-1], starts[1:]):  # group [a, b)
+        if b - lo > size and a > lo:  # the group does not fit: close the current chunk
+            out.append(rows[lo:a])
+            lo = a
+        while b - lo > size:  # a group larger than a micro-batch
+            out.append(rows[lo:lo + size])
+            lo += size
+    if lo < len(rows):
+        out.append(rows[lo:])
+    return out
+
+
+def _rollout_chunks(rows: Tensor, size: int, rollout: Rollout) -> list[Tensor]:
+    return _chunks(rows, size, rollout.group_size, rollout.prompt_index if rollout.ragged else None)
 
 
 def _logp(model, rollout: Rollout, rows: Tensor, temperature: float) -> Tensor:
@@ -69,8 +96,8 @@ def rollout_logprobs(model, rollout: Rollout, *, temperature: float, micro_batch
     rows = torch.arange(len(rollout.texts))
     if len(rows) == 0:
         return torch.zeros(0, rollout.completion_ids.shape[1])
-    return torch.cat([_logp(model, rollout, c, temperature).cpu() for c in _chunks(rows, micro_batch,
-                                                                                   rollout.group_size)])
+    return torch.cat([_logp(model, rollout, c, temperature).cpu() for c in _rollout_chunks(rows, micro_batch,
+                                                                                           rollout)])
 
 
 def global_denominator(cfg: TrainConfig, rollout: Rollout, rows: Tensor, n_sequences: int, ctx: DistContext) -> float:
@@ -107,7 +134,7 @@ def update_on_rows(
     optimizer.zero_grad(set_to_none=True)
     device = next(model.parameters()).device
     sums = [0.0, 0.0, 0.0, 0.0, 0.0]  # loss, kl, clipped tokens, ratio * tokens, tokens
-    for chunk in _chunks(rows, cfg.budget.micro_batch, rollout.group_size) if len(rows) else []:
+    for chunk in _rollout_chunks(rows, cfg.budget.micro_batch, rollout) if len(rows) else []:
         logp = _logp(model, rollout, chunk, cfg.sampling.temperature)  # (n, T)
         mask = rollout.completion_mask[chunk].to(device)  # (n, T)
         out = policy_loss(

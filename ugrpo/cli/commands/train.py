@@ -26,6 +26,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="run folder to write (config.json, metrics.jsonl, checkpoints/, report.md)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     add_override_flags(parser, "config fields (--section.field VALUE; YAML scalar values, '-' or '_' in names)")
+    from ugrpo.cli.options import _PREFIX
+    from ugrpo.train.config import ALLOCATION_RULES
+
+    parser.add_argument("--allocation", dest=_PREFIX + "allocation", default=argparse.SUPPRESS, metavar="RULE",
+                        help=f"shorthand for --allocation.rule RULE: per-prompt group sizes G_b, one of "
+                        f"{', '.join(ALLOCATION_RULES)} (docs/allocation.md)")
 
 
 def main(args: argparse.Namespace) -> int:

@@ -5,6 +5,8 @@ documentation), loading and dotted overrides (:mod:`.load`), and the field descr
 from ugrpo.train.config.describe import FieldHelp, describe_fields, summary_line
 from ugrpo.train.config.load import config_from_dict, field_names, load_config, parse_overrides
 from ugrpo.train.config.schema import (
+    ALLOCATION_RULES,
+    AllocationConfig,
     BudgetConfig,
     EvalConfig,
     LossConfig,
@@ -16,6 +18,8 @@ from ugrpo.train.config.schema import (
 )
 
 __all__ = [
+    "ALLOCATION_RULES",
+    "AllocationConfig",
     "BudgetConfig",
     "EvalConfig",
     "FieldHelp",

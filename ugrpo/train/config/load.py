@@ -152,6 +152,8 @@ def parse_overrides(args: Sequence[str]) -> list[tuple[str, Any]]:
 
 
 def _set_dotted(data: dict, key: str, value: Any) -> None:
+    if key == "allocation" and isinstance(value, str):  # shorthand: --allocation ustat = --allocation.rule ustat
+        key = "allocation.rule"
     parts = key.split(".")
     valid = field_names()
     # task.options.<name> sets one task option; everything else must be a known field
@@ -175,6 +177,8 @@ def _normalise_keys(data: Any) -> Any:
     out = {}
     for k, v in data.items():
         k = str(k).replace("-", "_")
+        if k == "allocation" and isinstance(v, str):  # shorthand ``allocation: ustat`` = ``allocation: {rule: ustat}``
+            v = {"rule": v}
         out[k] = v if k == "options" else _normalise_keys(v)
     return out
 

@@ -32,8 +32,15 @@ __all__ = [
     "LossConfig",
     "OptimConfig",
     "EvalConfig",
+    "AllocationConfig",
+    "ALLOCATION_RULES",
     "TrainConfig",
 ]
+
+ALLOCATION_RULES: tuple[str, ...] = ("uniform", "vip", "knapsack", "ustat")
+"""``allocation.rule`` choices (docs/allocation.md); ``uniform`` is the plain trainer, one G for every prompt"""
+UNBIASED_RAGGED_BASELINES: tuple[str, ...] = ("grpo", "vanilla", "oracle")
+"""baselines whose per-prompt estimate stays unbiased for g(x) whatever G_b is (docs/allocation.md)"""
 
 
 def _choice(section: str, name: str, value: Any, choices: Sequence[Any]) -> None:
@@ -226,6 +233,48 @@ class EvalConfig:
 
 
 @dataclass(frozen=True)
+class AllocationConfig:
+    """Per-prompt group sizes G_b (docs/allocation.md): B = N / budget.group_size prompts per step as always,
+    sum_b G_b = N, g_min <= G_b <= g_max, each G_b fixed before that prompt's samples are drawn."""
+
+    rule: str = "uniform"
+    """uniform (every prompt gets budget.group_size: the plain trainer) | vip (reward variance p(1-p) only) |
+    knapsack (Knapsack-RL value of p) | ustat (the full per-prompt c2/c3 of the U-statistic MSE, M33)"""
+    g_min: int = 2
+    """smallest G_b (>= 2: the leave-one-out baseline needs two samples)"""
+    g_max: int = 0
+    """largest G_b; 0 = 4 x budget.group_size, capped at N - (B - 1) g_min"""
+    prior_a: float = 1.0
+    """Beta(a, b) prior on each prompt's success rate p (posterior from its earlier visits, M38)"""
+    prior_b: float = 1.0
+    """Beta(a, b) prior: b"""
+    shrink: float = 4.0
+    """pseudo-count pulling each prompt's score moments toward the pooled ones of all prompts (M38)"""
+    sketch_dim: int = 64
+    """ustat: dimension of the per-sample score sketch that measures ||W||^2 (one extra backward per step)"""
+
+    def __post_init__(self) -> None:
+        _choice("allocation.", "rule", self.rule, ALLOCATION_RULES)
+        if self.g_min < 2:
+            raise ValueError(f"allocation.g_min={self.g_min} must be >= 2 (the leave-one-out baseline needs two "
+                             "samples per prompt)")
+        _positive("allocation.", "g_max", self.g_max, strict=False)
+        if self.g_max and self.g_max < self.g_min:
+            raise ValueError(f"allocation.g_max={self.g_max} is below allocation.g_min={self.g_min}; raise g_max "
+                             "(or 0 for the default) or lower g_min")
+        _positive("allocation.", "prior_a", self.prior_a)
+        _positive("allocation.", "prior_b", self.prior_b)
+        _positive("allocation.", "shrink", self.shrink, strict=False)
+        _positive("allocation.", "sketch_dim", self.sketch_dim)
+
+    def bounds(self, N: int, G: int) -> tuple[int, int]:
+        """(g_min, g_max) in effect at N samples over B = N / G prompts (g_max 0 -> 4 G, capped)."""
+        B = N // G
+        cap = N - (B - 1) * self.g_min
+        return self.g_min, min(self.g_max or 4 * G, cap)
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     """Everything a training run needs (Algorithm 1 / Algorithm 2 of the paper)."""
 
@@ -236,6 +285,7 @@ class TrainConfig:
     loss: LossConfig = field(default_factory=LossConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    allocation: AllocationConfig = field(default_factory=AllocationConfig)
     steps: int = 100
     """number of optimisation steps n (each samples N = B*G completions)"""
     algorithm: Literal[1, 2] = 1
@@ -285,6 +335,7 @@ class TrainConfig:
         _positive("", "seed", self.seed, strict=False)
         G, B = self.budget.group_size, self.budget.prompts_per_step
         self._check_monitor(G, B)
+        self._check_allocation(G, B)
         if self.baseline in GROUP_BASELINES and G < 2:
             raise ValueError(
                 f"baseline={self.baseline} needs budget.group_size >= 2 (a group mean over the other samples), "
@@ -311,6 +362,28 @@ class TrainConfig:
                                  "batch)")
             if self.loss.clip_low is not None or self.loss.clip_high is not None:
                 raise ValueError("loss.clip_low/clip_high need algorithm=2 (Algorithm 1 has no importance ratio)")
+
+    def _check_allocation(self, G: int, B: int) -> None:
+        al, N = self.allocation, self.budget.samples_per_step
+        if al.rule == "uniform":
+            return
+        where = f"allocation.rule={al.rule}"
+        if N < B * al.g_min:
+            raise ValueError(f"{where}: budget.samples_per_step N={N} is below B * allocation.g_min = {B} * "
+                             f"{al.g_min} (B = N / group_size = {B} prompts); raise N or lower allocation.g_min")
+        g_min, g_max = al.bounds(N, G)
+        if g_max < g_min:
+            raise ValueError(f"{where}: allocation.g_max={al.g_max} is below allocation.g_min={g_min}")
+        if self.baseline not in UNBIASED_RAGGED_BASELINES:
+            raise ValueError(f"{where} needs a baseline whose per-prompt estimate is unbiased for any G_b: one of "
+                             f"{list(UNBIASED_RAGGED_BASELINES)}; got baseline={self.baseline} (the full group mean "
+                             "scales prompt b's gradient by (G_b - 1)/G_b, which then differs between prompts)")
+        if self.scale != "none":
+            raise ValueError(f"{where} supports scale=none only (std scaling with ragged groups is not "
+                             "implemented); set --scale none or --allocation.rule uniform")
+        if self.monitor_every:
+            raise ValueError(f"{where} cannot run with the G* monitor (monitor_every={self.monitor_every}): the "
+                             "monitor needs equal groups; set monitor_every=0 or --allocation.rule uniform")
 
     def _check_monitor(self, G: int, B: int) -> None:
         _positive("", "monitor_every", self.monitor_every, strict=False)

@@ -1,0 +1,103 @@
+"""Per-prompt group sizes G_b in the trainer (docs/allocation.md): choose them, weight the loss, learn from the step.
+
+Each step: :meth:`Allocator.choose` gives G_b for the B drawn prompts from the run's own history only (never
+from this step's samples, so each prompt's leave-one-out estimate stays unbiased, M32) by a rule of
+:func:`ugrpo.stats.allocation.allocate`, plus the certificate ``alloc_predicted_ratio``; after sampling,
+:meth:`Allocator.observe` adds the step's global rewards (and, for ``ustat``, sketched scores) to the history.
+:func:`row_weights` is the per-row weight Gbar/G_b that turns the trainer's usual 1/(B Gbar) sum into the
+estimate (1/B) sum_b (1/G_b) sum_g A_bg W_bg (M32-M33).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from torch import Tensor
+
+from ugrpo.stats.allocation import allocate, predicted_mse
+from ugrpo.train.config import TrainConfig
+from ugrpo.train.history import PromptHistory, check_unit_rewards
+
+__all__ = ["Allocator", "row_weights", "group_stats"]
+
+
+def row_weights(sizes: Tensor, mean_size: int) -> Tensor:
+    """(N,) weight Gbar / G_b of each row (prompt-major); all ones when every G_b = Gbar.
+
+    >>> row_weights(torch.tensor([2, 6]), 4)
+    tensor([2.0000, 2.0000, 0.6667, 0.6667, 0.6667, 0.6667, 0.6667, 0.6667])
+    """
+    return (mean_size / sizes.double()).repeat_interleave(sizes)
+
+
+def group_stats(rewards: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(all-equal mask (B,), unbiased within-group variance (B,)) of flat rewards in ragged order."""
+    ids = np.repeat(np.arange(len(sizes)), sizes)
+    g = np.asarray(sizes, dtype=np.float64)
+    mean = np.bincount(ids, weights=rewards, minlength=len(sizes)) / g
+    ss = np.bincount(ids, weights=(rewards - mean[ids]) ** 2, minlength=len(sizes))
+    lo = np.full(len(sizes), np.inf)
+    hi = np.full(len(sizes), -np.inf)
+    np.minimum.at(lo, ids, rewards)
+    np.maximum.at(hi, ids, rewards)
+    return lo == hi, ss / np.maximum(g - 1, 1)
+
+
+class Allocator:
+    """The allocation rule of a run with its per-prompt history (one per process; all stay identical)."""
+
+    def __init__(self, cfg: TrainConfig, n_prompts: int) -> None:
+        self.cfg, self.al = cfg, cfg.allocation
+        self.N, self.G = cfg.budget.samples_per_step, cfg.budget.group_size
+        self.B = self.N // self.G
+        self.g_min, self.g_max = self.al.bounds(self.N, self.G)
+        self.history = PromptHistory(n_prompts)
+        self.uses_scores = self.al.rule == "ustat"
+
+    @property
+    def uniform(self) -> bool:
+        return self.al.rule == "uniform"
+
+    def choose(self, prompts: np.ndarray) -> tuple[np.ndarray, dict]:
+        """(G_b (B,), metrics) for the drawn prompts; uniform: every G_b = budget.group_size and no metrics."""
+        if self.uniform:
+            return np.full(self.B, self.G, dtype=np.int64), {}
+        al = self.al
+        st = self.history.stats(prompts, prior_a=al.prior_a, prior_b=al.prior_b, shrink=al.shrink,
+                                scores=self.uses_scores)
+        sizes = allocate(al.rule, st, self.N, g_min=self.g_min, g_max=self.g_max).sizes
+        chosen, flat = predicted_mse(sizes, st), predicted_mse(np.full(self.B, self.G), st)
+        hist = np.bincount(sizes)
+        row = {
+            "alloc_g_min": int(sizes.min()), "alloc_g_max": int(sizes.max()),
+            "alloc_g_hist": {str(g): int(c) for g, c in enumerate(hist) if c},
+            "alloc_predicted_ratio": chosen / flat if flat > 0 else 1.0,
+            "reward_var_predicted": float(self.history.reward_variance(prompts, prior_a=al.prior_a,
+                                                                       prior_b=al.prior_b).mean()),
+        }
+        return sizes.astype(np.int64), row
+
+    def sketch(self, model, rollout, step: int) -> tuple[Tensor | None, float]:
+        """(sketched scores (N_local, k) at the sampling parameters, seconds) for ``ustat``; else (None, 0)."""
+        if not self.uses_scores:
+            return None, 0.0
+        from ugrpo.lm.sketch import sketch_scores
+
+        t0 = time.perf_counter()
+        w = sketch_scores(model, rollout, self.al.sketch_dim, seed=int(self.cfg.seed),
+                          temperature=self.cfg.sampling.temperature,
+                          chunk_size=self.cfg.budget.micro_batch or None)
+        return w.double().cpu(), time.perf_counter() - t0
+
+    def observe(self, prompts: np.ndarray, sizes: np.ndarray, rewards: np.ndarray,
+                sketch: np.ndarray | None) -> dict:
+        """Add the step's GLOBAL rewards (N,) (and sketch (N, k)) to the history; the realised-variance metrics."""
+        if not self.uniform:
+            check_unit_rewards(rewards, self.al.rule)
+            self.history.update(prompts, sizes, rewards, sketch)
+        zero, var = group_stats(rewards, sizes)
+        row = {"samples_zero_std": int(sizes[zero].sum())}
+        if not self.uniform:
+            row["reward_var_realised"] = float(var.mean())
+        return row

@@ -1,0 +1,115 @@
+"""Per-prompt history of a training run: what an allocation rule knows before a step (docs/allocation.md, M38).
+
+For each of the P train prompts, sums over its earlier visits (numpy float64 arrays of shape (P,)):
+
+* ``visits``      groups drawn for it
+* ``samples``     samples drawn for it (n_x)
+* ``successes``   rewards summed over those samples (s_x; rewards in [0, 1], fractional ones allowed: a reward z
+  counts as z successes and 1 - z failures, the Beta posterior's usual extension to fractional counts)
+* ``w2_success``, ``w2_failure``  sums of ||W||^2 weighted by z and by 1 - z (``ustat`` only: ||W||^2 from the
+  step's score sketch; ``vip``/``knapsack`` measure no scores, so these stay 0)
+* ``t0_sum``      sum over visits of the unbiased per-visit estimate of ||g(x)||^2 (M14, from the sketch)
+
+:func:`ugrpo.stats.allocation.history_stats` turns them into the Beta posterior on p and shrunk score moments.
+Every process updates the history with the GLOBAL rewards of a step, so all compute the same allocation. The
+history is saved in every checkpoint as JSON (``history.json``) and restored on ``--resume``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ugrpo.stats.allocation import PromptStats, history_stats
+from ugrpo.stats.ragged import segment_sum
+
+__all__ = ["PromptHistory", "check_unit_rewards", "visit_t0"]
+
+FIELDS: tuple[str, ...] = ("visits", "samples", "successes", "w2_success", "w2_failure", "t0_sum")
+
+
+def check_unit_rewards(rewards: np.ndarray, rule: str) -> None:
+    """Rewards must lie in [0, 1] for the Beta posterior on p (M38); the error names the first bad value."""
+    bad = np.flatnonzero((rewards < 0) | (rewards > 1) | ~np.isfinite(rewards))
+    if bad.size:
+        raise ValueError(f"allocation.rule={rule} needs rewards in [0, 1] (a Beta posterior on the success rate); "
+                         f"sample {int(bad[0])} of this step has reward {float(rewards[bad[0]])!r}. Rescale the "
+                         "task's rewards to [0, 1] or use --allocation.rule uniform")
+
+
+def visit_t0(rewards: torch.Tensor, sketch: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
+    """(B,) unbiased per-visit ||g(x_b)||^2: (||sum_i Z_i W_i||^2 - sum_i Z_i^2 ||W_i||^2) / (G_b (G_b - 1)) (M14).
+
+    ``sketch`` (n, k) holds sketched scores S W_i with E <S W_i, S W_j> = <W_i, W_j>, so the estimate stays
+    unbiased over the sketch as well.
+    """
+    w2 = (sketch * sketch).sum(-1)                                               # (n,)
+    zw = segment_sum(sketch * rewards.unsqueeze(1), sizes)                       # (B, k)
+    g = sizes.to(sketch.dtype)
+    return ((zw * zw).sum(-1) - segment_sum(rewards**2 * w2, sizes)) / (g * (g - 1))
+
+
+class PromptHistory:
+    """Sums over earlier visits of each of P prompts (module docstring); pure numpy."""
+
+    def __init__(self, n_prompts: int) -> None:
+        self.P = int(n_prompts)
+        self.sums = {k: np.zeros(self.P) for k in FIELDS}
+
+    def update(self, prompts: np.ndarray, sizes: np.ndarray, rewards: np.ndarray,
+               sketch: np.ndarray | None = None) -> None:
+        """Add one step: prompt indices and G_b (B,), flat rewards (N,) and optional sketched scores (N, k)."""
+        z = torch.as_tensor(np.asarray(rewards, dtype=np.float64))
+        g = torch.as_tensor(np.asarray(sizes, dtype=np.int64))
+        per_visit = {"visits": np.ones(len(g)), "samples": g.double().numpy(),
+                     "successes": segment_sum(z, g).numpy()}
+        if sketch is not None:
+            w = torch.as_tensor(np.asarray(sketch, dtype=np.float64))
+            w2 = (w * w).sum(-1)
+            per_visit["w2_success"] = segment_sum(z * w2, g).numpy()
+            per_visit["w2_failure"] = segment_sum((1 - z) * w2, g).numpy()
+            per_visit["t0_sum"] = visit_t0(z, w, g).numpy()
+        for k, v in per_visit.items():
+            np.add.at(self.sums[k], np.asarray(prompts, dtype=np.int64), v)  # a prompt drawn twice counts twice
+
+    def stats(self, prompts: np.ndarray, *, prior_a: float, prior_b: float, shrink: float,
+              scores: bool) -> PromptStats:
+        """Predicted (p, c2, c3) of the drawn prompts (M38).
+
+        ``scores=False`` (``vip``, ``knapsack``: no score sketch) assumes ||W||^2 = 1 for every sample and
+        ||g(x)||^2 = 0, so c2 and c3 are the posterior E p(1-p): the moments the certificate then uses.
+        """
+        s = self.sums
+        if scores:
+            w1, w0, t0 = s["w2_success"], s["w2_failure"], s["t0_sum"]
+        else:
+            w1, w0, t0 = s["successes"], s["samples"] - s["successes"], np.zeros(self.P)
+        st = history_stats(s["visits"], s["samples"], s["successes"], w1, w0, t0, prior_a=prior_a, prior_b=prior_b,
+                           shrink=shrink)
+        return st.take(np.asarray(prompts, dtype=np.int64))
+
+    def reward_variance(self, prompts: np.ndarray, *, prior_a: float, prior_b: float) -> np.ndarray:
+        """(B,) posterior mean E[p(1-p)] = ab / ((a+b)(a+b+1)) of the drawn prompts, Beta(a + s, b + n - s)."""
+        idx = np.asarray(prompts, dtype=np.int64)
+        a = prior_a + self.sums["successes"][idx]
+        b = prior_b + self.sums["samples"][idx] - self.sums["successes"][idx]
+        return a * b / ((a + b) * (a + b + 1))
+
+    def to_json(self) -> dict:
+        """A JSON-safe dict (lists of floats); float64 round-trips exactly through JSON's repr."""
+        return {"n_prompts": self.P, **{k: v.tolist() for k, v in self.sums.items()}}
+
+    @classmethod
+    def from_json(cls, data: dict, n_prompts: int, where: str) -> PromptHistory:
+        """The inverse of :meth:`to_json`; a ValueError naming ``where`` if it does not fit ``n_prompts``."""
+        saved = data.get("n_prompts") if isinstance(data, dict) else None
+        if saved != n_prompts:
+            raise ValueError(f"{where}: the allocation history is for {saved} train prompts but this run has "
+                             f"{n_prompts}; resume with the same task settings")
+        h = cls(n_prompts)
+        for k in FIELDS:
+            v = np.asarray(data.get(k, []), dtype=np.float64)
+            if v.shape != (n_prompts,) or not np.isfinite(v).all():
+                raise ValueError(f"{where}: field {k!r} of the allocation history is not {n_prompts} finite numbers")
+            h.sums[k] = v
+        return h

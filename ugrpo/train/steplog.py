@@ -1,0 +1,116 @@
+"""The trainer's per-step bookkeeping: the metrics row, the console line, metrics repair, non-finite guards.
+
+Helpers of :mod:`ugrpo.train.loop`, kept apart so the loop reads top to bottom.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ugrpo.errors import NonFiniteError
+from ugrpo.runs import repair_metrics
+from ugrpo.train.distributed import gather_objects
+from ugrpo.train.monitor import console_column
+
+__all__ = ["step_metrics", "repair_run_metrics", "nonfinite_message", "check_finite_weights", "fmt_value",
+           "line", "tensorboard"]
+
+
+def step_metrics(step, rewards, n_groups, n_zero_std, sc, rollout, updates, lr, ctx) -> dict:
+    """Reduce one step's numbers over processes into a metrics row."""
+    local = {
+        "rewards": rewards.reshape(-1).tolist(),  # (N_local,) flat, ragged order
+        "lengths": rollout.completion_mask.sum(dim=1).tolist(),
+        "truncated": int(rollout.truncated.sum()),
+        "empty": sum(1 for t in rollout.texts if not t.strip()),
+        "n_zero_std": n_zero_std,
+        "n_groups": n_groups,
+        "unscorable": sc.n_unscorable,
+        "timeouts": sc.n_timeouts,
+        "parse": sc.n_parse_failures,
+        "errors": sc.n_errors,
+        "first_error": sc.first_error,
+    }
+    parts = gather_objects(local, ctx)
+    z = np.array([r for p in parts for r in p["rewards"]])
+    lengths = np.array([n for p in parts for n in p["lengths"]])
+    n = len(z)
+    return {
+        "step": step,
+        "reward_mean": float(z.mean()),
+        "reward_std": float(z.std()),
+        "frac_reward_zero_std": sum(p["n_zero_std"] for p in parts) / max(1, sum(p["n_groups"] for p in parts)),
+        "loss": float(np.mean([u.loss for u in updates])),
+        "grad_norm": float(np.mean([u.grad_norm for u in updates])),
+        "kl": float(np.mean([u.kl for u in updates])),
+        "clip_frac": float(np.mean([u.clip_frac for u in updates])),
+        "ratio_mean": float(np.mean([u.ratio_mean for u in updates])),
+        "lr": lr,
+        "completion_len_mean": float(lengths.mean()),
+        "truncated_frac": sum(p["truncated"] for p in parts) / n,
+        "n_unscorable": sum(p["unscorable"] for p in parts),
+        "n_empty": sum(p["empty"] for p in parts),
+        "n_timeouts": sum(p["timeouts"] for p in parts),
+        "n_parse_failures": sum(p["parse"] for p in parts),
+        "n_errors": sum(p["errors"] for p in parts),
+        "first_error": next((p["first_error"] for p in parts if p["first_error"]), None),
+        "_tokens": float(lengths.sum()),
+    }
+
+
+def repair_run_metrics(out: Path, start: int) -> None:
+    """Cut metrics.jsonl back to the checkpoint (torn line, later rows); warn about steps it lost before it."""
+    rep = repair_metrics(out / "metrics.jsonl", start)
+    if rep.torn_line_dropped:
+        print(f"warning: {out / 'metrics.jsonl'}: a torn last line (a crash mid-write) was dropped", file=sys.stderr)
+    if rep.missing_steps:
+        k = rep.missing_steps
+        ranges = f"{k[0]}..{k[-1]}" if len(k) == k[-1] - k[0] + 1 else ", ".join(map(str, k[:10]))
+        print(f"warning: {out / 'metrics.jsonl'} has no rows for {len(k)} step(s) before the checkpoint at step "
+              f"{start} ({ranges}): the weights resume exactly, but those rows are lost", file=sys.stderr)
+
+
+def nonfinite_message(step: int, updates, out: Path) -> str:
+    loss = [u.loss for u in updates]
+    norm = [u.grad_norm for u in updates]
+    return (f"step {step}: the loss ({loss}) or gradient norm ({norm}) is not finite; the update was not made "
+            f"and the last checkpoint in {out / 'checkpoints'} is intact. Lower optim.lr, set optim.grad_clip or check "
+            "the rewards; or set optim.nonfinite=skip to skip such steps (counted as n_nonfinite_updates)")
+
+
+def check_finite_weights(params, step: int, out: Path) -> None:
+    """Never write a NaN model: non-finite weights stop the run before any checkpoint or final model."""
+    bad = sum(int((~torch.isfinite(p.detach())).sum()) for p in params)
+    if bad:
+        raise NonFiniteError(f"after step {step} {bad} weight(s) are NaN/inf (an update overflowed); nothing was "
+                             f"written for this step and earlier checkpoints in {out / 'checkpoints'} are intact. "
+                             "Lower optim.lr or set optim.grad_clip")
+
+
+def fmt_value(v) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
+def line(row: dict) -> str:
+    keys = ("reward_mean", "frac_reward_zero_std", "loss", "grad_norm", "kl", "clip_frac", "completion_len_mean",
+            "s_per_step")
+    parts = [f"step {row['step']}"] + [f"{k}={row[k]:.4g}" for k in keys if isinstance(row.get(k), (int, float))]
+    if row.get("eval_accuracy") is not None or row.get("eval_pass1") is not None:
+        parts.append(f"eval_accuracy={fmt_value(row.get('eval_accuracy'))} "
+                     f"eval_pass1={fmt_value(row.get('eval_pass1'))}")
+    parts += [c for c in [console_column(row)] if c]  # the G* monitor's column (steps it measured)
+    return " ".join(parts)
+
+
+def tensorboard(out: Path):
+    """A SummaryWriter when tensorboard is installed, else None (never an error)."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        return None
+    return SummaryWriter(log_dir=str(out / "tensorboard"))
+
