@@ -191,17 +191,30 @@ def _overlap_verdict(a: Mapping[str, Any], u: Mapping[str, Any]) -> str:
     return f"{TOO_SMALL} (95% intervals overlap)"
 
 
-def _ratio_verdict(ratio: float | None, lo: float | None, hi: float | None, bound: float, what: str) -> str:
-    """The samples ratio against ``bound`` (1 = uniform's spend, or the goal 0.6) from its bootstrap interval."""
+def _samples_verdict(ratio: float | None, lo: float | None, hi: float | None) -> str:
+    """Fewer or more samples than uniform to reach its final accuracy, from the ratio's bootstrap interval."""
     if ratio is None:
-        return f"does not reach uniform's final accuracy: {what} not met"
-    if lo is not None and hi is not None and hi <= bound:
-        return f"{what} met (95% interval at or below {bound:g}x)"
-    if lo is not None and lo > bound:
-        return f"{what} not met (95% interval above {bound:g}x)"
+        return "more samples than uniform: it does not reach uniform's final accuracy"
     if lo is None and hi is None:
         return f"{TOO_SMALL} (no interval)"
-    return f"{TOO_SMALL} (the 95% interval contains {bound:g}x)"
+    if hi is not None and hi < 1:
+        return "fewer samples than uniform (95% interval below 1x)"
+    if lo is not None and lo > 1:
+        return "more samples than uniform (95% interval above 1x)"
+    return f"{TOO_SMALL} (the 95% interval contains 1x)"
+
+
+def _goal_verdict(ratio: float | None, lo: float | None, hi: float | None, goal: float = GOAL_RATIO) -> str:
+    """The goal 'at most ``goal`` x uniform's samples': met only when the whole 95% interval is at or below it."""
+    if ratio is None:
+        return f"not met: it does not reach uniform's final accuracy (goal <= {goal:g}x)"
+    if lo is None and hi is None:
+        return f"{TOO_SMALL} (no interval)"
+    if hi is not None and hi <= goal:
+        return f"met (95% interval at or below {goal:g}x)"
+    if lo is not None and lo > goal:
+        return f"not met (95% interval above {goal:g}x)"
+    return f"{TOO_SMALL} (the 95% interval contains {goal:g}x)"
 
 
 def compare_rules(curves: Mapping[str, Sequence[Mapping[str, Any]]], reach: Mapping[str, Mapping[str, Any]],
@@ -221,10 +234,8 @@ def compare_rules(curves: Mapping[str, Sequence[Mapping[str, Any]]], reach: Mapp
                "bootstrap_not_reached": b["not_reached"], "bootstrap_undefined": b["undefined"]}
         if rule != "uniform":
             row["final_verdict"] = _overlap_verdict(last, u)
-            row["samples_verdict"] = _ratio_verdict(r["ratio"], b["ci_low"], b["ci_high"], 1.0,
-                                                    "fewer samples than uniform")
-            row["goal_verdict"] = _ratio_verdict(r["ratio"], b["ci_low"], b["ci_high"], GOAL_RATIO,
-                                                 f"goal <= {GOAL_RATIO:g}x")
+            row["samples_verdict"] = _samples_verdict(r["ratio"], b["ci_low"], b["ci_high"])
+            row["goal_verdict"] = _goal_verdict(r["ratio"], b["ci_low"], b["ci_high"])
         if not r["uniform_samples_to_reach"]:
             row["samples_verdict"] = row["goal_verdict"] = (
                 "no ratio: uniform's final accuracy is not above its initial one (it 'reaches' it at 0 samples)")

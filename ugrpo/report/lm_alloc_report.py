@@ -17,6 +17,8 @@ PLOTS = {"eval_accuracy": "allocation.png", "eval_pass1": "allocation_pass1.png"
 
 
 def _ratio(c: dict[str, Any]) -> str:
+    if c["rule"] == "uniform" and c["ratio"] is not None:
+        return "1x (reference)"
     if c["samples_to_reach"] is None:
         return "not reached"
     if c["ratio"] is None:
@@ -53,8 +55,9 @@ def allocation_reading(alloc: dict[str, Any]) -> list[str]:
         for c in e["comparison"]:
             if c["rule"] == "uniform":
                 continue
-            out.append(f"`{c['rule']}`: {_ratio(c)} uniform's samples; final {e['metric']} {c['final']:.3f} "
-                       f"({c['final_verdict']}); samples: {c['samples_verdict']}; goal: {c['goal_verdict']}.")
+            out.append(f"`{c['rule']}`: samples to reach it {_ratio(c)} of uniform's; final {e['metric']} "
+                       f"{c['final']:.3f} ({c['final_verdict']}); {c['samples_verdict']}; goal <= "
+                       f"{alloc['goal_ratio']:g}x: {c['goal_verdict']}.")
     out.append(f"Samples spent: {alloc['samples']}.")
     return out
 
