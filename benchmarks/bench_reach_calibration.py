@@ -68,7 +68,8 @@ def scenario(rules: dict, args: argparse.Namespace, rng: np.random.Generator) ->
         cover += lo is not None and lo <= true_ratio and (hi is None or true_ratio <= hi)  # no interval: a miss
     return {"true_ratio": true_ratio, "coverage": cover / args.sims, "sims": args.sims,
             "point_not_reached": not_reached / args.sims, "median_point": float(np.nanmedian(points)),
-            "median_ci_low": float(np.nanmedian(lows)), "median_ci_high": float(np.median(highs)),
+            "median_ci_low": float(np.nanmedian(lows)),
+            "median_ci_high": None if np.isinf(np.median(highs)) else float(np.median(highs)),  # None: unbounded
             "frac_unbounded_high": float(np.isinf(highs).mean())}
 
 
@@ -86,10 +87,11 @@ def main() -> None:
     out = {name: scenario(rules, args, rng) for name, rules in SCENARIOS.items()}
     for name, r in out.items():
         print(f"{name}: true {r['true_ratio']:.3f}, coverage {r['coverage']:.3f}, median point "
-              f"{r['median_point']:.3f}, median CI [{r['median_ci_low']:.3f}, {r['median_ci_high']:.3f}], "
+              f"{r['median_point']:.3f}, median CI [{r['median_ci_low']:.3f}, {r['median_ci_high'] or 'unbounded'}], "
               f"point not reached {r['point_not_reached']:.2f}", flush=True)
-    path = write_result("reach_calibration", {"config": vars(args), "scenarios": out,
-                                              "seconds": time.time() - t0}, args.out and Path(args.out))
+    config = {k: v for k, v in vars(args).items() if k != "out"}
+    path = write_result("reach_calibration", {"config": config, "scenarios": out, "seconds": time.time() - t0},
+                        args.out and Path(args.out))
     print(f"wrote {path}")
 
 
