@@ -18,3 +18,8 @@ def varied(completions, answers):
 def huge(completions, answers):
     """Rewards beyond float32's range (1e39) for completions with a '7': they must count as unscorable."""
     return [1e39 if "7" in c else 0.5 for c in completions]
+
+
+def above_one(completions, answers):
+    """Rewards in [1, 2]: fine for the plain trainer, an error for an allocation rule's Beta posterior."""
+    return [1.0 + c.count("7") / max(1, len(c)) for c in completions]

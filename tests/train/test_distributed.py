@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -23,28 +24,32 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _run(cmd: list[str], out: Path) -> None:
+def _run(cmd: list[str], out: Path, steps: int = 2) -> None:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), TESTS_TRAIN]), OMP_NUM_THREADS="1",
                HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    assert (out / "checkpoints/step-2/model.safetensors").exists()
+    assert (out / f"checkpoints/step-{steps}/model.safetensors").exists()
 
 
-def test_two_processes_match_one_process(tiny_model_dir, task_files, tmp_path):
+@pytest.mark.parametrize("rule", ["uniform", "ustat"])
+def test_two_processes_match_one_process(tiny_model_dir, task_files, tmp_path, rule):
+    """``ustat``: ragged groups split over processes, history from the gathered rewards and sketches."""
     torchrun = Path(sys.executable).with_name("torchrun")
     if not torchrun.exists():
         pytest.skip("torchrun is not installed next to the Python interpreter")
-    cfg = small_config(tiny_model_dir, task_files, steps=2, budget__samples_per_step=16, checkpoint_every=0,
-                       eval__greedy=False, eval__pass1_samples=0, optim__name="sgd", optim__lr=0.05)
+    steps = 2 if rule == "uniform" else 4  # ustat: equal sizes until the history tells the prompts apart
+    cfg = small_config(tiny_model_dir, task_files, steps=steps, budget__samples_per_step=16, checkpoint_every=0,
+                       eval__greedy=False, eval__pass1_samples=0, optim__name="sgd", optim__lr=0.05,
+                       allocation__rule=rule)
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(cfg))
     one, two = tmp_path / "one", tmp_path / "two"
-    _run([sys.executable, "-m", "ugrpo.cli", "train", "--config", str(path), "--out", str(one)], one)
+    _run([sys.executable, "-m", "ugrpo.cli", "train", "--config", str(path), "--out", str(one)], one, steps)
     _run([str(torchrun), "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
-          "-m", "ugrpo.cli", "train", "--config", str(path), "--out", str(two)], two)
-    a = load_file(str(one / "checkpoints/step-2/model.safetensors"))
-    b = load_file(str(two / "checkpoints/step-2/model.safetensors"))
+          "-m", "ugrpo.cli", "train", "--config", str(path), "--out", str(two)], two, steps)
+    a = load_file(str(one / f"checkpoints/step-{steps}/model.safetensors"))
+    b = load_file(str(two / f"checkpoints/step-{steps}/model.safetensors"))
     start = load_file(f"{tiny_model_dir}/model.safetensors")
     moved = max((a[k] - start[k]).abs().max().item() for k in a if k in start)
     assert moved > 1e-4  # the runs did update the parameters
@@ -52,4 +57,8 @@ def test_two_processes_match_one_process(tiny_model_dir, task_files, tmp_path):
         torch.testing.assert_close(b[k], a[k], rtol=0, atol=1e-5)
     rows_one = (one / "metrics.jsonl").read_text().splitlines()
     rows_two = (two / "metrics.jsonl").read_text().splitlines()
-    assert len(rows_one) == len(rows_two) == 3  # only rank 0 wrote the metrics
+    assert len(rows_one) == len(rows_two) == steps + 1  # only rank 0 wrote the metrics
+    if rule != "uniform":
+        hist = [json.loads(r).get("alloc_g_hist") for r in rows_two]
+        assert hist == [json.loads(r).get("alloc_g_hist") for r in rows_one]
+        assert any(h != {"4": 4} for h in hist[1:]), hist  # some step's groups are ragged

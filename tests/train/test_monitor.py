@@ -24,7 +24,7 @@ from ugrpo.stats.planner import plan_group_size
 from ugrpo.tasks.base import score
 from ugrpo.tasks.registry import get_task
 from ugrpo.train.config import config_from_dict, load_config
-from ugrpo.train.loop import _line, choose_prompts, prompt_seed, train
+from ugrpo.train.loop import choose_prompts, prompt_seed, train
 from ugrpo.train.monitor import (
     MONITOR_KEYS,
     MonitorRecord,
@@ -37,6 +37,7 @@ from ugrpo.train.monitor import (
     sketch_seed,
     warning_text,
 )
+from ugrpo.train.steplog import line as _line
 
 MON = {"monitor_every": 2, "monitor_sketch_dim": 64, "monitor_n_boot": 100, "monitor_pool": 2}
 

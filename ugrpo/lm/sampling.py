@@ -45,7 +45,8 @@ import torch
 from torch import Tensor
 from transformers import DynamicCache, GenerationConfig, LogitsProcessor, LogitsProcessorList
 
-__all__ = ["Rollout", "GumbelNoiseProcessor", "row_seed", "sample_groups", "completion_mask_from_ids", "top_p_filter"]
+__all__ = ["Rollout", "GumbelNoiseProcessor", "row_seed", "sample_groups", "completion_mask_from_ids", "top_p_filter",
+           "concat_rollouts"]
 
 
 @dataclass(frozen=True)
@@ -351,6 +352,30 @@ def sample_groups(
         group_size=N // B,
         group_sizes=reps,
     )
+
+
+def concat_rollouts(pieces: Sequence[tuple[Rollout, Tensor]], pad_id: int) -> Rollout:
+    """One rollout from whole groups of others: ``pieces`` = (rollout, its rows of one group), in order.
+
+    Prompts are re-padded on the left and completions on the right to the widest piece (masks say which
+    tokens are real, so log-probs and samples are unchanged).
+    """
+    P = max(int(r.prompt_ids.shape[1]) for r, _ in pieces)
+    T = max(int(r.completion_ids.shape[1]) for r, _ in pieces)
+    cols = {"prompt_ids": [], "prompt_mask": [], "completion_ids": [], "completion_mask": [], "truncated": []}
+    texts: list[str] = []
+    for r, rows in pieces:
+        p, t = r.prompt_ids.shape[1], r.completion_ids.shape[1]
+        cols["prompt_ids"].append(torch.nn.functional.pad(r.prompt_ids[rows], (P - p, 0), value=pad_id))
+        cols["prompt_mask"].append(torch.nn.functional.pad(r.prompt_mask[rows], (P - p, 0), value=0))
+        cols["completion_ids"].append(torch.nn.functional.pad(r.completion_ids[rows], (0, T - t), value=pad_id))
+        cols["completion_mask"].append(torch.nn.functional.pad(r.completion_mask[rows], (0, T - t), value=0))
+        cols["truncated"].append(r.truncated[rows])
+        texts += [r.texts[int(i)] for i in rows]
+    sizes = torch.tensor([len(rows) for _, rows in pieces], dtype=torch.long)
+    return Rollout(**{k: torch.cat(v) for k, v in cols.items()}, texts=texts,
+                   prompt_index=torch.arange(len(pieces)).repeat_interleave(sizes),
+                   group_size=int(sizes.sum()) // len(pieces), group_sizes=sizes)
 
 
 def _shared_prefill(model, ids: Tensor, mask: Tensor) -> DynamicCache | None:

@@ -11,7 +11,7 @@ from ugrpo.report.plots import Series, line_plot
 from ugrpo.runs import RunDir
 from ugrpo.stats.intervals import wilson_interval
 
-__all__ = ["write_report", "monitor_section"]
+__all__ = ["write_report", "monitor_section", "allocation_section"]
 
 
 def _series(rows: list[dict], key: str, label: str) -> Series:
@@ -81,6 +81,61 @@ Last measurement: {last}.
 """
 
 
+def allocation_section(run: RunDir, rows: list[dict], cfg: dict) -> str:
+    """Per-prompt group sizes (``allocation.rule`` != uniform, docs/allocation.md): the G_b histogram over all
+    steps, predicted vs realised reward variance per step (``alloc_var.png``) and the certificate; else empty."""
+    rule = (cfg.get("allocation") or {}).get("rule", "uniform")
+    if rule == "dynamic":
+        return _dynamic_section(rows, cfg)
+    al = [r for r in rows if r.get("alloc_g_hist")]
+    if rule == "uniform" or not al:
+        return ""
+    counts: dict[int, int] = {}
+    for r in al:
+        for g, c in r["alloc_g_hist"].items():
+            counts[int(g)] = counts.get(int(g), 0) + int(c)
+    total = sum(counts.values())
+    hist = "\n".join(f"| {g} | {c} | {c / total:.3f} |" for g, c in sorted(counts.items()))
+    line_plot(run.file("alloc_var.png"), [_series(al, "reward_var_predicted", "predicted E p(1-p) (posterior mean)"),
+                                         _series(al, "reward_var_realised", "realised within-group variance")],
+              xlabel="step", ylabel="reward variance (batch mean)", title="reward variance: predicted vs realised")
+    ratios = [r["alloc_predicted_ratio"] for r in al if r.get("alloc_predicted_ratio") is not None]
+    spent = sum(r.get("samples", 0) for r in al)
+    zero = sum(r.get("samples_zero_std", 0) for r in al)
+    return f"""
+## Allocation (`{rule}`: per-prompt group sizes G_b)
+
+| G_b | prompts (all steps) | fraction |
+|---|---|---|
+{hist}
+
+![reward variance](alloc_var.png)
+
+Samples on groups whose rewards were all equal: {zero} of {spent} ({zero / max(spent, 1):.3f}).
+Predicted within-batch MSE of the chosen G_b relative to uniform G at the same N (`alloc_predicted_ratio`,
+from the history's predicted moments, M33): mean {_f(sum(ratios) / max(len(ratios), 1))} over {len(ratios)} steps
+(a prediction, not a measurement).
+"""
+
+
+def _dynamic_section(rows: list[dict], cfg: dict) -> str:
+    """DAPO dynamic sampling: samples drawn vs the nominal N per step, rounds, all-equal groups (biased, A5)."""
+    tr = [r for r in rows if r.get("dynamic_rounds") is not None]
+    if not tr:
+        return ""
+    N = (cfg.get("budget") or {}).get("samples_per_step")
+    spent, zero = sum(r["samples"] for r in tr), sum(r.get("samples_zero_std", 0) for r in tr)
+    return f"""
+## Allocation (`dynamic`: DAPO dynamic sampling, a biased estimator)
+
+Samples drawn: {spent} over {len(tr)} steps ({spent / len(tr):.1f} per step against N = {N}); rounds per step:
+mean {sum(r['dynamic_rounds'] for r in tr) / len(tr):.2f}, max {max(r['dynamic_rounds'] for r in tr)}. Samples in
+all-equal groups (dropped, or kept when the rounds ran out): {zero} ({zero / max(spent, 1):.3f}). The batch is
+conditioned on informative prompts, so each step estimates the gradient of a different objective
+(docs/allocation.md A5).
+"""
+
+
 def write_report(run: RunDir) -> Path:
     """Write ``reward.png``, ``eval.png`` (and the monitor's plots) and ``report.md``; returns the report path."""
     rows = run.metrics()
@@ -126,7 +181,7 @@ baseline `{cfg.get('baseline')}`, scale `{cfg.get('scale')}`, N = {N}, G = {G},
 
 Unscorable completions during training: {unscorable}. Oracle extra samples: {res.get('oracle_samples', 0)}.
 Prompts skipped as too long: {res.get('skipped_prompts', 0)}.
-{monitor_section(run, rows, budget.get('group_size'))}"""
+{monitor_section(run, rows, budget.get('group_size'))}{allocation_section(run, rows, cfg)}"""
     return run.write_report(text)
 
 

@@ -15,11 +15,13 @@ import time
 import numpy as np
 from torch import Tensor
 
+from ugrpo.stats.advantages import compute_advantages
 from ugrpo.stats.allocation import allocate, predicted_mse
+from ugrpo.stats.ragged import ragged_advantages
 from ugrpo.train.config import TrainConfig
 from ugrpo.train.history import PromptHistory, check_unit_rewards
 
-__all__ = ["Allocator", "row_weights", "group_stats"]
+__all__ = ["Allocator", "row_weights", "group_stats", "step_advantages"]
 
 
 def row_weights(sizes: Tensor, mean_size: int) -> Tensor:
@@ -44,6 +46,23 @@ def group_stats(rewards: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.
     return lo == hi, ss / np.maximum(g - 1, 1)
 
 
+def step_advantages(cfg: TrainConfig, rollout, rewards: Tensor, values) -> tuple[Tensor, int]:
+    """((N_local,) float32 advantages times the row weight Gbar/G_b, all-equal group count) (docs/allocation.md).
+
+    Equal groups take the dense path of :func:`compute_advantages` (every option, weight 1: the plain trainer);
+    ragged groups take :func:`ragged_advantages` (each prompt's own G_b in its LOO mean) times Gbar/G_b, so the
+    loss's usual 1/(B Gbar) sum is (1/B) sum_b (1/G_b) sum_g A_bg W_bg (M32-M33).
+    """
+    if not rollout.ragged:
+        adv = compute_advantages(rewards.view(-1, rollout.group_size), baseline=cfg.baseline, values=values,
+                                 scale=cfg.scale, ddof=cfg.ddof, eps=cfg.eps, zero_std=cfg.zero_std)
+        return adv.advantages.reshape(-1).float(), adv.n_zero_std  # row b*G+g
+    sizes = rollout.group_sizes
+    adv = ragged_advantages(rewards, sizes, baseline=cfg.baseline, values=values)  # (N_local,)
+    zero, _ = group_stats(rewards.numpy(), sizes.numpy())
+    return (adv * row_weights(sizes, cfg.budget.group_size)).float(), int(zero.sum())
+
+
 class Allocator:
     """The allocation rule of a run with its per-prompt history (one per process; all stay identical)."""
 
@@ -57,7 +76,8 @@ class Allocator:
 
     @property
     def uniform(self) -> bool:
-        return self.al.rule == "uniform"
+        """True when every group has G samples and no history is kept (``uniform``, ``dynamic``)."""
+        return self.al.rule in ("uniform", "dynamic")
 
     def choose(self, prompts: np.ndarray) -> tuple[np.ndarray, dict]:
         """(G_b (B,), metrics) for the drawn prompts; uniform: every G_b = budget.group_size and no metrics."""
@@ -78,6 +98,11 @@ class Allocator:
         }
         return sizes.astype(np.int64), row
 
+    def check_rewards(self, rewards: Tensor) -> None:
+        """A ValueError naming the first reward outside [0, 1] when the rule keeps a history (M38's Beta)."""
+        if not self.uniform:
+            check_unit_rewards(rewards.numpy(), self.al.rule)
+
     def sketch(self, model, rollout, step: int) -> tuple[Tensor | None, float]:
         """(sketched scores (N_local, k) at the sampling parameters, seconds) for ``ustat``; else (None, 0)."""
         if not self.uses_scores:
@@ -94,7 +119,6 @@ class Allocator:
                 sketch: np.ndarray | None) -> dict:
         """Add the step's GLOBAL rewards (N,) (and sketch (N, k)) to the history; the realised-variance metrics."""
         if not self.uniform:
-            check_unit_rewards(rewards, self.al.rule)
             self.history.update(prompts, sizes, rewards, sketch)
         zero, var = group_stats(rewards, sizes)
         row = {"samples_zero_std": int(sizes[zero].sum())}

@@ -100,6 +100,18 @@ class PromptHistory:
         return {"n_prompts": self.P, **{k: v.tolist() for k, v in self.sums.items()}}
 
     @classmethod
+    def from_checkpoint(cls, ckpt, n_prompts: int) -> PromptHistory:
+        """The history saved in checkpoint folder ``ckpt`` as ``history.json`` (checksummed; ResumeError if absent)."""
+        from ugrpo.errors import ResumeError
+        from ugrpo.train.checkpoint import read_extra
+
+        data = read_extra(ckpt, "history.json")
+        if data is None:
+            raise ResumeError(f"--resume: checkpoint {ckpt} has no history.json, but allocation.rule needs the "
+                              "per-prompt history; start a new run with a new --out")
+        return cls.from_json(data, n_prompts, f"{ckpt}/history.json")
+
+    @classmethod
     def from_json(cls, data: dict, n_prompts: int, where: str) -> PromptHistory:
         """The inverse of :meth:`to_json`; a ValueError naming ``where`` if it does not fit ``n_prompts``."""
         saved = data.get("n_prompts") if isinstance(data, dict) else None

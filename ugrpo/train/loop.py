@@ -43,12 +43,10 @@ from ugrpo.lm.loading import LoraSettings, context_length, format_prompt, load_p
 from ugrpo.lm.sampling import sample_groups
 from ugrpo.runlock import claim, release
 from ugrpo.runs import RunDir, follow_umask, read_jsonl
-from ugrpo.stats.advantages import compute_advantages
-from ugrpo.stats.ragged import ragged_advantages
 from ugrpo.tasks.base import score
 from ugrpo.tasks.registry import get_task
-from ugrpo.train.alloc import Allocator, group_stats, row_weights
-from ugrpo.train.checkpoint import latest_checkpoint, load_latest, read_extra, save_checkpoint
+from ugrpo.train.alloc import Allocator, step_advantages
+from ugrpo.train.checkpoint import latest_checkpoint, load_latest, save_checkpoint
 from ugrpo.train.config import TrainConfig, summary_line
 from ugrpo.train.distributed import (
     DistContext,
@@ -59,6 +57,7 @@ from ugrpo.train.distributed import (
     init_distributed,
     shard,
 )
+from ugrpo.train.dynamic import dynamic_batch
 from ugrpo.train.evaluate import evaluate
 from ugrpo.train.history import PromptHistory
 from ugrpo.train.monitor import TrainMonitor
@@ -191,6 +190,10 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, *, resume: bool, on_st
     optimizer = make_optimizer(cfg.optim, params)
     scheduler = make_scheduler(cfg.optim, optimizer, cfg.steps)
     B, G = cfg.budget.prompts_per_step, cfg.budget.group_size
+    dynamic = cfg.allocation.rule == "dynamic"
+    if dynamic and ctx.world_size > 1:
+        raise ValueError("allocation.rule=dynamic runs in one process only (several processes are not implemented); "
+                         "launch without torchrun or choose another allocation.rule")
     if B < ctx.world_size:
         raise ValueError(f"B = N/G = {B} prompts per step cannot be shared by {ctx.world_size} processes; raise N or "
                          "lower G")
@@ -201,7 +204,7 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, *, resume: bool, on_st
     if loaded is not None:
         start, ckpt = loaded
         if not allocator.uniform:
-            allocator.history = _saved_history(ckpt, len(train_problems))
+            allocator.history = PromptHistory.from_checkpoint(ckpt, len(train_problems))
         if start > cfg.steps:
             raise ResumeError(f"--resume: steps={cfg.steps} but the checkpoint {ckpt} is at step {start}; "
                               f"resume with --steps {start} or more")
@@ -253,24 +256,34 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, *, resume: bool, on_st
         idx = choose_prompts(len(train_problems), B, cfg.seed, step)  # (B,) global
         sizes, alloc_row = allocator.choose(idx)  # (B,) G_b from the run's history only, never this step's samples
         mine = shard(B, ctx)  # this process's prompts b in [0, B)
-        problems = [train_problems[idx[b]] for b in mine]
-        prompts = [train_prompts[idx[b]] for b in mine]
-        # ------------------------------------------------------------ 2. G_b completions for prompt b
-        rollout = sample_groups(
-            model, tok, prompts, [int(sizes[b]) for b in mine], seeds=[prompt_seed(cfg.seed, step, b) for b in mine],
-            temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p, max_new_tokens=cfg.sampling.max_new_tokens,
-            batch_size=cfg.budget.micro_batch or None,
-        )
+        if dynamic:  # DAPO: all-equal groups replaced by new prompts until B informative ones (biased; A5)
+            dyn = dynamic_batch(model, tok, task, train_problems, train_prompts, idx, cfg, step, ctx,
+                                lambda r, j, i=step: prompt_seed(cfg.seed, i, j, stream=0 if r == 0 else 1 + r))
+            rollout, problems, sc, rewards, position, idx = (dyn.rollout, dyn.problems, dyn.score, dyn.rewards,
+                                                             dyn.position, dyn.prompts)
+        else:
+            problems = [train_problems[idx[b]] for b in mine]
+            prompts = [train_prompts[idx[b]] for b in mine]
+            # -------------------------------------------------------- 2. G_b completions for prompt b
+            rollout = sample_groups(
+                model, tok, prompts, [int(sizes[b]) for b in mine],
+                seeds=[prompt_seed(cfg.seed, step, b) for b in mine], temperature=cfg.sampling.temperature,
+                top_p=cfg.sampling.top_p, max_new_tokens=cfg.sampling.max_new_tokens,
+                batch_size=cfg.budget.micro_batch or None,
+            )
+            # -------------------------------------------------------- 3. rewards Z (N_local,), prompt-major
+            sc = score(task, rollout.texts,
+                       [p for p, g in zip(problems, rollout.group_sizes.tolist()) for _ in range(g)])
+            rewards = torch.tensor(sc.rewards, dtype=torch.float64)  # (N_local,)
+            position = torch.as_tensor(list(mine), dtype=torch.long)  # (B_local,) place of each group in the batch
         t_sample = time.time() - t0
-        # ------------------------------------------------------------ 3. rewards Z (N_local,), prompt-major
         local_sizes = rollout.group_sizes  # (B_local,)
-        sc = score(task, rollout.texts, [p for p, g in zip(problems, local_sizes.tolist()) for _ in range(g)])
-        rewards = torch.tensor(sc.rewards, dtype=torch.float64)  # (N_local,)
+        allocator.check_rewards(rewards)  # rewards in [0, 1] for the history's Beta posterior (before the update)
         values = None
         if cfg.baseline == "oracle":  # V(x) from M extra samples per prompt (counted as cost)
             values = _oracle_values(cfg, model, tok, task, problems, prompts, step, mine)
         # ------------------------------------------------------------ 4. advantages from ugrpo.stats
-        advantages, n_zero_std = _advantages(cfg, rollout, rewards, values)  # (N_local,) float32
+        advantages, n_zero_std = step_advantages(cfg, rollout, rewards, values)  # (N_local,) float32
         # ------------------------------------------------------------ 4b. G* monitor: c1, c2, c3 of this batch at theta
         # (Thm 7); ustat's score sketch (||W||^2 per sample for the history) at the sampling parameters
         monitored = (monitor.observe(step, model, rollout, rewards.view(-1, G), ctx)
@@ -283,7 +296,7 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, *, resume: bool, on_st
                                     micro_batch=mb) if cfg.algorithm == 2 else None
         updates = []
         Bm = B // cfg.minibatches
-        owner = torch.as_tensor(list(mine), dtype=torch.long)[rollout.prompt_index]  # (N_local,) global b of a row
+        owner = position[rollout.prompt_index]  # (N_local,) place in the batch of each row's group
         for j in range(cfg.minibatches):  # Algorithm 1: m = 1, the whole batch
             mb_rows = torch.nonzero((owner >= j * Bm) & (owner < (j + 1) * Bm)).squeeze(1)
             denom = global_denominator(cfg, rollout, mb_rows, Bm * G, ctx)  # Bm * Gbar rows (seq_*)
@@ -299,8 +312,10 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, *, resume: bool, on_st
         parts = gather_objects((rewards.numpy(), None if sketch is None else sketch.numpy()), ctx)
         alloc_row.update(allocator.observe(idx, sizes, np.concatenate([p[0] for p in parts]),
                                            None if sketch is None else np.concatenate([p[1] for p in parts])))
-        samples_cum += int(sizes.sum())
-        row.update(samples=int(sizes.sum()), samples_cum=samples_cum, **alloc_row)
+        if dynamic:
+            alloc_row.update(samples=dyn.samples, samples_zero_std=dyn.samples_zero_std, dynamic_rounds=dyn.rounds)
+        samples_cum += alloc_row.setdefault("samples", int(sizes.sum()))
+        row.update(samples_cum=samples_cum, **alloc_row)
         if allocator.uses_scores:
             row["s_alloc_sketch"] = t_sketch
         row["s_per_step"] = time.time() - t0
@@ -357,32 +372,6 @@ def _device(cfg: TrainConfig, ctx: DistContext) -> torch.device:
     if cfg.model.device != "auto":
         return torch.device(cfg.model.device)
     return torch.device(f"cuda:{ctx.local_rank}") if torch.cuda.is_available() else torch.device("cpu")
-
-
-def _advantages(cfg: TrainConfig, rollout, rewards: torch.Tensor, values) -> tuple[torch.Tensor, int]:
-    """((N_local,) float32 advantages times the row weight Gbar/G_b, all-equal group count) (docs/allocation.md).
-
-    Equal groups take the dense path of :func:`compute_advantages` (every option, weight 1: the plain trainer);
-    ragged groups take :func:`ragged_advantages` (each prompt's own G_b in its LOO mean) times Gbar/G_b, so the
-    loss's usual 1/(B Gbar) sum is (1/B) sum_b (1/G_b) sum_g A_bg W_bg (M32-M33).
-    """
-    if not rollout.ragged:
-        adv = compute_advantages(rewards.view(-1, rollout.group_size), baseline=cfg.baseline, values=values,
-                                 scale=cfg.scale, ddof=cfg.ddof, eps=cfg.eps, zero_std=cfg.zero_std)
-        return adv.advantages.reshape(-1).float(), adv.n_zero_std  # row b*G+g
-    sizes = rollout.group_sizes
-    adv = ragged_advantages(rewards, sizes, baseline=cfg.baseline, values=values)  # (N_local,)
-    zero, _ = group_stats(rewards.numpy(), sizes.numpy())
-    return (adv * row_weights(sizes, cfg.budget.group_size)).float(), int(zero.sum())
-
-
-def _saved_history(ckpt: Path, n_prompts: int) -> PromptHistory:
-    """The allocation history saved in checkpoint ``ckpt`` (checksummed JSON)."""
-    data = read_extra(ckpt, "history.json")
-    if data is None:
-        raise ResumeError(f"--resume: checkpoint {ckpt} has no history.json, but allocation.rule needs the "
-                          "per-prompt history; start a new run with a new --out")
-    return PromptHistory.from_json(data, n_prompts, str(ckpt / "history.json"))
 
 
 def _oracle_values(cfg, model, tok, task, problems, prompts, step, mine) -> torch.Tensor:

@@ -103,6 +103,11 @@ def line(row: dict) -> str:
         parts.append(f"eval_accuracy={fmt_value(row.get('eval_accuracy'))} "
                      f"eval_pass1={fmt_value(row.get('eval_pass1'))}")
     parts += [c for c in [console_column(row)] if c]  # the G* monitor's column (steps it measured)
+    if "alloc_g_hist" in row:  # per-prompt group sizes (docs/allocation.md)
+        parts.append(f"G_b={row['alloc_g_min']}..{row['alloc_g_max']} "
+                     f"predicted_mse_ratio={row['alloc_predicted_ratio']:.3g}")
+    if "dynamic_rounds" in row:
+        parts.append(f"rounds={row['dynamic_rounds']} samples={row['samples']}")
     return " ".join(parts)
 
 

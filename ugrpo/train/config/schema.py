@@ -37,7 +37,7 @@ __all__ = [
     "TrainConfig",
 ]
 
-ALLOCATION_RULES: tuple[str, ...] = ("uniform", "vip", "knapsack", "ustat")
+ALLOCATION_RULES: tuple[str, ...] = ("uniform", "vip", "knapsack", "ustat", "dynamic")
 """``allocation.rule`` choices (docs/allocation.md); ``uniform`` is the plain trainer, one G for every prompt"""
 UNBIASED_RAGGED_BASELINES: tuple[str, ...] = ("grpo", "vanilla", "oracle")
 """baselines whose per-prompt estimate stays unbiased for g(x) whatever G_b is (docs/allocation.md)"""
@@ -239,7 +239,8 @@ class AllocationConfig:
 
     rule: str = "uniform"
     """uniform (every prompt gets budget.group_size: the plain trainer) | vip (reward variance p(1-p) only) |
-    knapsack (Knapsack-RL value of p) | ustat (the full per-prompt c2/c3 of the U-statistic MSE, M33)"""
+    knapsack (Knapsack-RL value of p) | ustat (the full per-prompt c2/c3 of the U-statistic MSE, M33) |
+    dynamic (DAPO: G each, all-equal groups replaced by new prompts; BIASED, docs/allocation.md A5)"""
     g_min: int = 2
     """smallest G_b (>= 2: the leave-one-out baseline needs two samples)"""
     g_max: int = 0
@@ -252,6 +253,9 @@ class AllocationConfig:
     """pseudo-count pulling each prompt's score moments toward the pooled ones of all prompts (M38)"""
     sketch_dim: int = 64
     """ustat: dimension of the per-sample score sketch that measures ||W||^2 (one extra backward per step)"""
+    dynamic_max_rounds: int = 4
+    """dynamic: most sampling rounds per step (round 0 = the step's B prompts; later rounds replace all-equal
+    groups); after the last round the batch is filled with all-equal groups"""
 
     def __post_init__(self) -> None:
         _choice("allocation.", "rule", self.rule, ALLOCATION_RULES)
@@ -266,6 +270,7 @@ class AllocationConfig:
         _positive("allocation.", "prior_b", self.prior_b)
         _positive("allocation.", "shrink", self.shrink, strict=False)
         _positive("allocation.", "sketch_dim", self.sketch_dim)
+        _positive("allocation.", "dynamic_max_rounds", self.dynamic_max_rounds)
 
     def bounds(self, N: int, G: int) -> tuple[int, int]:
         """(g_min, g_max) in effect at N samples over B = N / G prompts (g_max 0 -> 4 G, capped)."""
@@ -365,9 +370,12 @@ class TrainConfig:
 
     def _check_allocation(self, G: int, B: int) -> None:
         al, N = self.allocation, self.budget.samples_per_step
-        if al.rule == "uniform":
-            return
         where = f"allocation.rule={al.rule}"
+        if al.rule == "dynamic" and self.baseline == "oracle":
+            raise ValueError(f"{where} does not support baseline=oracle (its extra samples per replacement prompt "
+                             "are not implemented); use baseline grpo or vanilla")
+        if al.rule in ("uniform", "dynamic"):  # every group has G samples
+            return
         if N < B * al.g_min:
             raise ValueError(f"{where}: budget.samples_per_step N={N} is below B * allocation.g_min = {B} * "
                              f"{al.g_min} (B = N / group_size = {B} prompts); raise N or lower allocation.g_min")

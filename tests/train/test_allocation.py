@@ -1,0 +1,303 @@
+"""Per-prompt group sizes in the trainer: config checks, ragged sampling, the loss against brute force, history,
+exact resume and the metrics of a run (docs/allocation.md)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+from train_helpers import small_config
+
+from ugrpo.lm.logprobs import completion_logprobs
+from ugrpo.lm.sampling import sample_groups
+from ugrpo.stats.ragged import ragged_advantages
+from ugrpo.train.alloc import group_stats, row_weights
+from ugrpo.train.config import config_from_dict, load_config
+from ugrpo.train.distributed import DistContext
+from ugrpo.train.history import PromptHistory, check_unit_rewards, visit_t0
+from ugrpo.train.loop import train
+from ugrpo.train.update import _chunks, update_on_rows
+
+PROMPTS = ["1+2=", "12+37-5=", "3*4="]
+SEEDS = [5, 6, 7]
+
+
+# ---------------------------------------------------------------------- config
+
+
+@pytest.mark.parametrize("over, match", [
+    ({"allocation__rule": "nope"}, r"allocation.rule='nope' is not valid; choose one of \['uniform', 'vip'"),
+    ({"allocation__rule": "ustat", "allocation__g_min": 5}, r"N=8 is below B \* allocation.g_min = 2 \* 5"),
+    ({"allocation__rule": "ustat", "allocation__g_min": 3, "allocation__g_max": 2}, "g_max=2 is below"),
+    ({"allocation__rule": "vip", "baseline": "grpo_mean"}, r"baseline whose per-prompt estimate is unbiased"),
+    ({"allocation__rule": "vip", "scale": "std"}, "supports scale=none only"),
+    ({"allocation__rule": "ustat", "monitor_every": 1}, "cannot run with the G\\* monitor"),
+    ({"allocation__g_min": 1}, "g_min=1 must be >= 2"),
+    ({"allocation__rule": "dynamic", "baseline": "oracle", "oracle_samples": 2}, "does not support baseline=oracle"),
+    ({"allocation__dynamic_max_rounds": 0}, "dynamic_max_rounds=0 must be > 0"),
+])
+def test_bad_allocation_configs_are_errors_before_any_work(over, match):
+    with pytest.raises(ValueError, match=match):
+        config_from_dict(small_config("m", ("a", "b"), **over))
+
+
+def test_rule_on_the_command_line_long_and_short(tmp_path):
+    assert load_config(None, ["--allocation.rule", "ustat"]).allocation.rule == "ustat"
+    assert load_config(None, ["--allocation", "knapsack"]).allocation.rule == "knapsack"
+    f = tmp_path / "c.yaml"
+    f.write_text("allocation: vip\n")
+    assert load_config(f).allocation.rule == "vip"
+    cfg = load_config(None, ["--allocation", "ustat", "--budget.samples_per_step", "16", "--budget.group_size", "4"])
+    assert cfg.allocation.bounds(16, 4) == (2, 10)  # 4 G = 16, capped at N - (B - 1) g_min = 16 - 3 * 2
+
+
+# ---------------------------------------------------------------------- sampling
+
+
+def test_ragged_groups_are_prefixes_of_the_uniform_groups(model, tokenizer):
+    """Row g of prompt b is seeded by (prompt seed, g): G_b samples are the first G_b of a uniform run."""
+    kw = dict(seeds=SEEDS, max_new_tokens=6)
+    full = sample_groups(model, tokenizer, PROMPTS, 5, **kw)
+    sizes = [2, 5, 3]
+    for share in (True, False):
+        rag = sample_groups(model, tokenizer, PROMPTS, sizes, share_prompts=share, batch_size=4, **kw)
+        assert rag.group_sizes.tolist() == sizes and rag.ragged and rag.num_prompts == 3
+        assert rag.prompt_index.tolist() == [0, 0, 1, 1, 1, 1, 1, 2, 2, 2]
+        rows = [b * 5 + g for b, G in enumerate(sizes) for g in range(G)]
+        assert rag.texts == [full.texts[r] for r in rows]
+        T = rag.completion_ids.shape[1]
+        assert torch.equal(rag.completion_ids, full.completion_ids[rows, :T])
+        assert (full.completion_mask[rows, T:] == 0).all()
+        assert torch.equal(rag.prompt_ids, full.prompt_ids[rows])
+
+
+def test_group_chunks_keep_whole_groups():
+    rows = torch.arange(10)
+    owner = torch.tensor([0, 0, 1, 1, 1, 1, 1, 2, 2, 2])
+    chunks = _chunks(rows, 4, 3, owner)
+    assert [c.tolist() for c in chunks] == [[0, 1], [2, 3, 4, 5], [6, 7, 8, 9]]  # a split group's tail may share
+    assert [c.tolist() for c in _chunks(rows, 7, 3, owner)] == [[0, 1, 2, 3, 4, 5, 6], [7, 8, 9]]
+    assert torch.equal(torch.cat(_chunks(rows, 3, 3, owner)), rows)
+
+
+# ---------------------------------------------------------------------- the loss against brute force
+
+
+def test_update_is_the_ragged_estimate_row_by_row(model, tokenizer):
+    """SGD with lr 1 moves theta by (1/B) sum_b (1/G_b) sum_g A_bg grad log pi(y_bg | x_b) (M32-M33),
+    computed here row by row; the trainer's path: row weights Gbar/G_b, denominator B Gbar, micro-batches."""
+    import copy
+
+    sizes = [2, 7, 3]  # N = 12, B = 3, Gbar = 4
+    ro = sample_groups(model, tokenizer, PROMPTS, sizes, seeds=SEEDS, max_new_tokens=5)
+    z = torch.tensor([0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0], dtype=torch.float64)
+    adv = ragged_advantages(z, ro.group_sizes)
+    m = copy.deepcopy(model).float()
+    params = [p for p in m.parameters() if p.requires_grad]
+    brute = [torch.zeros_like(p) for p in params]
+    B, offset = len(sizes), 0
+    for G in sizes:
+        for g in range(G):
+            r = offset + g
+            lp = completion_logprobs(m, ro.prompt_ids[r:r + 1], ro.prompt_mask[r:r + 1], ro.completion_ids[r:r + 1],
+                                     ro.completion_mask[r:r + 1])
+            grads = torch.autograd.grad(lp.sum(), params, allow_unused=True)
+            for acc, gr in zip(brute, grads):
+                if gr is not None:
+                    acc += float(adv[r]) / (B * G) * gr
+        offset += G
+    cfg = config_from_dict({"budget": {"samples_per_step": 12, "group_size": 4, "micro_batch": 4},
+                            "optim": {"name": "sgd", "lr": 1.0}, "allocation": {"rule": "ustat"}})
+    before = [p.detach().clone() for p in params]
+    opt = torch.optim.SGD(params, lr=1.0)
+    weighted = (adv * row_weights(ro.group_sizes, 4)).float()
+    update_on_rows(m, params, opt, ro, torch.arange(12), weighted, logp_old=None, logp_ref=None, denominator=12.0,
+                   cfg=cfg, ctx=DistContext())
+    moved = max(float((p.detach() - q).abs().max()) for p, q in zip(params, before))
+    assert moved > 1e-4
+    for p, q, e in zip(params, before, brute):
+        torch.testing.assert_close(p.detach() - q, e, rtol=1e-4, atol=1e-6)
+
+
+# ---------------------------------------------------------------------- history
+
+
+def test_visit_t0_is_the_m14_pair_sum():
+    g = torch.Generator().manual_seed(0)
+    sizes = torch.tensor([2, 4, 3])
+    w = torch.randn(9, 5, generator=g, dtype=torch.float64)
+    z = torch.rand(9, generator=g, dtype=torch.float64)
+    got = visit_t0(z, w, sizes)
+    off = 0
+    for b, G in enumerate(sizes.tolist()):
+        pairs = [float(z[off + i] * z[off + j] * (w[off + i] @ w[off + j])) for i in range(G) for j in range(G)
+                 if i != j]
+        assert got[b].item() == pytest.approx(sum(pairs) / (G * (G - 1)), rel=1e-12)
+        off += G
+
+
+def test_history_counts_and_json_round_trip():
+    h = PromptHistory(4)
+    z = np.array([1.0, 0.0, 0.5, 1.0, 1.0, 0.0])
+    h.update(np.array([2, 0, 2]), np.array([2, 2, 2]), z, np.ones((6, 3)))
+    assert h.sums["visits"].tolist() == [1, 0, 2, 0]
+    assert h.sums["samples"].tolist() == [2, 0, 4, 0]
+    assert h.sums["successes"].tolist() == [1.5, 0, 2.0, 0]  # fractional rewards count as fractional successes
+    assert h.sums["w2_success"][0] == pytest.approx(4.5) and h.sums["w2_failure"][0] == pytest.approx(1.5)
+    back = PromptHistory.from_json(json.loads(json.dumps(h.to_json())), 4, "x")
+    assert all(np.array_equal(back.sums[k], h.sums[k]) for k in h.sums)
+    # Beta(1 + 1.5, 1 + 0.5) posterior: E p(1-p) = ab / ((a+b)(a+b+1))
+    assert h.reward_variance(np.array([0]), prior_a=1, prior_b=1)[0] == pytest.approx(2.5 * 1.5 / (4 * 5))
+    with pytest.raises(ValueError, match="for 4 train prompts but this run has 5"):
+        PromptHistory.from_json(h.to_json(), 5, "x")
+    with pytest.raises(ValueError, match="sample 1 of this step has reward 2.0"):
+        check_unit_rewards(np.array([0.5, 2.0]), "ustat")
+
+
+def test_group_stats():
+    zero, var = group_stats(np.array([1.0, 1.0, 0.0, 1.0, 0.0]), np.array([2, 3]))
+    assert zero.tolist() == [True, False]
+    assert var.tolist() == pytest.approx([0.0, 1 / 3])
+
+
+# ---------------------------------------------------------------------- the trainer
+
+
+@pytest.fixture(scope="module")
+def ustat_run(tiny_model_dir, task_files, tmp_path_factory):
+    out = tmp_path_factory.mktemp("ustat")
+    cfg = config_from_dict(small_config(tiny_model_dir, task_files, budget__samples_per_step=16,
+                                        allocation__rule="ustat", eval__pass1_samples=0, eval__greedy=False,
+                                        task__options__reward_fn="dense_reward:varied"))
+    return cfg, out, train(cfg, out)
+
+
+def test_ustat_run_metrics(ustat_run):
+    cfg, out, result = ustat_run
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0]["samples_cum"] == 0
+    assert [r["samples_cum"] for r in rows[1:]] == [16, 32, 48, 64] and result.samples == 64
+    for r in rows[1:]:
+        hist = r["alloc_g_hist"]
+        assert sum(int(g) * c for g, c in hist.items()) == 16 and sum(hist.values()) == 4
+        assert 2 <= r["alloc_g_min"] <= r["alloc_g_max"] <= 16 - 3 * 2
+        assert r["alloc_predicted_ratio"] > 0 and 0 < r["reward_var_predicted"] <= 0.25
+        assert r["reward_var_realised"] >= 0 and r["s_alloc_sketch"] > 0 and r["samples_zero_std"] >= 0
+    assert len({json.dumps(r["alloc_g_hist"], sort_keys=True) for r in rows[2:]}) >= 1
+    assert (out / "checkpoints/step-2/history.json").exists()
+    hist = json.loads((out / "checkpoints/step-4/history.json").read_text())
+    assert sum(hist["samples"]) == 64 and sum(hist["visits"]) == 16
+    assert "allocation" in (out / "report.md").read_text().lower()
+
+
+def test_ustat_killed_and_resumed_reaches_the_same_parameters(ustat_run, tmp_path):
+    cfg, full_out, _ = ustat_run
+
+    def kill(step, row):
+        if step == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg, tmp_path, on_step=kill)
+    train(cfg, tmp_path, resume=True)
+    a = load_file(str(full_out / "checkpoints/step-4/model.safetensors"))
+    b = load_file(str(tmp_path / "checkpoints/step-4/model.safetensors"))
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=0, atol=1e-6)
+    rows_a = [json.loads(x) for x in (full_out / "metrics.jsonl").read_text().splitlines()]
+    rows_b = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r.get("alloc_g_hist") for r in rows_b] == [r.get("alloc_g_hist") for r in rows_a]
+    assert [r.get("samples_cum") for r in rows_b] == [r.get("samples_cum") for r in rows_a]
+    assert (json.loads((tmp_path / "checkpoints/step-4/history.json").read_text())
+            == json.loads((full_out / "checkpoints/step-4/history.json").read_text()))
+
+
+def test_allocation_cannot_change_on_resume(ustat_run):
+    from dataclasses import replace
+
+    from ugrpo.errors import ResumeError
+    from ugrpo.train.config import AllocationConfig
+    from ugrpo.train.resume import check_resume_config
+
+    cfg, out, _ = ustat_run
+    saved = json.loads((out / "config.json").read_text())
+    with pytest.raises(ResumeError, match="allocation.rule is 'vip' but the run .* used 'ustat'"):
+        check_resume_config(saved, replace(cfg, allocation=AllocationConfig(rule="vip")), out)
+
+
+# ---------------------------------------------------------------------- dynamic (DAPO)
+
+
+def test_dynamic_without_all_equal_groups_is_the_uniform_run(tiny_model_dir, task_files, tmp_path):
+    """With rewards that are never all equal, round 0 is the whole step: the same parameters as uniform."""
+    over = dict(steps=2, budget__samples_per_step=16, checkpoint_every=0, eval__greedy=False, eval__pass1_samples=0,
+                task__options__reward_fn="dense_reward:varied")
+    train(config_from_dict(small_config(tiny_model_dir, task_files, **over)), tmp_path / "u")
+    train(config_from_dict(small_config(tiny_model_dir, task_files, allocation__rule="dynamic", **over)),
+          tmp_path / "d")
+    a = load_file(str(tmp_path / "u/checkpoints/step-2/model.safetensors"))
+    b = load_file(str(tmp_path / "d/checkpoints/step-2/model.safetensors"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    rows = [json.loads(x) for x in (tmp_path / "d/metrics.jsonl").read_text().splitlines()]
+    assert [(r["samples"], r["dynamic_rounds"], r["samples_zero_std"]) for r in rows[1:]] == [(16, 1, 0)] * 2
+
+
+def test_dynamic_replaces_all_equal_groups_and_counts_every_sample(tiny_model_dir, task_files, tmp_path):
+    cfg = config_from_dict(small_config(tiny_model_dir, task_files, steps=3, budget__samples_per_step=16,
+                                        checkpoint_every=0, eval__greedy=False, eval__pass1_samples=0,
+                                        allocation__rule="dynamic", allocation__dynamic_max_rounds=3))
+    result = train(cfg, tmp_path)
+    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()][1:]
+    assert any(r["dynamic_rounds"] > 1 for r in rows)  # the 'sevens' reward gives all-zero groups
+    for r in rows:
+        assert 1 <= r["dynamic_rounds"] <= 3 and r["samples"] >= 16 and r["samples"] % 4 == 0
+        # informative groups come first: the batch has all-equal groups only when the rounds ran out
+        assert r["frac_reward_zero_std"] == 0 or r["dynamic_rounds"] == 3
+        # every group drawn beyond the first B replaced an all-equal one
+        assert r["samples"] - 16 <= r["samples_zero_std"]
+    assert result.samples == rows[-1]["samples_cum"] == sum(r["samples"] for r in rows)
+
+
+def test_ragged_algorithm_2_token_mean_kl_and_micro_batches_run(tiny_model_dir, task_files, tmp_path):
+    """Ragged groups through Algorithm 2 (prompt-range minibatches, ratio, clip, KL to the reference, token_mean)."""
+    cfg = config_from_dict(small_config(
+        tiny_model_dir, task_files, steps=4, algorithm=2, minibatches=2, loss__clip_low=0.2, loss__clip_high=0.2,
+        loss__kl_coef=0.1, loss__aggregation="token_mean", budget__samples_per_step=16, budget__micro_batch=3,
+        eval__every=0, eval__greedy=False, eval__pass1_samples=0, checkpoint_every=0, allocation__rule="knapsack"))
+    train(cfg, tmp_path)
+    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()][1:]
+    assert all(np.isfinite(r["loss"]) and r["samples"] == 16 for r in rows)
+    assert rows[-1]["kl"] > 0 and rows[-1]["ratio_mean"] != 1.0
+    assert any(r["alloc_g_hist"] != {"4": 4} for r in rows)  # the groups were ragged
+
+
+def test_concat_rollouts_repads_without_changing_log_probs(model, tokenizer):
+    from ugrpo.lm.sampling import concat_rollouts
+
+    a = sample_groups(model, tokenizer, ["1+2=", "3*4="], 2, seeds=[1, 2], max_new_tokens=4)
+    b = sample_groups(model, tokenizer, ["12+37-5="], 3, seeds=[3], max_new_tokens=6)
+    cat = concat_rollouts([(b, torch.arange(3)), (a, torch.tensor([2, 3]))], tokenizer.pad_token_id)
+    assert cat.group_sizes.tolist() == [3, 2] and cat.texts == b.texts + a.texts[2:]
+
+    def lp(r, rows):
+        return completion_logprobs(model, r.prompt_ids[rows], r.prompt_mask[rows], r.completion_ids[rows],
+                                   r.completion_mask[rows]).detach()
+
+    got = lp(cat, torch.arange(5))
+    want = [lp(b, torch.arange(3)), lp(a, torch.tensor([2, 3]))]
+    for rows, w in zip((slice(0, 3), slice(3, 5)), want):
+        T = w.shape[1]
+        torch.testing.assert_close(got[rows, :T], w, rtol=0, atol=1e-5)
+        assert (cat.completion_mask[rows, T:] == 0).all()
+
+
+def test_rewards_outside_the_unit_interval_stop_a_history_rule(tiny_model_dir, task_files, tmp_path):
+    cfg = config_from_dict(small_config(tiny_model_dir, task_files, steps=1, allocation__rule="vip",
+                                        eval__greedy=False, eval__pass1_samples=0,
+                                        task__options__reward_fn="dense_reward:above_one"))
+    with pytest.raises(ValueError, match=r"allocation.rule=vip needs rewards in \[0, 1\].*has reward 1\."):
+        train(cfg, tmp_path)
+    assert not (tmp_path / "checkpoints").exists()
