@@ -215,6 +215,9 @@ def test_sweep_config_allocation_end_to_end(tmp_path, capsys, lm_config):
     assert "ustat" in stdout and "samples to reach" in stdout
     rc, stdout, err = run_cli(argv, capsys)
     assert rc == 0 and "0 started, 0 resumed, 4 skipped" in stdout, err
+    # another rule list in the same folder extends (or subsets) the sweep: run folders are keyed by rule
+    rc, stdout, err = run_cli([*argv[:12], "uniform", *argv[13:]], capsys)
+    assert rc == 0 and "0 started, 0 resumed, 2 skipped" in stdout, err
 
 
 @pytest.mark.parametrize("extra, expect", [
