@@ -127,17 +127,17 @@ def _reach(ratio, need):
     return {"target": 0.6, "samples_to_reach": need, "uniform_samples_to_reach": 200.0, "ratio": ratio}
 
 
-def _boot(lo, hi):
-    return {"ci_low": lo, "ci_high": hi, "not_reached": 0.0, "undefined": 0.0}
+def _boot(lo, hi, not_reached=0.0):
+    return {"ci_low": lo, "ci_high": hi, "not_reached": not_reached, "undefined": 0.0}
 
 
 def test_verdicts_say_too_small_to_decide_when_intervals_overlap():
     curves = {"uniform": _cv(0.6, 0.55, 0.65), "a": _cv(0.62, 0.58, 0.66), "b": _cv(0.7, 0.66, 0.74),
-              "c": _cv(0.5, 0.45, 0.549), "d": _cv(0.6, 0.55, 0.65)}
+              "c": _cv(0.5, 0.45, 0.549), "d": _cv(0.6, 0.55, 0.65), "e": _cv(0.58, 0.54, 0.62)}
     reach = {"uniform": _reach(1.0, 200.0), "a": _reach(0.5, 100.0), "b": _reach(0.4, 80.0), "c": _reach(None, None),
-             "d": _reach(0.9, 180.0)}
-    boot = {"uniform": _boot(1.0, 1.0), "a": _boot(0.3, 0.8), "b": _boot(0.2, 0.55), "c": _boot(None, None),
-            "d": _boot(0.7, 1.2)}
+             "d": _reach(0.9, 180.0), "e": _reach(None, None)}
+    boot = {"uniform": _boot(1.0, 1.0), "a": _boot(0.3, 0.8), "b": _boot(0.2, 0.55), "c": _boot(None, None, 1.0),
+            "d": _boot(0.7, 1.2), "e": _boot(0.6, None, 0.8)}
     out = {c["rule"]: c for c in compare_rules(curves, reach, boot)}
     assert "final_verdict" not in out["uniform"]
     assert out["a"]["final_verdict"].startswith("too small to decide")
@@ -150,6 +150,10 @@ def test_verdicts_say_too_small_to_decide_when_intervals_overlap():
     assert out["c"]["goal_verdict"].startswith("not met: it does not reach")
     assert out["d"]["samples_verdict"] == "too small to decide (the 95% interval contains 1x)"
     assert out["d"]["goal_verdict"].startswith("not met (95% interval above 0.6x)")
+    # the mean curve does not reach the target, but 20% of resamples do, down to 0.6x: nothing is decided
+    assert out["e"]["samples_verdict"] == ("too small to decide (the 95% interval contains 1x); the mean curve does "
+                                           "not reach it within the run")
+    assert out["e"]["goal_verdict"].startswith("too small to decide (the 95% interval contains 0.6x)")
 
 
 def _run(rule, seed, accs, spent, *, cum=True):

@@ -113,9 +113,9 @@ def curve(acc: np.ndarray, samples: np.ndarray, checkpoints: Sequence[int], *,
 def first_reach(samples: Sequence[float], acc: Sequence[float], target: float) -> float | None:
     """First samples at which the piecewise-linear (samples, accuracy) curve reaches ``target``; None: never.
 
-    >>> first_reach([0, 100, 200], [0.4, 0.5, 0.6], 0.55)
+    >>> round(first_reach([0, 100, 200], [0.4, 0.5, 0.6], 0.55), 9)
     150.0
-    >>> first_reach([0, 100, 200], [0.4, 0.6, 0.5], 0.55), first_reach([0, 100], [0.4, 0.5], 0.55)
+    >>> round(first_reach([0, 100, 200], [0.4, 0.6, 0.5], 0.55), 9), first_reach([0, 100], [0.4, 0.5], 0.55)
     (75.0, None)
     """
     return samples_to_reach([(s, -a) for s, a in zip(samples, acc)], -target)  # reaching up = a gap reaching down
@@ -191,30 +191,37 @@ def _overlap_verdict(a: Mapping[str, Any], u: Mapping[str, Any]) -> str:
     return f"{TOO_SMALL} (95% intervals overlap)"
 
 
-def _samples_verdict(ratio: float | None, lo: float | None, hi: float | None) -> str:
-    """Fewer or more samples than uniform to reach its final accuracy, from the ratio's bootstrap interval."""
-    if ratio is None:
-        return "more samples than uniform: it does not reach uniform's final accuracy"
+def _not_reached(ratio: float | None) -> str:
+    return "; the mean curve does not reach it within the run" if ratio is None else ""
+
+
+def _samples_verdict(ratio: float | None, boot: Mapping[str, Any]) -> str:
+    """Fewer or more samples than uniform to reach its final accuracy, from the ratio's bootstrap interval (a mean
+    curve that does not reach the target decides nothing unless almost every resample does not reach it either)."""
+    lo, hi = boot["ci_low"], boot["ci_high"]
     if lo is None and hi is None:
-        return f"{TOO_SMALL} (no interval)"
+        if boot["not_reached"] > 0.975:
+            return "more samples than uniform: it does not reach uniform's final accuracy (nor in 97.5% of resamples)"
+        return f"{TOO_SMALL} (no interval){_not_reached(ratio)}"
     if hi is not None and hi < 1:
         return "fewer samples than uniform (95% interval below 1x)"
     if lo is not None and lo > 1:
-        return "more samples than uniform (95% interval above 1x)"
-    return f"{TOO_SMALL} (the 95% interval contains 1x)"
+        return f"more samples than uniform (95% interval above 1x){_not_reached(ratio)}"
+    return f"{TOO_SMALL} (the 95% interval contains 1x){_not_reached(ratio)}"
 
 
-def _goal_verdict(ratio: float | None, lo: float | None, hi: float | None, goal: float = GOAL_RATIO) -> str:
+def _goal_verdict(ratio: float | None, boot: Mapping[str, Any], goal: float = GOAL_RATIO) -> str:
     """The goal 'at most ``goal`` x uniform's samples': met only when the whole 95% interval is at or below it."""
-    if ratio is None:
-        return f"not met: it does not reach uniform's final accuracy (goal <= {goal:g}x)"
+    lo, hi = boot["ci_low"], boot["ci_high"]
     if lo is None and hi is None:
-        return f"{TOO_SMALL} (no interval)"
-    if hi is not None and hi <= goal:
+        if boot["not_reached"] > 0.975:
+            return "not met: it does not reach uniform's final accuracy (nor in 97.5% of resamples)"
+        return f"{TOO_SMALL} (no interval){_not_reached(ratio)}"
+    if ratio is not None and hi is not None and hi <= goal:
         return f"met (95% interval at or below {goal:g}x)"
     if lo is not None and lo > goal:
-        return f"not met (95% interval above {goal:g}x)"
-    return f"{TOO_SMALL} (the 95% interval contains {goal:g}x)"
+        return f"not met (95% interval above {goal:g}x){_not_reached(ratio)}"
+    return f"{TOO_SMALL} (the 95% interval contains {goal:g}x){_not_reached(ratio)}"
 
 
 def compare_rules(curves: Mapping[str, Sequence[Mapping[str, Any]]], reach: Mapping[str, Mapping[str, Any]],
@@ -234,8 +241,8 @@ def compare_rules(curves: Mapping[str, Sequence[Mapping[str, Any]]], reach: Mapp
                "bootstrap_not_reached": b["not_reached"], "bootstrap_undefined": b["undefined"]}
         if rule != "uniform":
             row["final_verdict"] = _overlap_verdict(last, u)
-            row["samples_verdict"] = _samples_verdict(r["ratio"], b["ci_low"], b["ci_high"])
-            row["goal_verdict"] = _goal_verdict(r["ratio"], b["ci_low"], b["ci_high"])
+            row["samples_verdict"] = _samples_verdict(r["ratio"], b)
+            row["goal_verdict"] = _goal_verdict(r["ratio"], b)
         if not r["uniform_samples_to_reach"]:
             row["samples_verdict"] = row["goal_verdict"] = (
                 "no ratio: uniform's final accuracy is not above its initial one (it 'reaches' it at 0 samples)")

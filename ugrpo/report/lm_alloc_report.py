@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from ugrpo.report.markdown import fmt, fmt_ci, image, md_table
-from ugrpo.report.plots import Panel, Series, panel_plot
+from ugrpo.report.plots import Panel, Series, line_plot, panel_plot
 from ugrpo.runs import RunDir
 
 __all__ = ["comparison_table", "allocation_reading", "allocation_markdown", "PLOTS"]
@@ -19,13 +19,13 @@ PLOTS = {"eval_accuracy": "allocation.png", "eval_pass1": "allocation_pass1.png"
 def _ratio(c: dict[str, Any]) -> str:
     if c["rule"] == "uniform" and c["ratio"] is not None:
         return "1x (reference)"
-    if c["samples_to_reach"] is None:
-        return "not reached"
-    if c["ratio"] is None:
-        return "-"
     lo, hi = c["ratio_ci_low"], c["ratio_ci_high"]
     ci = ("no interval" if lo is None and hi is None else
           f"[{fmt(lo, 3)}, {'unbounded' if hi is None else fmt(hi, 3)}]")
+    if c["samples_to_reach"] is None:
+        return "not reached" + ("" if lo is None else f" (95% CI {ci})")
+    if c["ratio"] is None:
+        return "-"
     return f"{c['ratio']:.2f}x {ci}"
 
 
@@ -51,11 +51,11 @@ def allocation_reading(alloc: dict[str, Any]) -> list[str]:
         u = next(c for c in e["comparison"] if c["rule"] == "uniform")
         out.append(f"N={e['budget']}, G={e['G']}: uniform's final mean {e['metric']} is {u['target']:.3f} after "
                    f"{u['samples_final']:.0f} samples; uniform itself first reaches it at "
-                   f"{fmt(u['uniform_samples_to_reach'])} samples (the ratio's denominator).")
+                   f"{u['uniform_samples_to_reach']:.0f} samples (the ratio's denominator).")
         for c in e["comparison"]:
             if c["rule"] == "uniform":
                 continue
-            out.append(f"`{c['rule']}`: samples to reach it {_ratio(c)} of uniform's; final {e['metric']} "
+            out.append(f"`{c['rule']}`: samples to reach it / uniform's: {_ratio(c)}; final {e['metric']} "
                        f"{c['final']:.3f} ({c['final_verdict']}); {c['samples_verdict']}; goal <= "
                        f"{alloc['goal_ratio']:g}x: {c['goal_verdict']}.")
     out.append(f"Samples spent: {alloc['samples']}.")
@@ -77,8 +77,13 @@ def _plot(run: RunDir, alloc: dict[str, Any], metric: str) -> str | None:
         panels.append(Panel(f"N = {e['budget']}, G = {e['G']}", series))
     if not panels:
         return None
-    panel_plot(run.file(PLOTS[metric]), panels, xlabel="policy samples spent", ylabel=f"held-out {metric}",
-               suptitle=f"mean over seeds, {alloc['interval']}")
+    what = "mean over seeds, 95% t-interval" + (" cut to [0, 1]" if "cut" in alloc["interval"] else "")
+    if len(panels) == 1:  # one (N, G): a full-width plot
+        line_plot(run.file(PLOTS[metric]), panels[0].series, xlabel="policy samples spent",
+                  ylabel=f"held-out {metric}", title=f"{panels[0].title}: {what}")
+    else:
+        panel_plot(run.file(PLOTS[metric]), panels, xlabel="policy samples spent", ylabel=f"held-out {metric}",
+                   suptitle=what)
     return PLOTS[metric]
 
 
