@@ -33,9 +33,9 @@ RUN_FILES = ("config.json", "metrics.jsonl", "results.json", "report.md")
 NOT_HASHED = ("argv", "command", "part", "workers", "ray", "progress", "no_progress")
 """Config keys that do not change what a run computes (the command line as typed, labels, parallelism)."""
 
-EXTENDABLE: dict[str, tuple[str, ...]] = {"sweep": ("budgets", "groups", "seeds")}
-"""Config keys a rerun may change to extend a run (a sweep's rows are keyed by (N, G, seed), so more cells or
-seeds add rows without mixing); left out of the manifest's hash."""
+EXTENDABLE: dict[str, tuple[str, ...]] = {"sweep": ("budgets", "groups", "seeds", "rules")}
+"""Config keys a rerun may change to extend a run (a sweep's rows are keyed by (N, G[, rule], seed), so more cells,
+rules or seeds add rows without mixing); left out of the manifest's hash."""
 LM_SWEEP_CHECKED = ("train_config", "config", "overrides", "steps", "plan_pilot")
 """Keys of ``sweep --config`` whose training config ``lm_sweep.check_lm_resume`` compares field by field."""
 

@@ -127,6 +127,9 @@ def command_line(name: str, args: Any) -> list[str]:
     for k, v in sorted(vars(args).items()):
         if k == "command" or v is None or v is False:
             continue
+        if k == "overrides":  # the training-config overrides, already flag tokens: --optim.lr 1e-4 ...
+            out += [str(t) for t in v]
+            continue
         flag = "--" + k.replace("_", "-")
         if isinstance(v, (list, tuple)):  # a repeatable flag (action="append"): one flag per value
             for item in v:

@@ -28,7 +28,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from ugrpo.experiments.executors import RayOptions
-from ugrpo.report.lm_sweep_report import METRICS
+from ugrpo.report.lm_sweep_report import METRICS, uniform_rows
 from ugrpo.runs import RunDir, read_jsonl, to_jsonable
 from ugrpo.stats.budget import check_divides
 from ugrpo.stats.intervals import t_interval
@@ -36,7 +36,7 @@ from ugrpo.stats.intervals import t_interval
 __all__ = ["LMSweepConfig", "RunSpec", "build_runs", "check_lm_resume", "run_lm_sweep", "collect_evals",
            "aggregate_lm", "best_lm_groups", "lm_planner", "sweep_lm", "SWEEP_KEYS"]
 
-SWEEP_KEYS = ("budget.samples_per_step", "budget.group_size", "seed", "steps")
+SWEEP_KEYS = ("budget.samples_per_step", "budget.group_size", "seed", "steps", "allocation.rule")
 """config fields the sweep sets itself (``--set`` may not touch them)"""
 
 
@@ -62,6 +62,8 @@ class LMSweepConfig:
     """(B0, G0) of the planner's pilot at the initial model; None = no planner"""
     ray: RayOptions | None = None
     """run on Ray (a local Ray of ``workers`` CPUs, or the cluster at ``ray.address``); None = local processes"""
+    rules: tuple[str, ...] = ()
+    """allocation rules (``allocation.rule``), one run per (N, G, rule, seed); () = no allocation axis"""
 
     def __post_init__(self) -> None:
         if self.seeds < 1:
@@ -75,7 +77,11 @@ class LMSweepConfig:
         for key, _ in self.overrides:
             if key in SWEEP_KEYS:
                 raise ValueError(f"override {key}: the sweep sets {key} itself; use --budget / --groups / --seed / "
-                                 "--steps instead")
+                                 "--steps / --allocation instead")
+        if self.rules:
+            from ugrpo.experiments.lm_sweep_alloc import check_rules
+
+            check_rules(self.rules)
         for N in self.budgets:  # every (N, G) before any work starts
             for G in self.groups:
                 check_divides(N, G)
@@ -94,6 +100,8 @@ class RunSpec:
     """sub-folder name under ``DIR/runs``: ``N{N}-G{G}-s{seed}``"""
     cfg: Any
     """the validated :class:`ugrpo.train.config.TrainConfig`"""
+    rule: str | None = None
+    """allocation rule of the run (``N{N}-G{G}-{rule}-s{seed}``); None = no allocation axis (``N{N}-G{G}-s{seed}``)"""
 
 
 def parse_sets(items: Sequence[str] | None) -> tuple[tuple[str, Any], ...]:
@@ -120,18 +128,41 @@ def base_config(cfg: LMSweepConfig):
     return load_config(cfg.config, _pairs(cfg))
 
 
+def trainer_has_allocation() -> bool:
+    """Whether this trainer's config has the ``allocation`` section (per-prompt group sizes)."""
+    import dataclasses
+
+    from ugrpo.train.config import TrainConfig
+
+    return any(f.name == "allocation" for f in dataclasses.fields(TrainConfig))
+
+
+def _rule_pairs(rule: str | None) -> list[tuple[str, Any]]:
+    """``allocation.rule`` for a run of the allocation axis; a trainer without the section runs only uniform."""
+    if rule is None:
+        return []
+    if trainer_has_allocation():
+        return [("allocation.rule", rule)]
+    if rule == "uniform":  # the trainer's only behaviour: one G for every prompt
+        return []
+    raise ValueError(f"--allocation {rule}: this trainer has no allocation section (allocation.rule), so it can only "
+                     "train uniform; drop the other rules or update ugrpo")
+
+
 def build_runs(cfg: LMSweepConfig) -> list[RunSpec]:
-    """Every (N, G, seed) with its validated TrainConfig (all checked before any training)."""
+    """Every (N, G, rule, seed) with its validated TrainConfig (all checked before any training)."""
     from ugrpo.train.config import load_config
 
     pairs = _pairs(cfg)
     out = []
     for N in cfg.budgets:
         for G in cfg.groups:
-            for s in range(cfg.seed, cfg.seed + cfg.seeds):
-                tc = load_config(cfg.config, pairs + [("budget.samples_per_step", N), ("budget.group_size", G),
-                                                     ("seed", s)])
-                out.append(RunSpec(N, G, s, f"N{N}-G{G}-s{s}", tc))
+            for rule in cfg.rules or (None,):
+                for s in range(cfg.seed, cfg.seed + cfg.seeds):
+                    tc = load_config(cfg.config, pairs + [("budget.samples_per_step", N), ("budget.group_size", G),
+                                                         ("seed", s)] + _rule_pairs(rule))
+                    name = f"N{N}-G{G}-s{s}" if rule is None else f"N{N}-G{G}-{rule}-s{s}"
+                    out.append(RunSpec(N, G, s, name, tc, rule))
     return out
 
 
@@ -145,12 +176,16 @@ def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def check_lm_resume(old: dict | None, base: dict, out: str) -> None:
-    """A rerun into an existing folder must train with the same config (else runs would mix)."""
+    """A rerun into an existing folder must train with the same config (else runs would mix). A field the old
+    record lacks (written by a trainer before that field existed) counts as the same when it is at its default."""
+    from ugrpo.train.config import config_from_dict
+
     if not old or "train_config" not in old:
         return
     a, b = _flat(to_jsonable(old["train_config"])), _flat(to_jsonable(base))
+    default = _flat(to_jsonable(asdict(config_from_dict({}))))
     for k in sorted(set(a) | set(b)):
-        if k in SWEEP_KEYS:
+        if k in SWEEP_KEYS or (k not in a and k in default and b.get(k) == default[k]):
             continue
         if a.get(k, "<absent>") != b.get(k, "<absent>"):
             raise ValueError(f"--out {out} holds a sweep trained with {k} = {a.get(k, '<absent>')!r}, but this run "
@@ -190,14 +225,16 @@ def run_lm_sweep(cfg: LMSweepConfig, specs: Sequence[RunSpec], root: RunDir, *,
 
 
 def collect_evals(root: RunDir, specs: Sequence[RunSpec]) -> list[dict[str, Any]]:
-    """One row per run: {budget, G, seed, name, evals: {step: {metric: value}}} from its metrics.jsonl."""
+    """One row per run: {budget, G, seed, name, rule, samples_source, evals: {step: {metric: value, samples}}} from
+    its metrics.jsonl (samples spent: :func:`ugrpo.experiments.lm_sweep_alloc.eval_points`)."""
+    from ugrpo.experiments.lm_sweep_alloc import eval_points
+
     out = []
     for sp in specs:
-        evals: dict[int, dict[str, float | None]] = {}
-        for r in read_jsonl(root.file("runs") / sp.name / "metrics.jsonl"):
-            if any(m in r for m in METRICS):
-                evals[int(r["step"])] = {m: r.get(m) for m in METRICS}
-        out.append({"budget": sp.budget, "G": sp.G, "seed": sp.seed, "name": sp.name, "evals": evals})
+        evals, source = eval_points(read_jsonl(root.file("runs") / sp.name / "metrics.jsonl"), sp.budget, METRICS,
+                                    rule=sp.rule)
+        out.append({"budget": sp.budget, "G": sp.G, "seed": sp.seed, "name": sp.name, "rule": sp.rule,
+                    "samples_source": source, "evals": evals})
     return out
 
 
@@ -207,7 +244,8 @@ BINARY_TASKS = ("arithmetic", "gsm8k", "math")
 
 def aggregate_lm(runs: Sequence[dict[str, Any]], *,
                  bounds: tuple[float, float] | None = None) -> tuple[list[int], list[dict[str, Any]]]:
-    """(checkpoints common to all runs, rows per (N, G, checkpoint, metric) with mean and 95% t-interval).
+    """(checkpoints common to all runs, rows per (N, G[, rule], checkpoint, metric) with mean and 95% t-interval;
+    a row has ``rule`` when its runs do).
 
     ``bounds``: the range the metrics can take (``(0, 1)`` for a binary task); each interval is cut to it
     (:func:`ugrpo.stats.intervals.clip_interval`: the coverage is unchanged) and the row says ``clipped``.
@@ -216,11 +254,11 @@ def aggregate_lm(runs: Sequence[dict[str, Any]], *,
 
     common = set.intersection(*(set(r["evals"]) for r in runs)) if runs else set()
     cps = sorted(common)
-    cells: dict[tuple[int, int], list[dict]] = {}
+    cells: dict[tuple[int, int, str], list[dict]] = {}
     for r in runs:
-        cells.setdefault((r["budget"], r["G"]), []).append(r)
+        cells.setdefault((r["budget"], r["G"], r.get("rule") or ""), []).append(r)
     rows = []
-    for (N, G), rs in sorted(cells.items()):
+    for (N, G, rule), rs in sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][1], _rule_order(kv[0][2]))):
         for c in cps:
             for m in METRICS:
                 vals = [r["evals"][c][m] for r in rs]
@@ -232,8 +270,15 @@ def aggregate_lm(runs: Sequence[dict[str, Any]], *,
                     low, high = clip_interval(low, high, lo=bounds[0], hi=bounds[1])
                 rows.append({"budget": N, "G": G, "B": N // G, "checkpoint": c, "metric": m, "mean": st["mean"],
                              "se": st["se"], "ci_low": low, "ci_high": high, "seeds": st["n"],
-                             "clipped": (low, high) != (st["ci_low"], st["ci_high"])})
+                             "clipped": (low, high) != (st["ci_low"], st["ci_high"])}
+                            | ({"rule": rule} if rule else {}))
     return cps, rows
+
+
+def _rule_order(rule: str) -> int:
+    from ugrpo.experiments.lm_sweep_alloc import LM_RULES
+
+    return LM_RULES.index(rule) if rule in LM_RULES else -1
 
 
 def best_lm_groups(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -311,10 +356,15 @@ def sweep_lm(cfg: LMSweepConfig, out: str, *, argv: Sequence[str] | None = None,
     cps, rows = aggregate_lm(runs, bounds=bounds)
     if not cps:
         raise ValueError(f"the runs in {root.file('runs')} share no evaluated step; check eval.every in {cfg.config}")
-    results = {"rows": rows, "best_G": best_lm_groups(rows), "checkpoints": cps, "planner": planner,
+    results = {"rows": rows, "best_G": best_lm_groups(uniform_rows(rows)), "checkpoints": cps, "planner": planner,
                "interval": "95% t-interval over seeds" + (", cut to [0, 1] (an accuracy's range)" if bounds else ""),
                "config": to_jsonable(asdict(cfg)), "steps": base.steps, "runs": [
-                   {k: r[k] for k in ("budget", "G", "seed", "name")} | {"action": actions[r["name"]]} for r in runs]}
+                   {k: r[k] for k in ("budget", "G", "seed", "name", "rule", "samples_source")}
+                   | {"action": actions[r["name"]]} for r in runs]}
+    if cfg.rules:
+        from ugrpo.experiments.lm_sweep_alloc import allocation_section
+
+        results["allocation"] = allocation_section(runs, cps, METRICS, bounds=bounds, seed=cfg.seed)
     from ugrpo.report.lm_sweep_report import write_lm_sweep_outputs
 
     write_lm_sweep_outputs(root, results, argv)

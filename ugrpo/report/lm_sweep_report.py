@@ -13,7 +13,13 @@ from ugrpo.report.markdown import fmt_ci, fmt_values, header, image, md_table
 from ugrpo.report.plots import Marker, Panel, Series, panel_plot
 from ugrpo.runs import RunDir
 
-__all__ = ["reading", "table2", "best_g_table", "write_lm_sweep_outputs"]
+__all__ = ["reading", "table2", "best_g_table", "write_lm_sweep_outputs", "uniform_rows"]
+
+
+def uniform_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of the G comparison (Table 2, best G, Fig. 5): all of them, or with an allocation axis the uniform
+    rule's (another rule's G only sets its B = N / G prompts per step)."""
+    return [r for r in rows if r.get("rule", "uniform") == "uniform"]
 
 
 def best_g_table(results: dict[str, Any], metric: str) -> tuple[list[str], list[list[Any]]]:
@@ -57,7 +63,7 @@ def reading(results: dict[str, Any]) -> list[str]:
 
 
 def _plot(run: RunDir, results: dict[str, Any], metric: str, path: str) -> None:
-    rows = [r for r in results["rows"] if r["metric"] == metric]
+    rows = [r for r in uniform_rows(results["rows"]) if r["metric"] == metric]
     pl = results.get("planner") or {}
     star = pl.get("g_star_swept") or pl.get("g_star")
     panels = []
@@ -82,7 +88,8 @@ def table2(results: dict[str, Any], metric: str, *, intervals: bool = False) -> 
     last, groups = max(results["checkpoints"]), results["config"]["groups"]
     rows = []
     for N in results["config"]["budgets"]:
-        cell = {r["G"]: r for r in results["rows"] if (r["budget"], r["checkpoint"], r["metric"]) == (N, last, metric)}
+        cell = {r["G"]: r for r in uniform_rows(results["rows"])
+                if (r["budget"], r["checkpoint"], r["metric"]) == (N, last, metric)}
         if not cell:
             continue
         top = max(r["mean"] for r in cell.values())
@@ -96,31 +103,44 @@ def table2(results: dict[str, Any], metric: str, *, intervals: bool = False) -> 
 
 def write_lm_sweep_outputs(run: RunDir, results: dict[str, Any], argv: Sequence[str] | None = None) -> None:
     """results.json, ``sweep.png`` / ``sweep_pass1.png`` (Fig. 5) and report.md with Table 2."""
+    from ugrpo.report.lm_alloc_report import allocation_markdown
+
     run.write_results(results)
-    metrics = [m for m in METRICS if any(r["metric"] == m for r in results["rows"])]
+    rules = results["config"].get("rules") or []
+    show_g = not rules or len(results["config"]["groups"]) > 1  # one G and a rule axis: no G comparison
+    urows = uniform_rows(results["rows"]) if show_g else []
+    metrics = [m for m in METRICS if any(r["metric"] == m for r in urows)]
     plots = {m: ("sweep.png" if m == "eval_accuracy" else "sweep_pass1.png") for m in metrics}
     for m, p in plots.items():
         _plot(run, results, m, p)
     cfg = results["config"]
-    md = [header("ugrpo sweep --config: held-out accuracy vs group size at a fixed budget (paper Fig. 5, Table 2)",
-                 argv),
-          f"Config `{cfg['config']}`, {results['steps']} steps per run, {cfg['seeds']} seeds per (N, G), groups "
+    title = ("ugrpo sweep --config --allocation: held-out accuracy vs samples spent per allocation rule" if rules else
+             "ugrpo sweep --config: held-out accuracy vs group size at a fixed budget (paper Fig. 5, Table 2)")
+    md = [header(title, argv),
+          f"Config `{cfg['config']}`, {results['steps']} steps per run, {cfg['seeds']} seeds per "
+          f"{'(N, G, rule)' if rules else '(N, G)'}, groups "
           f"{fmt_values(cfg['groups'], prefix='')}; checkpoints at "
           f"{fmt_values(results['checkpoints'], prefix='steps ')}; mean over seeds with a "
           + results.get("interval", "95% t-interval over seeds")
-          + (" (one seed: no interval)." if cfg["seeds"] == 1 else "."), "", "## Reading", "",
-          *[f"- {s}" for s in reading(results)], ""]
+          + (" (one seed: no interval)." if cfg["seeds"] == 1 else "."), ""]
+    if show_g:
+        md += ["## Reading", "", *[f"- {s}" for s in reading(results)], ""]
+    md += allocation_markdown(run, results)
+    if rules and show_g:
+        md += ["The G comparison below uses the uniform rule's runs only.", ""]
     for m in metrics:
         h, rows = table2(results, m)
         md += [f"## Table 2 ({m} at step {max(results['checkpoints'])}, best per budget in bold)", "",
                md_table(h, rows), "", image(plots[m], f"{m} vs G"), ""]
-    md += ["## Empirical best G per checkpoint", ""]
+    if metrics:
+        md += ["## Empirical best G per checkpoint", ""]
     for m in metrics:
         md += [f"{m}:", "", md_table(*best_g_table(results, m)), ""]
+    rule_col = ["rule"] if rules else []
     md += ["## All cells", "",
-           md_table(["N", "G", "B", "checkpoint", "metric", "mean", "95% CI", "seeds"],
-                    [[r["budget"], r["G"], r["B"], r["checkpoint"], r["metric"], r["mean"],
-                      "-" if r["ci_low"] is None else fmt_ci(r["ci_low"], r["ci_high"]), r["seeds"]]
+           md_table(["N", "G", "B", *rule_col, "checkpoint", "metric", "mean", "95% CI", "seeds"],
+                    [[r["budget"], r["G"], r["B"], *([r.get("rule")] if rules else []), r["checkpoint"], r["metric"],
+                      r["mean"], "-" if r["ci_low"] is None else fmt_ci(r["ci_low"], r["ci_high"]), r["seeds"]]
                      for r in results["rows"]]), ""]
     run.write_report("\n".join(md))
 

@@ -15,6 +15,7 @@ are mutually exclusive. Parsing only: the flags become a ``SweepConfig`` (env) o
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from ugrpo.cli.options import add_override_flags, parse_overrides, ray_options
 from ugrpo.experiments.common import command_line, default_workers, parse_float_list, parse_int_list
@@ -56,8 +57,10 @@ def configure(p: argparse.ArgumentParser) -> None:
                    "steps)")
     p.add_argument("--out", required=True, help="run folder (resumed if it holds a sweep with the same settings)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
-    p.add_argument("--allocation", default=None, metavar="RULE[,RULE...]", help="per-prompt G_b rules "
-                   "(uniform,vip,knapsack,ustat) at equal N: gap vs samples per rule (docs/math.md M44)")
+    p.add_argument("--allocation", default=None, metavar="RULE[,RULE...]", help="per-prompt G_b rules at equal N. "
+                   "With --env: uniform,vip,knapsack,ustat, exact gap vs samples per rule (docs/math.md M44); with "
+                   "--config: uniform,vip,knapsack,ustat,dynamic, one training run per (N, G, rule, seed) with "
+                   "allocation.rule set, held-out accuracy vs samples spent (docs/lm-sweep.md)")
     p.add_argument("--allocation-moments", default=None, help="with --allocation: true = exact per-prompt "
                    "moments at the current theta (the ceiling); false (default) = the run's own history")
     p.add_argument("--g-min", type=int, default=None, help="with --allocation: smallest G_b (default 2)")
@@ -112,7 +115,10 @@ def _lm_config(args: argparse.Namespace):
             raise ValueError(f"--plan-pilot {args.plan_pilot!r}: give two numbers B0,G0 (pilot prompts, samples each)")
         pilot = (int(parts[0]), int(parts[1]))
     overrides = parse_sets(args.set) + tuple(parse_overrides(args.overrides))
-    return LMSweepConfig(config=args.config, ray=ray_options(args),
+    rules = () if args.allocation is None else tuple(r.strip() for r in str(args.allocation).split(",") if r.strip())
+    if args.allocation is not None and not rules:
+        raise ValueError(f"--allocation {args.allocation!r}: give one or more rules, e.g. --allocation uniform,ustat")
+    return LMSweepConfig(config=args.config, ray=ray_options(args), rules=rules,
                          budgets=tuple(parse_int_list(args.budget, name="--budget")),
                          groups=tuple(parse_int_list(args.groups, name="--groups")), seeds=args.seeds,
                          seed=args.seed, steps=args.steps, overrides=overrides,
@@ -124,6 +130,8 @@ def _main_lm(args: argparse.Namespace) -> int:
     from ugrpo.report.markdown import fmt_ci, fmt_values, text_table
 
     results = sweep_lm(_lm_config(args), args.out, argv=command_line("sweep", args), progress=not args.no_progress)
+    if results.get("allocation"):
+        return _print_alloc_lm(args, results)
     rows = results["rows"]
     metric = "eval_accuracy" if any(r["metric"] == "eval_accuracy" for r in rows) else "eval_pass1"
     print(f"held-out {metric} per checkpoint (mean over seeds, {results.get('interval', '95% t-interval')}):")
@@ -148,14 +156,37 @@ def _main_lm(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_alloc_lm(args: argparse.Namespace, results: dict) -> int:
+    """Console summary of ``sweep --config --allocation``: per (N, G) and metric the rule comparison table."""
+    from ugrpo.report.lm_alloc_report import allocation_reading, comparison_table
+    from ugrpo.report.markdown import text_table
+
+    alloc = results["allocation"]
+    for e in alloc["cells"]:
+        if e["comparison"]:
+            print(f"N={e['budget']}, G={e['G']}, {e['metric']} (mean over seeds, {alloc['interval']}):")
+            head, rows = comparison_table(e)
+            print(text_table(head[:6], [r[:6] for r in rows]))
+    for s in allocation_reading(alloc):
+        print(s)
+    acts = [r["action"] for r in results["runs"]]
+    print(f"runs: {acts.count('started')} started, {acts.count('resumed')} resumed, {acts.count('skipped')} skipped")
+    plots = [p for p in ("allocation.png", "allocation_pass1.png") if (Path(args.out) / p).exists()]
+    print(f"wrote {args.out}/results.json, {', '.join(plots)}, report.md")
+    return 0
+
+
 def main(args: argparse.Namespace) -> int:
     from ugrpo.experiments.sweep import sweep_experiment
     from ugrpo.report.markdown import text_table
 
-    if args.allocation is not None:
+    if args.allocation is not None and args.config is None:
         return _main_alloc(args)
     own = [f"--{n.replace('_', '-')}" for n in ("allocation_moments", "g_min", "g_max")
            if getattr(args, n, None) is not None]
+    if own and args.config is not None:
+        raise ValueError(f"{', '.join(own)} belong to the exact-env allocation sweep (--env); with --config set the "
+                         "trainer's allocation fields instead (--allocation.FIELD VALUE, listed by --help)")
     if own:
         raise ValueError(f"{', '.join(own)} only apply with --allocation RULE[,RULE...]; add it or drop them")
     if args.config is not None:

@@ -1,0 +1,294 @@
+"""``ugrpo sweep --config FILE --allocation RULES``: held-out accuracy against samples spent, per allocation rule.
+
+The sweep trains one run per (N, G, rule, seed) (:mod:`ugrpo.experiments.lm_sweep`, ``allocation.rule`` set in the
+config); this module turns the runs' ``metrics.jsonl`` into the comparison, with pure functions only:
+
+- **samples spent** at each evaluation: the row's ``samples_cum`` (policy samples drawn up to that step, DAPO-dynamic's
+  extra rounds included); a run logged by a trainer without that key falls back to ``step * N``, exact for a rule that
+  spends N samples every step (:func:`eval_points`; the report says which runs fell back). ``dynamic`` spends a
+  variable number per step, so it has no fallback.
+- **curves**: per (N, G, rule) and evaluation step, the mean over seeds of the samples spent and of the held-out
+  metric, with a 95% Student-t interval over seeds cut to [0, 1] (an accuracy's range; cutting keeps the coverage,
+  :func:`ugrpo.stats.intervals.clip_interval`). Rules that spend a variable number of samples are placed at their
+  seeds' mean spend (the spread is kept as ``samples_min`` / ``samples_max``).
+- **samples to reach uniform's final accuracy**: the target is uniform's final mean accuracy; each rule's
+  mean curve is read as piecewise linear in samples and the first crossing of the target is taken
+  (:func:`first_reach`); the ratio divides by uniform's own first crossing of the same target (uniform may reach its
+  final mean before its last evaluation when its curve peaks earlier). The interval is a paired percentile
+  bootstrap over seeds (:func:`bootstrap_ratio`): seed indices resampled jointly for every rule, target and both
+  crossings recomputed per resample; a resample in which the rule never reaches the target counts as an infinite
+  ratio, so the upper end is unbounded (None) when more than 2.5% of resamples do not reach it.
+- **verdicts** against uniform, as ``ugrpo reproduce`` words them: 'too small to decide' when the 95% intervals
+  overlap (or contain the goal), never an ordering the intervals do not support.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ugrpo.experiments.reproduce_claims import TOO_SMALL
+from ugrpo.experiments.sweep_alloc import samples_to_reach
+from ugrpo.stats.intervals import clip_interval, t_interval
+
+__all__ = ["LM_RULES", "FALLBACK", "GOAL_RATIO", "check_rules", "eval_points", "curve", "first_reach",
+           "reach_ratio", "bootstrap_ratio", "compare_rules", "allocation_section"]
+
+LM_RULES = ("uniform", "vip", "knapsack", "ustat", "dynamic")
+"""rules of ``ugrpo train --allocation.rule`` (docs/math.md M33-M36; ``dynamic`` is DAPO's resample-until-full)"""
+FIXED_SPEND = ("uniform", "vip", "knapsack", "ustat")
+"""rules that spend exactly N samples every step (so ``step * N`` is their samples spent)"""
+FALLBACK = "step x N"
+"""``samples_source`` of a run whose metrics.jsonl has no ``samples_cum`` (a trainer before per-step sample counts)"""
+GOAL_RATIO = 0.6
+"""issue 12's goal: ustat reaches uniform's final accuracy with at most 0.6x uniform's samples"""
+BOOTSTRAP_REPS = 2000
+
+
+def check_rules(rules: Sequence[str]) -> None:
+    """Unknown or repeated rule names: an error naming them and the choices."""
+    bad = [r for r in rules if r not in LM_RULES]
+    if bad or not rules:
+        raise ValueError(f"--allocation {','.join(rules)}: unknown rule(s) {bad}; choose among {','.join(LM_RULES)}")
+    if len(set(rules)) != len(rules):
+        raise ValueError(f"--allocation lists a rule twice: {','.join(rules)}")
+
+
+def eval_points(rows: Sequence[Mapping[str, Any]], N: int, metrics: Sequence[str], *,
+                rule: str | None = None) -> tuple[dict[int, dict[str, Any]], str]:
+    """The evaluations of one run: ({step: {metric: value, 'samples': samples spent}}, samples source).
+
+    ``samples`` is the row's ``samples_cum``; without it, 0 at step 0 and ``step * N`` after (source
+    :data:`FALLBACK`), exact only for a rule that spends N samples per step, so a ``dynamic`` run without it is an
+    error.
+
+    >>> pts, src = eval_points([{"step": 0, "eval_accuracy": 0.4}, {"step": 1, "loss": 0.1},
+    ...                         {"step": 2, "eval_accuracy": 0.5}], 8, ["eval_accuracy"])
+    >>> pts, src
+    ({0: {'eval_accuracy': 0.4, 'samples': 0}, 2: {'eval_accuracy': 0.5, 'samples': 16}}, 'step x N')
+    """
+    out: dict[int, dict[str, Any]] = {}
+    fell_back = False
+    for r in rows:
+        if not any(m in r for m in metrics):
+            continue
+        step = int(r["step"])
+        if r.get("samples_cum") is not None:
+            spent = r["samples_cum"]
+        else:
+            fell_back = fell_back or step > 0
+            spent = step * N
+        out[step] = {**{m: r.get(m) for m in metrics}, "samples": spent}
+    if fell_back and rule is not None and rule not in FIXED_SPEND:
+        raise ValueError(f"rule {rule}: the run's metrics.jsonl has no samples_cum, and {rule} spends a variable "
+                         "number of samples per step, so step * N would be wrong; train it with a trainer that logs "
+                         "samples_cum")
+    return out, FALLBACK if fell_back else "samples_cum"
+
+
+def curve(acc: np.ndarray, samples: np.ndarray, checkpoints: Sequence[int], *,
+          bounds: tuple[float, float] | None = (0.0, 1.0)) -> list[dict[str, Any]]:
+    """Per checkpoint: mean over seeds of samples spent and of the metric, with a 95% t-interval cut to ``bounds``.
+
+    Parameters
+    ----------
+    acc, samples : (S, C) arrays, seeds x checkpoints
+    checkpoints : the C evaluation steps
+    bounds : the metric's range (an accuracy: [0, 1]); None = a custom reward, not cut
+    """
+    out = []
+    for j, c in enumerate(checkpoints):
+        st = t_interval([float(v) for v in acc[:, j]])
+        lo, hi = (st["ci_low"], st["ci_high"]) if bounds is None else clip_interval(st["ci_low"], st["ci_high"],
+                                                                                     lo=bounds[0], hi=bounds[1])
+        out.append({"checkpoint": int(c), "samples": float(samples[:, j].mean()),
+                    "samples_min": float(samples[:, j].min()), "samples_max": float(samples[:, j].max()),
+                    "mean": st["mean"], "se": st["se"], "ci_low": lo, "ci_high": hi, "seeds": st["n"]})
+    return out
+
+
+def first_reach(samples: Sequence[float], acc: Sequence[float], target: float) -> float | None:
+    """First samples at which the piecewise-linear (samples, accuracy) curve reaches ``target``; None: never.
+
+    >>> round(first_reach([0, 100, 200], [0.4, 0.5, 0.6], 0.55), 9)
+    150.0
+    >>> round(first_reach([0, 100, 200], [0.4, 0.6, 0.5], 0.55), 9), first_reach([0, 100], [0.4, 0.5], 0.55)
+    (75.0, None)
+    """
+    return samples_to_reach([(s, -a) for s, a in zip(samples, acc)], -target)  # reaching up = a gap reaching down
+
+
+def reach_ratio(acc: Mapping[str, np.ndarray], samples: Mapping[str, np.ndarray]) -> dict[str, dict[str, Any]]:
+    """Per rule: samples to reach uniform's final mean accuracy, and the ratio to uniform's own samples to reach it.
+
+    Parameters
+    ----------
+    acc, samples : {rule: (S, C) array}, one row per seed, one column per checkpoint; must hold ``uniform``
+
+    Returns
+    -------
+    {rule: {'target', 'samples_to_reach' (None: never), 'uniform_samples_to_reach', 'ratio' (None when not reached or
+    when uniform reaches its final mean at 0 samples: its final accuracy is not above its initial one)}}
+    """
+    u_acc, u_s = acc["uniform"].mean(axis=0), samples["uniform"].mean(axis=0)
+    target = float(u_acc[-1])
+    u_need = first_reach(u_s.tolist(), u_acc.tolist(), target)
+    out = {}
+    for rule in acc:
+        need = first_reach(samples[rule].mean(axis=0).tolist(), acc[rule].mean(axis=0).tolist(), target)
+        ratio = None if need is None or not u_need else need / u_need
+        out[rule] = {"target": target, "samples_to_reach": need, "uniform_samples_to_reach": u_need, "ratio": ratio}
+    return out
+
+
+def bootstrap_ratio(acc: Mapping[str, np.ndarray], samples: Mapping[str, np.ndarray], *, reps: int = BOOTSTRAP_REPS,
+                    seed: int = 0) -> dict[str, dict[str, Any]]:
+    """Paired percentile bootstrap over seeds of :func:`reach_ratio`'s ratio: {rule: {ci_low, ci_high,
+    not_reached, undefined}}.
+
+    Every rule must have the same S seeds (row i of every array is seed i). A resample where the rule never reaches
+    the target is an infinite ratio; one where uniform reaches its own final mean at 0 samples has no ratio
+    (``undefined``). With more than 2.5% of resamples undefined no interval is given (both ends None); with more than
+    2.5% infinite, the upper end is None (unbounded).
+    """
+    S = {a.shape[0] for a in acc.values()}
+    if len(S) != 1:
+        raise ValueError(f"bootstrap_ratio: every rule needs the same seeds, got {sorted(S)} seeds per rule")
+    n = S.pop()
+    rng = np.random.default_rng(seed)
+    draws = {rule: [] for rule in acc}
+    for _ in range(reps):
+        idx = rng.integers(0, n, size=n)
+        res = reach_ratio({k: v[idx] for k, v in acc.items()}, {k: v[idx] for k, v in samples.items()})
+        for rule, r in res.items():
+            draws[rule].append(math.nan if not r["uniform_samples_to_reach"] else
+                               math.inf if r["ratio"] is None else r["ratio"])
+    out = {}
+    for rule, d in draws.items():
+        x = np.asarray(d)
+        undefined, not_reached = float(np.isnan(x).mean()), float(np.isinf(x).mean())
+        if n < 2 or undefined > 0.025:
+            lo = hi = None
+        else:
+            lo_q, hi_q = np.quantile(x[~np.isnan(x)], [0.025, 0.975], method="inverted_cdf")  # no inf - inf
+            lo = None if math.isinf(lo_q) else float(lo_q)
+            hi = None if math.isinf(hi_q) else float(hi_q)
+        out[rule] = {"ci_low": lo, "ci_high": hi, "not_reached": not_reached, "undefined": undefined, "reps": reps}
+    return out
+
+
+def _overlap_verdict(a: Mapping[str, Any], u: Mapping[str, Any]) -> str:
+    """Final mean of a rule against uniform's: an ordering only when the two 95% intervals do not overlap."""
+    if a["ci_low"] is None or u["ci_low"] is None:
+        return f"{TOO_SMALL} (one seed: no interval)"
+    if a["ci_low"] > u["ci_high"]:
+        return "higher than uniform (95% intervals do not overlap)"
+    if a["ci_high"] < u["ci_low"]:
+        return "lower than uniform (95% intervals do not overlap)"
+    return f"{TOO_SMALL} (95% intervals overlap)"
+
+
+def _not_reached(ratio: float | None) -> str:
+    return "; the mean curve does not reach it within the run" if ratio is None else ""
+
+
+def _samples_verdict(ratio: float | None, boot: Mapping[str, Any]) -> str:
+    """Fewer or more samples than uniform to reach its final accuracy, from the ratio's bootstrap interval (a mean
+    curve that does not reach the target decides nothing unless almost every resample does not reach it either)."""
+    lo, hi = boot["ci_low"], boot["ci_high"]
+    if lo is None and hi is None:
+        if boot["not_reached"] > 0.975:
+            return "more samples than uniform: it does not reach uniform's final accuracy (nor in 97.5% of resamples)"
+        return f"{TOO_SMALL} (no interval){_not_reached(ratio)}"
+    if hi is not None and hi < 1:
+        return "fewer samples than uniform (95% interval below 1x)"
+    if lo is not None and lo > 1:
+        return f"more samples than uniform (95% interval above 1x){_not_reached(ratio)}"
+    return f"{TOO_SMALL} (the 95% interval contains 1x){_not_reached(ratio)}"
+
+
+def _goal_verdict(ratio: float | None, boot: Mapping[str, Any], goal: float = GOAL_RATIO) -> str:
+    """The goal 'at most ``goal`` x uniform's samples': met only when the whole 95% interval is at or below it."""
+    lo, hi = boot["ci_low"], boot["ci_high"]
+    if lo is None and hi is None:
+        if boot["not_reached"] > 0.975:
+            return "not met: it does not reach uniform's final accuracy (nor in 97.5% of resamples)"
+        return f"{TOO_SMALL} (no interval){_not_reached(ratio)}"
+    if ratio is not None and hi is not None and hi <= goal:
+        return f"met (95% interval at or below {goal:g}x)"
+    if lo is not None and lo > goal:
+        return f"not met (95% interval above {goal:g}x){_not_reached(ratio)}"
+    return f"{TOO_SMALL} (the 95% interval contains {goal:g}x){_not_reached(ratio)}"
+
+
+def compare_rules(curves: Mapping[str, Sequence[Mapping[str, Any]]], reach: Mapping[str, Mapping[str, Any]],
+                  boot: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per rule: final mean with its interval, samples to reach uniform's final accuracy, the ratio with its
+    bootstrap interval, and the verdicts against uniform (final accuracy, fewer samples than uniform, the 0.6x goal).
+    """
+    u = curves["uniform"][-1]
+    out = []
+    for rule, cv in curves.items():
+        last, r, b = cv[-1], reach[rule], boot[rule]
+        row = {"rule": rule, "checkpoint": last["checkpoint"], "samples_final": last["samples"],
+               "final": last["mean"], "final_ci_low": last["ci_low"], "final_ci_high": last["ci_high"],
+               "seeds": last["seeds"], "target": r["target"], "samples_to_reach": r["samples_to_reach"],
+               "uniform_samples_to_reach": r["uniform_samples_to_reach"], "ratio": r["ratio"],
+               "ratio_ci_low": b["ci_low"], "ratio_ci_high": b["ci_high"],
+               "bootstrap_not_reached": b["not_reached"], "bootstrap_undefined": b["undefined"]}
+        if rule != "uniform":
+            row["final_verdict"] = _overlap_verdict(last, u)
+            row["samples_verdict"] = _samples_verdict(r["ratio"], b)
+            row["goal_verdict"] = _goal_verdict(r["ratio"], b)
+        if not r["uniform_samples_to_reach"]:
+            row["samples_verdict"] = row["goal_verdict"] = (
+                "no ratio: uniform's final accuracy is not above its initial one (it 'reaches' it at 0 samples)")
+        out.append(row)
+    return out
+
+
+def _matrix(runs: Sequence[Mapping[str, Any]], checkpoints: Sequence[int], key: str) -> np.ndarray:
+    return np.array([[float(r["evals"][c][key]) for c in checkpoints] for r in runs], dtype=np.float64)
+
+
+def allocation_section(runs: Sequence[Mapping[str, Any]], checkpoints: Sequence[int], metrics: Sequence[str],
+                       *, bounds: tuple[float, float] | None = (0.0, 1.0), reps: int = BOOTSTRAP_REPS,
+                       seed: int = 0) -> dict[str, Any]:
+    """The ``allocation`` section of the sweep's results.json, per (N, G) cell and metric.
+
+    ``runs``: one dict per run with ``budget``, ``G``, ``rule``, ``seed``, ``samples_source`` and ``evals``
+    ({step: {metric: value, 'samples': spent}}); ``checkpoints``: the evaluation steps every run has.
+    """
+    cells: dict[tuple[int, int], dict[str, list]] = {}
+    for r in sorted(runs, key=lambda r: r["seed"]):
+        cells.setdefault((r["budget"], r["G"]), {}).setdefault(r["rule"], []).append(r)
+    out = []
+    for (N, G), by_rule in sorted(cells.items()):
+        for m in metrics:
+            have = {rule: rs for rule, rs in by_rule.items() if all(r["evals"][c].get(m) is not None
+                                                                   for r in rs for c in checkpoints)}
+            if not have:
+                continue
+            acc = {rule: _matrix(rs, checkpoints, m) for rule, rs in have.items()}
+            samples = {rule: _matrix(rs, checkpoints, "samples") for rule, rs in have.items()}
+            curves = {rule: curve(acc[rule], samples[rule], checkpoints, bounds=bounds) for rule in have}
+            entry = {"budget": N, "G": G, "metric": m, "curves": curves, "comparison": None}
+            if "uniform" in have:
+                reach = reach_ratio(acc, samples)
+                boot = bootstrap_ratio(acc, samples, reps=reps, seed=seed)
+                entry["comparison"] = compare_rules(curves, reach, boot)
+            out.append(entry)
+    fell_back = sorted(r["name"] for r in runs if r["samples_source"] == FALLBACK)
+    return {"cells": out, "rules": list(dict.fromkeys(r["rule"] for r in runs)), "fallback_runs": fell_back,
+            "samples": ("samples_cum from each run's metrics.jsonl" if not fell_back else
+                        f"samples_cum from metrics.jsonl; {len(fell_back)} of {len(runs)} runs have none (a trainer "
+                        "without per-step sample counts) and use step x N, exact for a rule that spends N per step"),
+            "interval": "95% Student-t interval over seeds" + ("" if bounds is None else
+                                                              f", cut to [{bounds[0]:g}, {bounds[1]:g}]"),
+            "reach": "first crossing of uniform's final mean accuracy by the mean curve, linear between evaluations; "
+                     "ratio to uniform's own first crossing; 95% paired percentile bootstrap over seeds "
+                     f"({reps} resamples)",
+            "goal_ratio": GOAL_RATIO}
