@@ -34,7 +34,8 @@ SEEDS = [5, 6, 7]
     ({"allocation__rule": "ustat", "allocation__g_min": 3, "allocation__g_max": 2}, "g_max=2 is below"),
     ({"allocation__rule": "vip", "baseline": "grpo_mean"}, r"baseline whose per-prompt estimate is unbiased"),
     ({"allocation__rule": "vip", "scale": "std"}, "supports scale=none only"),
-    ({"allocation__rule": "ustat", "monitor_every": 1}, "cannot run with the G\\* monitor"),
+    ({"allocation__rule": "ustat", "monitor_every": 1}, r"monitor \(monitor_every=1\) needs allocation.g_min >= 4"),
+    ({"allocation__rule": "dynamic", "monitor_every": 1}, "dynamic sampling keeps only prompts whose rewards differ"),
     ({"allocation__g_min": 1}, "g_min=1 must be >= 2"),
     ({"allocation__rule": "dynamic", "baseline": "oracle", "oracle_samples": 2}, "does not support baseline=oracle"),
     ({"allocation__dynamic_max_rounds": 0}, "dynamic_max_rounds=0 must be > 0"),
@@ -301,3 +302,32 @@ def test_rewards_outside_the_unit_interval_stop_a_history_rule(tiny_model_dir, t
     with pytest.raises(ValueError, match=r"allocation.rule=vip needs rewards in \[0, 1\].*has reward 1\."):
         train(cfg, tmp_path)
     assert not (tmp_path / "checkpoints").exists()
+
+
+def test_monitor_on_ragged_groups_reads_each_prompts_first_g_min_samples(model, tokenizer):
+    """The G* monitor with per-prompt G_b measures exactly what it measures on the dense (B, g_min) pilot made of
+    every prompt's first g_min samples (which are the uniform run's first samples: same seeds)."""
+    from ugrpo.train.monitor import TrainMonitor
+
+    sizes = [4, 6, 5]
+    ragged = sample_groups(model, tokenizer, PROMPTS, sizes, seeds=SEEDS, max_new_tokens=4)
+    dense = sample_groups(model, tokenizer, PROMPTS, 4, seeds=SEEDS, max_new_tokens=4)
+    z = torch.arange(15, dtype=torch.float64) % 3 / 2  # flat rewards in row order, varied within groups
+    rows = ragged.first_rows(4)
+    assert rows.tolist() == [0, 1, 2, 3, 4, 5, 6, 7, 10, 11, 12, 13]
+    assert [ragged.texts[i] for i in rows.tolist()] == dense.texts
+    kw = dict(every=1, budget=15, group_size=5, sketch_dim=16, n_boot=20, seed=1)
+    got = TrainMonitor(**kw, pilot_group=4).observe(1, model, ragged, z)
+    want = TrainMonitor(**kw, pilot_group=4).observe(1, model, dense, z[rows].view(3, 4))
+    got.pop("monitor_seconds"), want.pop("monitor_seconds")
+    assert got == want and got["monitor_c2"] > 0
+
+
+def test_ustat_run_with_the_monitor(tiny_model_dir, task_files, tmp_path):
+    cfg = config_from_dict(small_config(
+        tiny_model_dir, task_files, steps=2, budget__samples_per_step=20, budget__group_size=5, monitor_every=1,
+        monitor_n_boot=20, allocation__rule="ustat", allocation__g_min=4, eval__every=0, eval__greedy=False,
+        eval__pass1_samples=0, checkpoint_every=0, task__options__reward_fn="dense_reward:varied"))
+    train(cfg, tmp_path)
+    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()][1:]
+    assert all(r["monitor_n_prompts"] == 4 and r["alloc_g_min"] >= 4 and r["samples"] == 20 for r in rows)

@@ -103,6 +103,24 @@ class Rollout:
         """True when the prompts have different group sizes."""
         return bool((self.group_sizes != self.group_size).any())
 
+    def first_samples(self, g: int) -> Rollout:
+        """The equal-group Rollout of every prompt's first ``g`` rows (all prompts need G_b >= g).
+
+        A prompt's first g samples are g iid draws from pi(.|x) whatever its G_b (the sizes are fixed before
+        sampling), so the result is a valid (B, g) pilot of the same prompts (docs/allocation.md).
+        """
+        if int(self.group_sizes.min()) < g:
+            raise ValueError(f"first_samples({g}): a prompt has only {int(self.group_sizes.min())} rows")
+        rows = self.first_rows(g)
+        return Rollout(self.prompt_ids[rows], self.prompt_mask[rows], self.completion_ids[rows],
+                       self.completion_mask[rows], [self.texts[i] for i in rows.tolist()], self.truncated[rows],
+                       torch.arange(self.num_prompts).repeat_interleave(g), g)
+
+    def first_rows(self, g: int) -> Tensor:
+        """(B*g,) row indices of every prompt's first ``g`` rows, prompt-major (see :meth:`first_samples`)."""
+        offsets = torch.cumsum(self.group_sizes, 0) - self.group_sizes
+        return (offsets[:, None] + torch.arange(g)[None, :]).reshape(-1)
+
     @property
     def completion_lengths(self) -> Tensor:
         """(N,) number of completion tokens counted by the mask (EOS included)."""

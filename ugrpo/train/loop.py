@@ -286,7 +286,7 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, *, resume: bool, on_st
         advantages, n_zero_std = step_advantages(cfg, rollout, rewards, values)  # (N_local,) float32
         # ------------------------------------------------------------ 4b. G* monitor: c1, c2, c3 of this batch at theta
         # (Thm 7); ustat's score sketch (||W||^2 per sample for the history) at the sampling parameters
-        monitored = (monitor.observe(step, model, rollout, rewards.view(-1, G), ctx)
+        monitored = (monitor.observe(step, model, rollout, rewards, ctx)
                      if monitor and monitor.due(step) else {})
         sketch, t_sketch = allocator.sketch(model, rollout, step)  # (N_local, k) or None
         # ------------------------------------------------------------ 5. update(s)

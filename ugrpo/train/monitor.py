@@ -277,13 +277,14 @@ class TrainMonitor:
 
     def __init__(self, *, every: int, budget: int, group_size: int, sketch_dim: int = 128, n_boot: int = 200,
                  pool: int = 1, seed: int = 0, temperature: float = 1.0, micro_batch: int = 0, params=None,
-                 warned: bool = False):
+                 warned: bool = False, pilot_group: int | None = None):
         from ugrpo.lm.scores import ScoreSpec
 
-        if group_size < MIN_PILOT_GROUP:
-            raise ValueError(f"monitor needs group_size G >= {MIN_PILOT_GROUP} (the c2/c3 estimators need G >= 4); "
-                             f"got G={group_size}")
-        self.every, self.N, self.G = every, budget, group_size
+        pilot_group = group_size if pilot_group is None else pilot_group
+        if pilot_group < MIN_PILOT_GROUP:
+            raise ValueError(f"monitor needs groups of >= {MIN_PILOT_GROUP} samples (the c2/c3 estimators need G >= "
+                             f"4); got {pilot_group}")
+        self.every, self.N, self.G, self.g0 = every, budget, group_size, pilot_group
         self.sketch_dim, self.n_boot, self.pool = sketch_dim, n_boot, pool
         self.seed, self.temperature, self.micro_batch = seed, temperature, micro_batch
         self.params = ScoreSpec() if params is None else params
@@ -295,9 +296,12 @@ class TrainMonitor:
     @classmethod
     def from_config(cls, cfg, *, warned: bool = False) -> TrainMonitor:
         """The monitor a :class:`~ugrpo.train.config.TrainConfig` asks for (``cfg.monitor_every > 0``)."""
-        return cls(every=cfg.monitor_every, budget=cfg.budget.samples_per_step, group_size=cfg.budget.group_size,
-                   sketch_dim=cfg.monitor_sketch_dim, n_boot=cfg.monitor_n_boot, pool=cfg.monitor_pool, seed=cfg.seed,
-                   temperature=cfg.sampling.temperature, micro_batch=cfg.budget.micro_batch, warned=warned)
+        N, G = cfg.budget.samples_per_step, cfg.budget.group_size
+        ragged = cfg.allocation.rule != "uniform"  # per-prompt G_b >= g_min: the first g_min samples of each prompt
+        return cls(every=cfg.monitor_every, budget=N, group_size=G, sketch_dim=cfg.monitor_sketch_dim,
+                   n_boot=cfg.monitor_n_boot, pool=cfg.monitor_pool, seed=cfg.seed,
+                   temperature=cfg.sampling.temperature, micro_batch=cfg.budget.micro_batch, warned=warned,
+                   pilot_group=cfg.allocation.bounds(N, G)[0] if ragged else None)
 
     def due(self, step: int) -> bool:
         """True on the steps the monitor measures (multiples of ``every``)."""
@@ -307,6 +311,9 @@ class TrainMonitor:
         """Sketch this batch's scores, pool, estimate, plan: the ``monitor_*`` keys of the step's row.
 
         Adds ``monitor_warning`` (and prints it on rank 0) the first time G is outside the interval.
+        With per-prompt group sizes (``allocation.rule`` other than uniform) it reads the first g_min samples of
+        every prompt: g_min iid draws per prompt, fixed before sampling, so an unbiased (B, g_min) pilot.
+        ``rewards`` : (B_local, G) or, for ragged groups, the flat (N_local,) rewards in row order.
         """
         from tqdm.auto import tqdm
 
@@ -314,12 +321,17 @@ class TrainMonitor:
         from ugrpo.train.distributed import gather_objects
 
         t0 = time.perf_counter()
+        if self.g0 != self.G:  # per-prompt G_b (g0 = g_min < the mean G whenever the groups can differ)
+            rewards = rewards.reshape(-1)[rollout.first_rows(self.g0)].view(-1, self.g0)
+            rollout = rollout.first_samples(self.g0)
+        else:
+            rewards = rewards.reshape(-1, self.G)
         local = sketch_scores(model, rollout, self.sketch_dim, seed=sketch_seed(self.seed), params=self.params,
                               temperature=self.temperature, chunk_size=self.micro_batch or None)  # (B_local*G, k)
         parts = gather_objects((rewards.double().cpu(), local.double().cpu()), ctx) if ctx is not None else [(rewards,
                                                                                                               local)]
         z = torch.cat([p[0].double().cpu() for p in parts])  # (B, G) in global prompt order (contiguous shards)
-        w = torch.cat([p[1].double().cpu() for p in parts]).view(z.shape[0], self.G, -1)  # (B, G, k)
+        w = torch.cat([p[1].double().cpu() for p in parts]).view(z.shape[0], self.g0, -1)  # (B, g0, k)
         self._pool = (self._pool + [(z, w)])[-self.pool:]
         rec = measure(torch.cat([p[0] for p in self._pool]), torch.cat([p[1] for p in self._pool]), budget=self.N,
                       candidates=self.candidates, n_boot=self.n_boot, seed=bootstrap_seed(self.seed, step), step=step,

@@ -374,6 +374,10 @@ class TrainConfig:
         if al.rule == "dynamic" and self.baseline == "oracle":
             raise ValueError(f"{where} does not support baseline=oracle (its extra samples per replacement prompt "
                              "are not implemented); use baseline grpo or vanilla")
+        if self.monitor_every and al.rule == "dynamic":
+            raise ValueError(f"{where} cannot run with the G* monitor (monitor_every={self.monitor_every}): dynamic "
+                             "sampling keeps only prompts whose rewards differ, so its batch is not a sample of the "
+                             "prompt distribution; set monitor_every=0 or choose another rule")
         if al.rule in ("uniform", "dynamic"):  # every group has G samples
             return
         if N < B * al.g_min:
@@ -389,9 +393,10 @@ class TrainConfig:
         if self.scale != "none":
             raise ValueError(f"{where} supports scale=none only (std scaling with ragged groups is not "
                              "implemented); set --scale none or --allocation.rule uniform")
-        if self.monitor_every:
-            raise ValueError(f"{where} cannot run with the G* monitor (monitor_every={self.monitor_every}): the "
-                             "monitor needs equal groups; set monitor_every=0 or --allocation.rule uniform")
+        if self.monitor_every and g_min < 4:
+            raise ValueError(f"{where} with the G* monitor (monitor_every={self.monitor_every}) needs allocation.g_min "
+                             f">= 4 (the monitor reads the first g_min samples of every prompt, and the c2/c3 "
+                             f"estimators need 4); got g_min={g_min}: set --allocation.g-min 4 or monitor_every=0")
 
     def _check_monitor(self, G: int, B: int) -> None:
         _positive("", "monitor_every", self.monitor_every, strict=False)
