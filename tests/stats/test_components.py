@@ -8,12 +8,12 @@ import torch
 
 from ugrpo.stats.components import (
     _bootstrap_replicates,
-    _prompt_terms,
-    _reduce,
     _summarise,
     estimate_components,
     gaussian_sketch,
     point_estimates,
+    prompt_terms,
+    reduce_scores,
 )
 
 from ._enumerate import DT, enumerate_group, linear_softmax, policy_moments_exact, sample, softmax_bandit
@@ -121,8 +121,8 @@ def test_bootstrap_replicates_match_definition():
     B, G = 5, 4
     scores = torch.randn(B, G, 3, generator=gen, dtype=DT)
     rewards = torch.rand(B, G, generator=gen, dtype=DT)
-    z, diag, M = _reduce(rewards, scores, None)
-    t0, t1, t2 = _prompt_terms(z, diag, M)
+    z, diag, M = reduce_scores(rewards, scores, None)
+    t0, t1, t2 = prompt_terms(z, diag, M)
     counts = torch.tensor([[1, 1, 1, 1, 1], [3, 0, 2, 0, 0], [0, 0, 0, 5, 0]], dtype=DT)
     reps, se = _bootstrap_replicates(t0, t1, t2, M, counts)
     torch.testing.assert_close(reps[0], point_estimates(rewards, scores=scores))  # all counts 1 -> the estimate
@@ -209,8 +209,8 @@ def test_log_scale_interval_scales_with_the_scores():
                              method="studentized")
     assert (one.c2, one.c3) == (st.c2, st.c3) and one.c1.estimate == st.c1.estimate
     # the shift: mean_b ||gbar_b||^2 - T0_b, and c1 + shift = half the mean squared distance of the gbar_b
-    z, diag, M = _reduce(rewards, scores, None)
-    t0 = _prompt_terms(z, diag, M)[0]
+    z, diag, M = reduce_scores(rewards, scores, None)
+    t0 = prompt_terms(z, diag, M)[0]
     gbar = (rewards.unsqueeze(-1) * scores).mean(1)
     pair = sum(float((gbar[i] - gbar[j]) @ (gbar[i] - gbar[j])) for i in range(16) for j in range(16) if i != j)
     assert one.c1.estimate + float((torch.diagonal(M) - t0).mean()) == pytest.approx(pair / (2 * 16 * 15))

@@ -26,6 +26,7 @@ from ugrpo.stats.allocation import (
     bernoulli_stats,
     best_uniform,
     history_stats,
+    prediction_quality,
     prompt_error,
 )
 from ugrpo.stats.intervals import normal_interval, ratio_interval
@@ -139,16 +140,6 @@ def predicted_stats(env, cfg: AllocateConfig, gen: torch.Generator) -> tuple[Pro
     return pred, hist
 
 
-def _prediction_quality(pred: PromptStats, true: PromptStats) -> dict:
-    """How well the predicted per-prompt error f_b(4) tracks the true one (rank and log-scale agreement)."""
-    fp = prompt_error(pred.c2, pred.c3, np.full(len(true), 4))
-    ft = prompt_error(true.c2, true.c3, np.full(len(true), 4))
-    rank = lambda v: np.argsort(np.argsort(v)).astype(float)  # noqa: E731
-    spearman = float(np.corrcoef(rank(fp), rank(ft))[0, 1]) if len(ft) > 2 else None
-    ok = (fp > 0) & (ft > 0)
-    return {"spearman_f4": spearman, "median_abs_log_ratio_f4": float(np.median(np.abs(np.log(fp[ok] / ft[ok])))),
-            "mean_pred_over_true_f4": float(fp.mean() / ft.mean())}
-
 
 def _batch_errors(lab: Lab, known: PromptStats, rule: str, batches: np.ndarray, cfg: AllocateConfig,
                   unit: str, G_u: int) -> tuple[np.ndarray, np.ndarray]:
@@ -229,7 +220,7 @@ def run_allocate(env, cfg: AllocateConfig, progress: bool = False) -> dict:
     return {"config": asdict(cfg), "instance": {"name": env.name, "P": env.n_prompts, "c1": lab.c1, "c2": lab.c2,
                                                 "c3": lab.c3, "best_uniform_G": G_u, "B": B},
             "rows": rows, "token_rows": token_rows, "ratios": ratios, "uniform_curve": curve,
-            "history": hist, "prediction_quality": _prediction_quality(pred, lab.true)}
+            "history": hist, "prediction_quality": prediction_quality(pred, lab.true)}
 
 
 def _ratios(per_batch: dict, rules: tuple[str, ...]) -> list[dict]:

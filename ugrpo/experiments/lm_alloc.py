@@ -28,8 +28,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ugrpo.experiments.allocate import _prediction_quality
-from ugrpo.stats.allocation import PromptStats, allocate, predicted_mse
+from ugrpo.stats.allocation import PromptStats, allocate, predicted_mse, prediction_quality
 from ugrpo.stats.intervals import ratio_interval
 from ugrpo.stats.mc_mse import (
     ReferenceMoments,
@@ -162,6 +161,6 @@ def run_allocation_study(cfg, ref_s: Tensor, ref_z: Tensor, est_s: Tensor, est_z
             "history": {"visits": cfg.history_visits, "group": cfg.history_group,
                         "samples": int(hist_z.numel()), "source": "own sample stream per prompt (independent of "
                         "the reference and the estimation blocks)"},
-            "prediction_quality": _prediction_quality(pred, true) if len(true) > 2 else None,
+            "prediction_quality": prediction_quality(pred, true) if len(true) > 2 else None,
             "true_moments": {"mean_p": float(true.value.mean()), "frac_p_0_or_1": float(
                 ((true.value == 0) | (true.value == 1)).mean())}}

@@ -41,6 +41,7 @@ __all__ = [
     "best_uniform",
     "bernoulli_stats",
     "history_stats",
+    "prediction_quality",
 ]
 
 RULES: tuple[str, ...] = ("uniform", "vip", "knapsack", "ustat")
@@ -411,3 +412,14 @@ def history_stats(visits: np.ndarray, samples: np.ndarray, successes: np.ndarray
     e2 = e1 * (a + 1) / (a + b + 1)                                             # E p^2
     e3 = e2 * (a + 2) / (a + b + 2)                                             # E p^3
     return bernoulli_stats((e1, e2, e3), m1, m0, np.clip(g2, 0.0, None))
+
+
+def prediction_quality(pred: PromptStats, true: PromptStats) -> dict:
+    """How well the predicted per-prompt error f_b(4) tracks the true one (rank and log-scale agreement)."""
+    fp = prompt_error(pred.c2, pred.c3, np.full(len(true), 4))
+    ft = prompt_error(true.c2, true.c3, np.full(len(true), 4))
+    rank = lambda v: np.argsort(np.argsort(v)).astype(float)  # noqa: E731
+    spearman = float(np.corrcoef(rank(fp), rank(ft))[0, 1]) if len(ft) > 2 else None
+    ok = (fp > 0) & (ft > 0)
+    return {"spearman_f4": spearman, "median_abs_log_ratio_f4": float(np.median(np.abs(np.log(fp[ok] / ft[ok])))),
+            "mean_pred_over_true_f4": float(fp.mean() / ft.mean())}

@@ -40,7 +40,7 @@ import torch
 from torch import Tensor
 
 __all__ = ["MIN_PILOT_GROUP", "METHODS", "Estimate", "VarianceComponents", "gaussian_sketch", "point_estimates",
-           "estimate_components"]
+           "estimate_components", "reduce_scores", "prompt_terms"]
 
 MIN_PILOT_GROUP = 4
 """Smallest pilot group size G0 accepted (the c2 and c3 estimators average over ordered triples)."""
@@ -204,7 +204,7 @@ def _check_inputs(rewards: Tensor, scores: Tensor | None, gram: Tensor | None) -
 # computation
 
 
-def _reduce(rewards: Tensor, scores: Tensor | None, gram: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+def reduce_scores(rewards: Tensor, scores: Tensor | None, gram: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
     """Everything the estimators need: rewards Z (..., B, G), diag K_ii (..., B, G), M_bb' = <gbar_b, gbar_b'>."""
     z = rewards.to(DT)
     G = z.shape[-1]
@@ -232,7 +232,7 @@ def _check_diag(diag: Tensor) -> None:
         )
 
 
-def _prompt_terms(z: Tensor, diag: Tensor, M: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def prompt_terms(z: Tensor, diag: Tensor, M: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Per-prompt T0, T1, T2 (docs/math.md M14-M16) in O(G) per prompt via the sums of M18."""
     G = z.shape[-1]
     zKz = torch.diagonal(M, dim1=-2, dim2=-1) * G**2            # (..., B)  ||sum_i Z_i W_i||^2
@@ -248,7 +248,7 @@ def _prompt_terms(z: Tensor, diag: Tensor, M: Tensor) -> tuple[Tensor, Tensor, T
 
 
 def _point(z: Tensor, diag: Tensor, M: Tensor) -> Tensor:
-    t0, t1, t2 = _prompt_terms(z, diag, M)
+    t0, t1, t2 = prompt_terms(z, diag, M)
     B = z.shape[-2]
     off = M.sum((-2, -1)) - torch.diagonal(M, dim1=-2, dim2=-1).sum(-1)
     c1 = t0.mean(-1) - off / (B * (B - 1))
@@ -381,7 +381,7 @@ def point_estimates(rewards: Tensor, *, scores: Tensor | None = None, gram: Tens
     tensor([-0.0417,  0.2083,  0.3750], dtype=torch.float64)
     """
     _check_inputs(rewards, scores, gram)
-    z, diag, M = _reduce(rewards, scores, gram)
+    z, diag, M = reduce_scores(rewards, scores, gram)
     _check_diag(diag)
     return _point(z, diag, M)
 
@@ -442,11 +442,11 @@ def estimate_components(
 
 
 def _estimate(rewards, scores, gram, n_boot, level, generator, method="studentized-log") -> VarianceComponents:
-    z, diag, M = _reduce(rewards, scores, gram)
+    z, diag, M = reduce_scores(rewards, scores, gram)
     _check_diag(diag)
     point = _point(z, diag, M)
     B0, G0 = rewards.shape
-    t0, t1, t2 = _prompt_terms(z, diag, M)
+    t0, t1, t2 = prompt_terms(z, diag, M)
     if n_boot > 0:
         idx = torch.randint(0, B0, (n_boot, B0), generator=generator)
         counts = torch.zeros(n_boot, B0, dtype=DT).scatter_add_(1, idx, torch.ones(n_boot, B0, dtype=DT))

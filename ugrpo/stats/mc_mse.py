@@ -16,7 +16,7 @@ from torch import Tensor
 
 from ugrpo.stats.advantages import compute_advantages
 from ugrpo.stats.allocation import PromptStats, history_stats
-from ugrpo.stats.components import _prompt_terms, _reduce
+from ugrpo.stats.components import prompt_terms, reduce_scores
 from ugrpo.stats.estimators import ESTIMATORS
 from ugrpo.stats.intervals import clip_interval, normal_interval
 from ugrpo.stats.ragged import ragged_advantages, ragged_prompt_gradients
@@ -227,8 +227,8 @@ def sample_prompt_stats(scores: Tensor, rewards: Tensor) -> PromptStats:
     if scores.ndim != 3 or rewards.shape != scores.shape[:2] or scores.shape[1] < 3:
         raise ValueError(f"need scores (P, M, k) and rewards (P, M) with M >= 3; got {tuple(scores.shape)}, "
                          f"{tuple(rewards.shape)}")
-    z, diag, gram = _reduce(rewards, scores, None)
-    t0, t1, t2 = _prompt_terms(z, diag, gram)
+    z, diag, gram = reduce_scores(rewards, scores, None)
+    t0, t1, t2 = prompt_terms(z, diag, gram)
     return PromptStats(value=z.mean(1).numpy(), c2=(t1 - t0).clamp_min(0).numpy(),
                        c3=(t2 + t0).clamp_min(0).numpy(), g_norm2=t0.clamp_min(0).numpy())
 

@@ -31,6 +31,7 @@ __all__ = [
     "OptionError",
     "check_options",
     "VerifierContractError",
+    "warn_once",
 ]
 
 log = logging.getLogger(__name__)
@@ -169,7 +170,7 @@ _MAX_REWARD = 3.4028234663852886e38
 _WARNED: set[str] = set()
 
 
-def _warn_once(task: object, message: str) -> None:
+def warn_once(task: object, message: str) -> None:
     """Log a scoring problem the first time a task has it (the counts are in every ScoreResult)."""
     name = str(getattr(task, "name", type(task).__name__))
     if name not in _WARNED:
@@ -221,7 +222,7 @@ def score(task: Task, completions: Sequence[str], problems: Sequence[Problem]) -
         raise
     except Exception:  # a crashing verifier must not end the run: count it, log it
         tb = traceback.format_exc()
-        _warn_once(task, f"verify raised; all {n} completions of the batch scored 0.0 (counted as errors)\n{tb}")
+        warn_once(task, f"verify raised; all {n} completions of the batch scored 0.0 (counted as errors)\n{tb}")
         return ScoreResult([0.0] * n, [True] * n, 0, 0, n, tb)
     if len(raw) != n:
         raise VerifierContractError(
@@ -254,7 +255,7 @@ def score(task: Task, completions: Sequence[str], problems: Sequence[Problem]) -
     n_errors = n_err_task + unclassified + n_bad_values
     first_error = (stats.first_error if stats else None) or first_bad
     if first_error is not None and n_errors:
-        _warn_once(task, f"{n_errors} scoring error(s) in a batch of {n}; first: {first_error}")
+        warn_once(task, f"{n_errors} scoring error(s) in a batch of {n}; first: {first_error}")
     return ScoreResult(rewards, unscorable, n_timeouts, n_parse, n_errors, first_error)
 
 

@@ -49,7 +49,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ugrpo.tasks.base import OptionError, Problem, VerifierContractError, VerifyStats, _warn_once, check_options
+from ugrpo.tasks.base import OptionError, Problem, VerifierContractError, VerifyStats, check_options, warn_once
 from ugrpo.tasks.loading import BadRow, BadRowPolicy, RowError, read_rows, text_field
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -210,7 +210,7 @@ class CustomTask:
         try:
             raw = _call_with_timeout(fn, (list(completions), [p.answer for p in problems]), kwargs, self.timeout)
         except TimeoutError:
-            _warn_once(self, f"reward_fn {self.reward_fn!r} did not return within {self.timeout:g} s; the batch's {n} "
+            warn_once(self, f"reward_fn {self.reward_fn!r} did not return within {self.timeout:g} s; the batch's {n} "
                              "completions are unscorable (counted as timeouts); raise task.options.timeout if it "
                              "is just slow")
             stats.n_timeouts = n
@@ -218,7 +218,7 @@ class CustomTask:
             return [None] * n, stats
         except Exception:
             tb = traceback.format_exc()
-            _warn_once(self, f"reward_fn {self.reward_fn!r} raised; {n} completions unscorable\n{tb}")
+            warn_once(self, f"reward_fn {self.reward_fn!r} raised; {n} completions unscorable\n{tb}")
             stats.n_errors = n
             stats.first_error = tb
             return [None] * n, stats
