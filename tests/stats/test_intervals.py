@@ -58,3 +58,14 @@ def test_derived_seeds_are_distinct_and_keep_the_published_streams():
     assert derive_seed(3, 5, stride=7_919, offset=17) == (3 * 1_000_003 + 5 * 7_919 + 17) % 2**62
     seeds = {derive_seed(s, i, stride=104_729, offset=1) for s in range(5) for i in range(200)}
     assert len(seeds) == 1000
+
+
+def test_ratio_interval_of_mses_is_cut_at_zero():
+    """A ratio of mean squared errors is >= 0: a normal interval reaching below 0 is cut there, the point kept."""
+    a = torch.tensor([0.0, 0.0, 0.0, 4.0], dtype=torch.float64)  # mean 1, very skewed
+    b = torch.ones(4, dtype=torch.float64)
+    r = ratio_interval(a, b)
+    assert r["ratio"] == pytest.approx(1.0) and r["ci_low"] == 0.0
+    assert r["ci_high"] == pytest.approx(1.0 + Z95 * float(a.std()) / 2)
+    neg = ratio_interval(a, b, a_sub=1.5)  # corrected numerator -0.5: unbiased point below the cut interval
+    assert neg["ratio"] == pytest.approx(-0.5) and neg["ci_low"] == 0.0 and neg["ci_high"] >= 0.0

@@ -174,8 +174,7 @@ def ratio_ci(a: np.ndarray, b: np.ndarray) -> dict:
     if len(a) < 2:
         r = float(a.mean() / b.mean())
         return {"ratio": r, "ci_low": r, "ci_high": r}
-    out = ratio_interval(torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64))
-    return {**out, "ci_low": max(0.0, out["ci_low"])}
+    return ratio_interval(torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64))
 
 
 def run_allocate(env, cfg: AllocateConfig, progress: bool = False) -> dict:

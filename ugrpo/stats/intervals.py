@@ -127,7 +127,9 @@ def ratio_interval(a: Tensor, b: Tensor, a_sub: float = 0.0, b_sub: float = 0.0,
 
     Returns
     -------
-    dict with ``ratio``, ``ci_low``, ``ci_high`` (all None when the corrected denominator is not positive).
+    dict with ``ratio``, ``ci_low``, ``ci_high`` (all None when the corrected denominator is not positive). The
+    quantities compared are nonnegative (mean squared errors), so the interval is cut at 0 (the point, an unbiased
+    numerator over the denominator, may lie below it when the correction exceeds the noise).
     """
     A, Bm = float(a.mean()) - a_sub, float(b.mean()) - b_sub
     if Bm <= 0:
@@ -135,7 +137,7 @@ def ratio_interval(a: Tensor, b: Tensor, a_sub: float = 0.0, b_sub: float = 0.0,
     r = A / Bm
     var = (float((a - r * b).var(correction=1)) / (a.numel() * Bm**2) + ((Bm - A) / Bm**2 * common_sd) ** 2
            + (A / Bm**2 * b_sd) ** 2)
-    lo, hi = normal_interval(r, math.sqrt(var))
+    lo, hi = clip_interval(*normal_interval(r, math.sqrt(var)), hi=math.inf)
     return {"ratio": r, "ci_low": lo, "ci_high": hi}
 
 
