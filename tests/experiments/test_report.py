@@ -98,3 +98,13 @@ def test_mse_reading_names_the_g_where_vanilla_is_not_above_grpo_and_why():
     assert "at G = 2 the exact values agree: GRPO's O(1/G^2) residual outweighs" in text, text
     text = " ".join(reading(results(0.160, 0.150)))
     assert "at G = 2 the exact values do not: Monte-Carlo noise" in text, text
+
+
+def test_lm_sweep_best_g_table_says_none_not_python_none():
+    """A pilot that cannot tell c1 from 0 has no G*: the table says 'none (c1 ~ 0)', not 'None (c1 ~ 0)'."""
+    from ugrpo.report.lm_sweep_report import best_g_table
+
+    best = {"budget": 8, "checkpoint": 2, "metric": "eval_accuracy", "G": 2, "mean": 0.0, "overlapping": None,
+            "ci_low": None, "ci_high": None}
+    _, rows = best_g_table({"best_G": [best], "planner": {"g_star": None, "g_star_swept": None}}, "eval_accuracy")
+    assert rows == [[8, 2, 2, 0.0, "-", "-", "none (c1 ~ 0)"]]
