@@ -1,7 +1,7 @@
 """``ugrpo gap``: n * gap against Theorem 8's weighted chi-square, with and without the beta^2 factor.
 
 Example: ``ugrpo gap --groups 4,16 --estimators vanilla,grpo,oracle --runs 400 --steps 1000 --beta 3
---batch 16 --seed 0 --out runs/gap`` (74-88 s on 2 CPU cores shared at load 6-9).
+--batch 16 --seed 0 --out runs/gap`` (39 s on 2 CPU cores at load 1.5, 80-95 s at load 6-9).
 Parsing only: the flags become a ``GapConfig`` and one call of
 :func:`ugrpo.experiments.gap.gap_experiment`.
 """
