@@ -156,6 +156,40 @@ def test_cli_sets_the_thread_count_and_says_so_once(monkeypatch, tmp_path, capsy
         torch.set_num_threads(before)
 
 
+def test_thread_note_comes_with_the_first_output_and_never_before_an_input_error(monkeypatch, tmp_path):
+    """The thread-choice note is said once, just before the command's first line; a command that fails on its
+    input prints its one error line and nothing else; OMP_NUM_THREADS or UGRPO_THREADS silence it."""
+    import contextlib
+    import io
+
+    import torch
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("UGRPO_THREADS", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    argv = ["make-env", "--kind", "softmax_bandit", "--prompts", "2", "--actions", "2", "--out"]
+
+    def console(args):  # stdout and stderr in the order a terminal shows them
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+            rc = main([str(a) for a in args])
+        return rc, buf.getvalue().splitlines()
+
+    before = torch.get_num_threads()
+    try:
+        rc, lines = console([*argv, tmp_path / "a.json"])
+        assert rc == 0 and lines[0].startswith("ugrpo: 1 torch thread") and lines[-1].startswith("wrote"), lines
+        assert sum("torch thread" in line for line in lines) == 1
+        rc, lines = console([*argv, tmp_path / "a.txt"])  # the output suffix is checked before any work
+        assert rc == 2 and len(lines) == 1 and lines[0].startswith("ugrpo make-env: error:"), lines
+        for name in ("OMP_NUM_THREADS", "UGRPO_THREADS"):
+            monkeypatch.setenv(name, "1")
+            rc, lines = console([*argv, tmp_path / f"{name}.json"])
+            assert rc == 0 and not any("torch thread" in line for line in lines), lines
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_only_rank_0_prints(monkeypatch, tmp_path, capsys):
     """Under torchrun every rank runs the command; ranks other than 0 print nothing, not even errors."""
     argv = ["make-env", "--kind", "softmax_bandit", "--prompts", "2", "--actions", "2", "--threads", "1"]

@@ -73,12 +73,15 @@ def test_gap_command_end_to_end(tmp_path, capsys):
     assert cor[128]["ratio_to_2G"][0] == pytest.approx(4, abs=0.1)
     report = (out / "report.md").read_text()
     assert "Verdict" in report and "Corollary 9" in report and "KS p" in stdout
+    # the settings in one line of words (the whole config is in config.json), not a Python dict
+    assert f"config: G = 2, 4; grpo, oracle; 16 runs x 40 steps per cell, B = 4, eta_i = 3/(i + 20), seed 1; " \
+           f"full config: {out}/config.json" in stdout and "{" not in stdout
 
 
 @pytest.mark.parametrize("args,needle", [
     (["--beta", "1.0"], "beta > 1/(2 lambda_min(-H*)) = 1.457"),
     (["--groups", "1,4"], "--groups: 1 is below the minimum 2"),
-    (["--estimators", "grpo,std"], "unknown ['std']"),
+    (["--estimators", "grpo,std"], "--estimators: unknown std; choose from vanilla, grpo, oracle"),
     (["--runs", "3"], "--runs = 3 is too small"),
 ])
 def test_gap_bad_inputs(tmp_path, capsys, args, needle):

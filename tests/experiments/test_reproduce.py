@@ -46,6 +46,7 @@ def test_reproduce_smoke_end_to_end_and_resume(tmp_path, capsys, tiny_model_dir,
     assert [c["verdict"] for c in res["claims"]] == ["too small to decide"] * 5
     assert all("3 repetitions per G" in c["evidence"] for c in res["claims"][:3])
     assert "one seed" in res["claims"][3]["evidence"] and "too few runs" in res["claims"][4]["evidence"]
+    assert f"fig4: base ran, instruct ran, fewshot ran (one model for all three: {tiny_model_dir})" in stdout
     assert "trained 2 runs" in stdout and "finished runs reused" not in stdout  # says what the sweeps really did
     assert res["actions"]["fig5"] == "trained 2 runs" and res["actions"]["table2"] == "trained 4 runs"
 
@@ -69,7 +70,7 @@ def test_reproduce_skip_and_bad_inputs(tmp_path, capsys, tiny_model_dir, repro_t
     assert not (out / "fig4").exists() and res["actions"]["fig4"] == "skipped (--skip)"
     assert res["claims"][0]["verdict"] == "cannot tell" and "not run" in res["claims"][0]["evidence"]
     rc, _, err = run_cli(["reproduce", "--scale", "smoke", "--skip", "fig6", "--out", tmp_path / "b"], capsys)
-    assert rc == 2 and "--skip: unknown part(s) ['fig6']" in err
+    assert rc == 2 and "--skip: unknown part(s) fig6; choose from" in err
 
 
 def test_reproduce_paper_without_weights_fails_fast(tmp_path, capsys, monkeypatch):

@@ -129,12 +129,13 @@ def sometimes_none(prompts, completions, **kwargs):
 def test_two_reward_functions_weighted_sum_overrides_normalize_then_sum(tok, tmp_path):
     """TRL's reward_weights are honoured, None is skipped per function, multi_objective_aggregation is overridden."""
     r1, r2 = Recorder(digit_reward), Recorder(sometimes_none)
-    trainer = UGRPOTrainer(
-        model=build_tiny_model(tok, size="1m", seed=0), reward_funcs=[r1, r2],
-        args=grpo_config(tmp_path, max_steps=1, num_generations=G, per_device_train_batch_size=16,
-                         reward_weights=[1.0, 0.5], multi_objective_aggregation="normalize_then_sum"),
-        train_dataset=Dataset.from_dict({"prompt": PROMPTS}), processing_class=tok, advantages=AdvantageSpec(),
-    )
+    with pytest.warns(UserWarning, match="multi_objective_aggregation='normalize_then_sum' are ignored"):
+        trainer = UGRPOTrainer(
+            model=build_tiny_model(tok, size="1m", seed=0), reward_funcs=[r1, r2],
+            args=grpo_config(tmp_path, max_steps=1, num_generations=G, per_device_train_batch_size=16,
+                             reward_weights=[1.0, 0.5], multi_objective_aggregation="normalize_then_sum"),
+            train_dataset=Dataset.from_dict({"prompt": PROMPTS}), processing_class=tok, advantages=AdvantageSpec(),
+        )
     r1.attach(trainer)
     trainer.train()
     a = torch.tensor(r1.rewards[0], dtype=torch.float64)

@@ -18,7 +18,8 @@ Quiet by default: no Hugging Face progress bars, no third-party FutureWarning / 
 (our own progress bars stay; ``--no-progress`` hides them). Under ``torchrun`` / ``accelerate launch`` only
 rank 0 prints. On CPU the command runs with one torch thread unless told otherwise (``--threads N``,
 ``UGRPO_THREADS`` or ``OMP_NUM_THREADS``): the models these commands run on a CPU are small, and one thread
-is several times faster for them than threads that contend for a shared core; it says so once.
+is several times faster for them than threads that contend for a shared core; it says so once, just before the
+command's first output (:class:`DeferredNote`), so that an error in the input stays one line.
 """
 
 from __future__ import annotations
@@ -169,6 +170,47 @@ def choose_threads(flag: int | None, environ=os.environ, *, gpu: bool | None = N
                "--threads N or UGRPO_THREADS=N to change")
 
 
+class DeferredNote:
+    """A note for stderr held back until the command first prints something (on stdout or stderr).
+
+    The thread-choice line would otherwise come before a user error found while the command checks its
+    input, making the error two lines. Use as a context manager around the command: it wraps ``sys.stdout`` and
+    ``sys.stderr`` while the command runs; a command that ends (or fails) before printing anything never shows it.
+    """
+
+    class _Stream:
+        def __init__(self, note: DeferredNote, stream):
+            self._note, self._stream = note, stream
+
+        def write(self, text: str) -> int:
+            if text:
+                self._note.emit()
+            return self._stream.write(text)
+
+        def __getattr__(self, name: str):
+            return getattr(self._stream, name)
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def emit(self) -> None:
+        """Print the note now, once (nothing once it was printed or the command has ended)."""
+        text, self.text = self.text, ""
+        if text:
+            self._stderr.write(text + "\n")
+            self._stderr.flush()
+
+    def __enter__(self) -> DeferredNote:
+        self._stdout, self._stderr = sys.stdout, sys.stderr
+        if self.text:
+            sys.stdout, sys.stderr = self._Stream(self, sys.stdout), self._Stream(self, sys.stderr)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.text = ""  # a stream kept past the command (a logging handler) must not say it late
+        sys.stdout, sys.stderr = self._stdout, self._stderr
+
+
 def _rank() -> int:
     for name in ("RANK", "LOCAL_RANK"):  # torchrun and accelerate launch set both
         if os.environ.get(name, "").isdigit():
@@ -192,15 +234,16 @@ def main(argv: list[str] | None = None) -> int:
         if not main_rank:  # torchrun / accelerate: rank 0 speaks for all
             os.environ.setdefault("TQDM_DISABLE", "1")
             stack.enter_context(contextlib.redirect_stdout(stack.enter_context(open(os.devnull, "w"))))
+        note = DeferredNote("")
         try:
             threads, why = choose_threads(args.threads)
             if threads is not None:
                 import torch
 
                 torch.set_num_threads(threads)
-                if why and main_rank:
-                    print(why, file=sys.stderr)
-            return int(module.main(args) or 0)
+            note.text = why if main_rank else ""
+            with note:  # the thread note is said when the command first prints: never before an input error
+                return int(module.main(args) or 0)
         except KeyboardInterrupt as e:  # a command that knows what it saved says so in the exception
             print("\n" + (str(e) if e.args else "interrupted: rows finished so far are on disk in the run folder"),
                   file=sys.stderr)

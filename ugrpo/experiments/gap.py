@@ -77,10 +77,12 @@ class GapConfig:
 
     def __post_init__(self) -> None:
         if not self.groups or min(self.groups) < 2:
-            raise ValueError(f"--groups {list(self.groups)}: every G must be >= 2 (grpo needs two samples)")
+            raise ValueError(f"--groups {','.join(map(str, self.groups))}: every G must be >= 2 (grpo needs two "
+                             "samples)")
         bad = [e for e in self.estimators if e not in ESTIMATOR_CHOICES]
         if bad or not self.estimators:
-            raise ValueError(f"--estimators: unknown {bad}; choose from {list(ESTIMATOR_CHOICES)}")
+            raise ValueError(f"--estimators: unknown {', '.join(bad) or '(none given)'}; choose from "
+                             f"{', '.join(ESTIMATOR_CHOICES)}")
         for name in ("runs", "steps", "batch"):
             if getattr(self, name) < (8 if name == "runs" else 1):
                 raise ValueError(f"--{name} = {getattr(self, name)} is too small (runs >= 8, steps >= 1, batch >= 1)")

@@ -64,7 +64,8 @@ class ReproduceConfig:
             raise ValueError(f"--scale {self.scale!r}: choose one of {', '.join(SCALES)}")
         bad = [p for p in self.skip if p not in PARTS]
         if bad:
-            raise ValueError(f"--skip: unknown part(s) {bad}; choose from {', '.join(PARTS)} (comma-separated)")
+            raise ValueError(f"--skip: unknown part(s) {', '.join(bad)}; choose from {', '.join(PARTS)} "
+                             "(comma-separated)")
         if self.workers < 1:
             raise ValueError(f"--workers must be >= 1, got {self.workers}")
         if self.task_options and self.task is None:
@@ -290,6 +291,9 @@ def run_reproduce(cfg: ReproduceConfig, *, progress: bool = True, log: Callable[
         what = actions[part]
         if isinstance(what, dict):  # fig4: one action per strength, as words
             what = ", ".join(f"{lab} {act}" for lab, act in what.items())
+            models = {m for _, m in plan.fig4_models}
+            if len(models) == 1 < len(plan.fig4_models):  # smoke or --model-override: the strengths are names only
+                what += f" (one model for all three: {models.pop()})"
         log(f"   {part}: {what} ({seconds[part]:.1f} s)")
     parts = {}
     for part in PARTS:

@@ -41,7 +41,7 @@ TINY_NAMES: tuple[str, ...] = ("random", *STRENGTHS)
 """Every ``tiny:<name>`` the cache knows, fastest build first."""
 
 BUILD_TIME: dict[str, str] = {"random": "a few seconds", "base": "about 1 minute", "instruct": "about 3 minutes",
-                              "fewshot": "about 8 minutes"}
+                              "fewshot": "about 15 minutes"}
 """Rough build time on 2 CPU cores with ``OMP_NUM_THREADS=1`` (measured: instruct 650 steps in 3.0 min, base 175
 steps in 68.5 s; fewshot scaled from its v1 step count, :data:`ugrpo.lm.pretrain.EXPECTED_STEPS`); longer on busy
 cores."""
@@ -92,16 +92,20 @@ def tiny_model_path(strength: str = "instruct", cache_dir: str | os.PathLike | N
             f"into {final}. The cache folder is $UGRPO_CACHE (default ~/.cache/ugrpo); "
             "`ugrpo pretrain-tiny --all` builds every tiny model ahead of time.")
         t0 = time.perf_counter()
+        result = None
         try:
             if strength == "random":
                 _build_random(tmp)
             else:
-                pretrain.pretrain_tiny(tmp, strength=strength, seed=0, progress=True)
+                result = pretrain.pretrain_tiny(tmp, strength=strength, seed=0, progress=True)
             os.rename(tmp, final)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        log(f"built tiny:{strength} in {_duration(time.perf_counter() - t0)}")
+        short = ("" if getattr(result, "reached_target", True) else
+                 f"; its sampled accuracy reached {result.sampled_accuracy:.3f}, short of the "
+                 f"{result.target_accuracy:.2f} target, at the {result.steps}-step cap")
+        log(f"built tiny:{strength} in {_duration(time.perf_counter() - t0)}{short}")
     return final
 
 

@@ -34,7 +34,7 @@ def best_g_table(results: dict[str, Any], metric: str) -> tuple[list[str], list[
         same = ("-" if b["overlapping"] is None else ", ".join(map(str, b["overlapping"])) or "none")
         rows.append([b["budget"], b["checkpoint"], b["G"], b["mean"],
                      "-" if b["ci_low"] is None else fmt_ci(b["ci_low"], b["ci_high"]), same,
-                     "-" if not pl else (star if star is not None else f"{pl['g_star']} (c1 ~ 0)")])
+                     "-" if not pl else (star if star is not None else f"{pl.get('g_star') or 'none'} (c1 ~ 0)")])
     return ["budget N", "step", "best G", f"mean {metric}", "95% CI", "G not distinguishable (overlapping CI)",
             "planner G*"], rows
 
