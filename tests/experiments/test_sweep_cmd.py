@@ -128,3 +128,17 @@ def test_demo_quick(tmp_path, capsys, bandit_env_path):
         assert link in report
     for s in ("Gradient MSE", "G*", "best G"):
         assert s in stdout
+
+
+def test_sweep_gap_interval_is_student_t_and_never_below_zero():
+    """Few seeds: the interval uses t_{0.975, n-1} (not 1.96), and a gap's interval is cut at 0."""
+    from scipy.stats import t as student_t
+
+    from ugrpo.experiments.sweep import aggregate
+
+    gaps = [0.0, 0.0, 0.3]
+    row = aggregate([{"budget": 8, "G": 4, "gaps": [g]} for g in gaps], [10])[0]
+    m, se = 0.1, (sum((g - 0.1) ** 2 for g in gaps) / 2) ** 0.5 / 3**0.5
+    assert row["gap_mean"] == pytest.approx(m) and row["se"] == pytest.approx(se)
+    assert row["ci_low"] == 0.0  # m - t se < 0, cut
+    assert row["ci_high"] == pytest.approx(m + float(student_t.ppf(0.975, 2)) * se)

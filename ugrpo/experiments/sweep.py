@@ -2,7 +2,7 @@
 
 For each budget N, each G dividing N (B = N/G) and each seed, ``run_algorithm1`` trains from
 the env's theta0 and reports the exact suboptimality gap Delta(pi_theta) = J* - J(theta) at the
-checkpoints. Over seeds: mean and a normal 95% interval (mean +- 1.96 SE); per (N, checkpoint)
+checkpoints. Over seeds: mean and a Student-t 95% interval cut at 0; per (N, checkpoint)
 the empirical best G (smallest mean gap); and the planner's G* of Theorem 7 from the exact
 constants c1, c2, c3 at theta0.
 
@@ -15,6 +15,7 @@ exact gap of a synthetic policy, so the only noise is over seeds.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -23,7 +24,7 @@ from tqdm.auto import tqdm
 
 from ugrpo.runs import RunDir
 from ugrpo.stats.budget import check_divides
-from ugrpo.stats.intervals import mean_interval
+from ugrpo.stats.intervals import clip_interval, t_interval
 
 __all__ = ["SweepConfig", "run_sweep", "sweep_experiment", "default_checkpoints", "aggregate", "best_groups",
            "check_resume", "RESUME_KEYS"]
@@ -149,9 +150,10 @@ def aggregate(runs: Sequence[dict[str, Any]], checkpoints: Sequence[int]) -> lis
     rows = []
     for (N, G), rs in sorted(cells.items()):
         for j, c in enumerate(checkpoints):
-            st = mean_interval([r["gaps"][j] for r in rs])
+            st = t_interval([float(r["gaps"][j]) for r in rs])  # few seeds: Student t, not 1.96
+            lo, hi = clip_interval(st["ci_low"], st["ci_high"], hi=math.inf)  # a suboptimality gap is >= 0
             rows.append({"budget": N, "G": G, "B": N // G, "checkpoint": c, "gap_mean": st["mean"],
-                         "ci_low": st["ci_low"], "ci_high": st["ci_high"], "se": st["se"], "seeds": st["n"]})
+                         "ci_low": lo, "ci_high": hi, "se": st["se"], "seeds": st["n"]})
     return rows
 
 
