@@ -186,6 +186,8 @@ def test_ustat_run_metrics(ustat_run):
         assert sum(int(g) * c for g, c in hist.items()) == 16 and sum(hist.values()) == 4
         assert 2 <= r["alloc_g_min"] <= r["alloc_g_max"] <= 16 - 3 * 2
         assert r["alloc_predicted_ratio"] > 0 and 0 < r["reward_var_predicted"] <= 0.25
+        assert r["alloc_predicted_ratio_low"] <= r["alloc_predicted_ratio"] <= r["alloc_predicted_ratio_high"]
+        assert r["alloc_predicted_ratio_plugin"] > 0 and "alloc_predicted_ratio_gstar" not in r  # no monitor
         assert r["reward_var_realised"] >= 0 and r["s_alloc_sketch"] > 0 and r["samples_zero_std"] >= 0
     assert len({json.dumps(r["alloc_g_hist"], sort_keys=True) for r in rows[2:]}) >= 1
     assert (out / "checkpoints/step-2/history.json").exists()
@@ -331,3 +333,8 @@ def test_ustat_run_with_the_monitor(tiny_model_dir, task_files, tmp_path):
     train(cfg, tmp_path)
     rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()][1:]
     assert all(r["monitor_n_prompts"] == 4 and r["alloc_g_min"] >= 4 and r["samples"] == 20 for r in rows)
+    # the certificate against uniform G* needs c1 from an earlier monitored step: none at step 1, at step 2
+    assert "alloc_predicted_ratio_gstar" not in rows[0]
+    r = rows[1]
+    assert r["alloc_predicted_ratio_gstar_low"] <= r["alloc_predicted_ratio_gstar"] <= \
+        r["alloc_predicted_ratio_gstar_high"] and 20 % r["alloc_gstar"] == 0
