@@ -193,7 +193,9 @@ def test_ustat_run_metrics(ustat_run):
     assert (out / "checkpoints/step-2/history.json").exists()
     hist = json.loads((out / "checkpoints/step-4/history.json").read_text())
     assert sum(hist["samples"]) == 64 and sum(hist["visits"]) == 16
-    assert "allocation" in (out / "report.md").read_text().lower()
+    report = (out / "report.md").read_text()
+    assert "allocation" in report.lower()
+    assert "posterior interval [" in report and "measured coverage" in report  # never shown without its coverage
 
 
 def test_ustat_killed_and_resumed_reaches_the_same_parameters(ustat_run, tmp_path):
