@@ -149,7 +149,12 @@ def test_history_counts_and_json_round_trip():
     assert h.sums["successes"].tolist() == [1.5, 0, 2.0, 0]  # fractional rewards count as fractional successes
     assert h.sums["w2_success"][0] == pytest.approx(4.5) and h.sums["w2_failure"][0] == pytest.approx(1.5)
     back = PromptHistory.from_json(json.loads(json.dumps(h.to_json())), 4, "x")
-    assert all(np.array_equal(back.sums[k], h.sums[k]) for k in h.sums)
+    assert all(np.array_equal(back.sums[k], h.sums[k]) for k in h.sums) and back.second
+    assert h.sums["w4_success"][0] == pytest.approx(1.0 * 9 + 0.5 * 9)  # z ||W||^4 with ||W||^2 = 3
+    old = {k: v for k, v in h.to_json().items() if k not in ("w4_success", "w4_failure", "t0_sq", "second_moments")}
+    legacy = PromptHistory.from_json(old, 4, "x")  # a history.json from before the certificate's sums
+    assert not legacy.second and not legacy.from_json(legacy.to_json(), 4, "x").second
+    assert np.isinf(legacy.posterior(np.array([0, 2]), scores=True).shape1).all()  # scores held fixed
     # Beta(1 + 1.5, 1 + 0.5) posterior: E p(1-p) = ab / ((a+b)(a+b+1))
     assert h.reward_variance(np.array([0]), prior_a=1, prior_b=1)[0] == pytest.approx(2.5 * 1.5 / (4 * 5))
     with pytest.raises(ValueError, match="for 4 train prompts but this run has 5"):

@@ -28,8 +28,8 @@ __all__ = ["PromptHistory", "check_unit_rewards", "visit_t0"]
 
 FIELDS: tuple[str, ...] = ("visits", "samples", "successes", "w2_success", "w2_failure", "t0_sum")
 # second-moment sums for the certificate's posterior (stats/certificate.py, M45): sums of z ||W||^4,
-# (1 - z) ||W||^4 and of the squared per-visit T0; absent from older history.json files (then zeros: the
-# certificate holds m_z and ||g||^2 fixed for the history before the resume)
+# (1 - z) ||W||^4 and of the squared per-visit T0; absent from older history.json files (then they would cover
+# only the steps after the resume, so the certificate holds m_z and ||g||^2 fixed for the rest of that run)
 SECOND: tuple[str, ...] = ("w4_success", "w4_failure", "t0_sq")
 
 
@@ -60,6 +60,7 @@ class PromptHistory:
     def __init__(self, n_prompts: int) -> None:
         self.P = int(n_prompts)
         self.sums = {k: np.zeros(self.P) for k in FIELDS + SECOND}
+        self.second = True  # the SECOND sums cover the whole history
 
     def update(self, prompts: np.ndarray, sizes: np.ndarray, rewards: np.ndarray,
                sketch: np.ndarray | None = None) -> None:
@@ -102,7 +103,7 @@ class PromptHistory:
         s = self.sums
         a, b = fit_beta_prior(s["successes"], s["samples"])
         if scores:
-            more = {k: s[k] for k in ("w2_success", "w2_failure", "t0_sum") + SECOND}
+            more = {k: s[k] for k in ("w2_success", "w2_failure", "t0_sum") + (SECOND if self.second else ())}
         else:
             more = {"w2_success": s["successes"], "w2_failure": s["samples"] - s["successes"],
                     "t0_sum": np.zeros(self.P)}
@@ -118,7 +119,7 @@ class PromptHistory:
 
     def to_json(self) -> dict:
         """A JSON-safe dict (lists of floats); float64 round-trips exactly through JSON's repr."""
-        return {"n_prompts": self.P, **{k: v.tolist() for k, v in self.sums.items()}}
+        return {"n_prompts": self.P, "second_moments": self.second, **{k: v.tolist() for k, v in self.sums.items()}}
 
     @classmethod
     def from_checkpoint(cls, ckpt, n_prompts: int) -> PromptHistory:
@@ -140,6 +141,7 @@ class PromptHistory:
             raise ValueError(f"{where}: the allocation history is for {saved} train prompts but this run has "
                              f"{n_prompts}; resume with the same task settings")
         h = cls(n_prompts)
+        h.second = bool(data.get("second_moments", True)) and all(k in data for k in SECOND)
         for k in FIELDS + SECOND:
             if k in SECOND and k not in data:
                 continue
