@@ -149,7 +149,12 @@ def test_history_counts_and_json_round_trip():
     assert h.sums["successes"].tolist() == [1.5, 0, 2.0, 0]  # fractional rewards count as fractional successes
     assert h.sums["w2_success"][0] == pytest.approx(4.5) and h.sums["w2_failure"][0] == pytest.approx(1.5)
     back = PromptHistory.from_json(json.loads(json.dumps(h.to_json())), 4, "x")
-    assert all(np.array_equal(back.sums[k], h.sums[k]) for k in h.sums)
+    assert all(np.array_equal(back.sums[k], h.sums[k]) for k in h.sums) and back.second
+    assert h.sums["w4_success"][0] == pytest.approx(1.0 * 9 + 0.5 * 9)  # z ||W||^4 with ||W||^2 = 3
+    old = {k: v for k, v in h.to_json().items() if k not in ("w4_success", "w4_failure", "t0_sq", "second_moments")}
+    legacy = PromptHistory.from_json(old, 4, "x")  # a history.json from before the certificate's sums
+    assert not legacy.second and not legacy.from_json(legacy.to_json(), 4, "x").second
+    assert np.isinf(legacy.posterior(np.array([0, 2]), scores=True).shape1).all()  # scores held fixed
     # Beta(1 + 1.5, 1 + 0.5) posterior: E p(1-p) = ab / ((a+b)(a+b+1))
     assert h.reward_variance(np.array([0]), prior_a=1, prior_b=1)[0] == pytest.approx(2.5 * 1.5 / (4 * 5))
     with pytest.raises(ValueError, match="for 4 train prompts but this run has 5"):
@@ -186,12 +191,16 @@ def test_ustat_run_metrics(ustat_run):
         assert sum(int(g) * c for g, c in hist.items()) == 16 and sum(hist.values()) == 4
         assert 2 <= r["alloc_g_min"] <= r["alloc_g_max"] <= 16 - 3 * 2
         assert r["alloc_predicted_ratio"] > 0 and 0 < r["reward_var_predicted"] <= 0.25
+        assert r["alloc_predicted_ratio_low"] <= r["alloc_predicted_ratio"] <= r["alloc_predicted_ratio_high"]
+        assert r["alloc_predicted_ratio_plugin"] > 0 and "alloc_predicted_ratio_gstar" not in r  # no monitor
         assert r["reward_var_realised"] >= 0 and r["s_alloc_sketch"] > 0 and r["samples_zero_std"] >= 0
     assert len({json.dumps(r["alloc_g_hist"], sort_keys=True) for r in rows[2:]}) >= 1
     assert (out / "checkpoints/step-2/history.json").exists()
     hist = json.loads((out / "checkpoints/step-4/history.json").read_text())
     assert sum(hist["samples"]) == 64 and sum(hist["visits"]) == 16
-    assert "allocation" in (out / "report.md").read_text().lower()
+    report = (out / "report.md").read_text()
+    assert "allocation" in report.lower()
+    assert "posterior interval [" in report and "measured coverage" in report  # never shown without its coverage
 
 
 def test_ustat_killed_and_resumed_reaches_the_same_parameters(ustat_run, tmp_path):
@@ -331,3 +340,8 @@ def test_ustat_run_with_the_monitor(tiny_model_dir, task_files, tmp_path):
     train(cfg, tmp_path)
     rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()][1:]
     assert all(r["monitor_n_prompts"] == 4 and r["alloc_g_min"] >= 4 and r["samples"] == 20 for r in rows)
+    # the certificate against uniform G* needs c1 from an earlier monitored step: none at step 1, at step 2
+    assert "alloc_predicted_ratio_gstar" not in rows[0]
+    r = rows[1]
+    assert r["alloc_predicted_ratio_gstar_low"] <= r["alloc_predicted_ratio_gstar"] <= \
+        r["alloc_predicted_ratio_gstar_high"] and 20 % r["alloc_gstar"] == 0

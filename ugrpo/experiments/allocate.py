@@ -31,8 +31,8 @@ from ugrpo.stats.allocation import (
 )
 from ugrpo.stats.intervals import normal_interval, ratio_interval
 
-__all__ = ["AllocateConfig", "Lab", "build_lab", "bernoulli_stats", "predicted_stats", "run_allocate", "ratio_ci",
-           "allocate_experiment"]
+__all__ = ["AllocateConfig", "Lab", "build_lab", "bernoulli_stats", "history_sums", "predicted_stats", "run_allocate",
+           "ratio_ci", "allocate_experiment"]
 
 
 @dataclass(frozen=True)
@@ -118,27 +118,35 @@ def _sample_prompts(env, prompts: torch.Tensor, G: int, gen: torch.Generator) ->
     return rewards, W[prompts.unsqueeze(1), act]                               # (n, G), (n, G, D)
 
 
-def predicted_stats(env, cfg: AllocateConfig, gen: torch.Generator) -> tuple[PromptStats, dict]:
-    """Per-prompt moments predicted from a simulated history (docs/math.md M38) and how well they predict."""
+def history_sums(env, cfg: AllocateConfig, gen: torch.Generator) -> dict:
+    """The sums a simulated history of ``cfg.history_steps`` uniform steps keeps per prompt (train/history.py's
+    fields, plus ``w4_success``/``w4_failure`` (sums of z ||W||^4, (1-z) ||W||^4) and ``t0_sq`` (squared
+    per-visit T0) for the certificate's posterior, docs/math.md M45); arrays (P,)."""
     P, Gh = env.n_prompts, cfg.history_group
     n_hist = max(1, cfg.budget // Gh) * cfg.history_steps
     prompts = torch.randint(P, (n_hist,), generator=gen)
     z, W = _sample_prompts(env, prompts, Gh, gen)
     w2 = (W**2).sum(-1)                                                         # (n, G)
     zw = (z.unsqueeze(-1) * W).sum(1)                                           # (n, D)
-    t0 = ((zw**2).sum(-1) - (z**2 * w2).sum(1)) / (Gh * (Gh - 1))               # M14, per visit
+    t0 = (((zw**2).sum(-1) - (z**2 * w2).sum(1)) / (Gh * (Gh - 1))).numpy()     # M14, per visit
     idx = prompts.numpy()
     zf, w2f = z.numpy(), w2.numpy()
     visits = np.bincount(idx, minlength=P).astype(float)
-    pred = history_stats(visits, visits * Gh, np.bincount(idx, weights=zf.sum(1), minlength=P),
-                         np.bincount(idx, weights=(zf * w2f).sum(1), minlength=P),
-                         np.bincount(idx, weights=((1 - zf) * w2f).sum(1), minlength=P),
-                         np.bincount(idx, weights=t0.numpy(), minlength=P),
-                         prior_a=cfg.prior_a, prior_b=cfg.prior_b, shrink=cfg.shrink)
-    hist = {"history_samples": int(visits.sum()) * Gh, "prompts_never_visited": int((visits == 0).sum()),
-            "mean_visits": float(visits.mean())}
-    return pred, hist
+    s = lambda v: np.bincount(idx, weights=v, minlength=P)  # noqa: E731
+    return {"visits": visits, "samples": visits * Gh, "successes": s(zf.sum(1)),
+            "w2_success": s((zf * w2f).sum(1)), "w2_failure": s(((1 - zf) * w2f).sum(1)), "t0_sum": s(t0),
+            "w4_success": s((zf * w2f**2).sum(1)), "w4_failure": s(((1 - zf) * w2f**2).sum(1)), "t0_sq": s(t0**2)}
 
+
+def predicted_stats(env, cfg: AllocateConfig, gen: torch.Generator) -> tuple[PromptStats, dict]:
+    """Per-prompt moments predicted from a simulated history (docs/math.md M38) and how well they predict."""
+    h = history_sums(env, cfg, gen)
+    pred = history_stats(h["visits"], h["samples"], h["successes"], h["w2_success"], h["w2_failure"], h["t0_sum"],
+                         prior_a=cfg.prior_a, prior_b=cfg.prior_b, shrink=cfg.shrink)
+    visits = h["visits"]
+    hist = {"history_samples": int(visits.sum()) * cfg.history_group,
+            "prompts_never_visited": int((visits == 0).sum()), "mean_visits": float(visits.mean())}
+    return pred, hist
 
 
 def _batch_errors(lab: Lab, known: PromptStats, rule: str, batches: np.ndarray, cfg: AllocateConfig,

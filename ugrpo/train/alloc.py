@@ -16,7 +16,8 @@ import numpy as np
 from torch import Tensor
 
 from ugrpo.stats.advantages import compute_advantages
-from ugrpo.stats.allocation import allocate, predicted_mse
+from ugrpo.stats.allocation import allocate
+from ugrpo.stats.certificate import certificate
 from ugrpo.stats.ragged import ragged_advantages
 from ugrpo.train.config import TrainConfig
 from ugrpo.train.history import PromptHistory, check_unit_rewards
@@ -74,13 +75,35 @@ class Allocator:
         self.g_min, self.g_max = self.al.bounds(self.N, self.G)
         self.history = PromptHistory(n_prompts)
         self.uses_scores = self.al.rule == "ustat"
+        self.c1: tuple[float, float, float] | None = None  # the G* monitor's latest c1 (estimate, low, high)
 
     @property
     def uniform(self) -> bool:
         """True when every group has G samples and no history is kept (``uniform``, ``dynamic``)."""
         return self.al.rule in ("uniform", "dynamic")
 
-    def choose(self, prompts: np.ndarray) -> tuple[np.ndarray, dict]:
+    def certify(self, prompts: np.ndarray, sizes: np.ndarray, st, step: int) -> dict:
+        """The certificate (docs/allocation.md A6, M45): posterior median and 95% posterior interval of the
+        within-batch MSE ratio chosen / uniform G, the plug-in ratio, and with the monitor's latest c1 (``ustat``
+        only: c1 is in the same score units) the full-MSE ratio against the best single G* at the same N."""
+        post = self.history.posterior(prompts, scores=self.uses_scores)
+        c1 = self.c1 if self.uses_scores else None
+        seed = int(np.random.SeedSequence([int(self.cfg.seed), int(step), 0x636572]).generate_state(1)[0])
+        c = certificate(post, sizes, self.G, st.c2, st.c3, c1=c1, g_min=self.g_min, g_max=self.g_max, seed=seed)
+        row = {"alloc_predicted_ratio": c.ratio, "alloc_predicted_ratio_low": c.ratio_low,
+               "alloc_predicted_ratio_high": c.ratio_high, "alloc_predicted_ratio_plugin": c.plugin}
+        if c.full_ratio is not None:
+            row.update(alloc_predicted_ratio_gstar=c.full_ratio, alloc_predicted_ratio_gstar_low=c.full_ratio_low,
+                       alloc_predicted_ratio_gstar_high=c.full_ratio_high, alloc_gstar=c.g_star)
+        return row
+
+    def note_monitor(self, row: dict) -> None:
+        """Keep c1 with its interval from a row with the G* monitor's measurement (for the next certificates)."""
+        if row.get("monitor_c1") is not None and row.get("monitor_c1_low") is not None \
+                and row.get("monitor_c1_high") is not None:
+            self.c1 = (row["monitor_c1"], row["monitor_c1_low"], row["monitor_c1_high"])
+
+    def choose(self, prompts: np.ndarray, step: int = 0) -> tuple[np.ndarray, dict]:
         """(G_b (B,), metrics) for the drawn prompts; uniform: every G_b = budget.group_size and no metrics."""
         if self.uniform:
             return np.full(self.B, self.G, dtype=np.int64), {}
@@ -88,12 +111,11 @@ class Allocator:
         st = self.history.stats(prompts, prior_a=al.prior_a, prior_b=al.prior_b, shrink=al.shrink,
                                 scores=self.uses_scores)
         sizes = allocate(al.rule, st, self.N, g_min=self.g_min, g_max=self.g_max).sizes
-        chosen, flat = predicted_mse(sizes, st), predicted_mse(np.full(self.B, self.G), st)
         hist = np.bincount(sizes)
         row = {
             "alloc_g_min": int(sizes.min()), "alloc_g_max": int(sizes.max()),
             "alloc_g_hist": {str(g): int(c) for g, c in enumerate(hist) if c},
-            "alloc_predicted_ratio": chosen / flat if flat > 0 else 1.0,
+            **self.certify(prompts, sizes, st, step),
             "reward_var_predicted": float(self.history.reward_variance(prompts, prior_a=al.prior_a,
                                                                        prior_b=al.prior_b).mean()),
         }

@@ -21,11 +21,16 @@ import numpy as np
 import torch
 
 from ugrpo.stats.allocation import PromptStats, history_stats
+from ugrpo.stats.certificate import HistoryPosterior, fit_beta_prior, history_posterior
 from ugrpo.stats.ragged import segment_sum
 
 __all__ = ["PromptHistory", "check_unit_rewards", "visit_t0"]
 
 FIELDS: tuple[str, ...] = ("visits", "samples", "successes", "w2_success", "w2_failure", "t0_sum")
+# second-moment sums for the certificate's posterior (stats/certificate.py, M45): sums of z ||W||^4,
+# (1 - z) ||W||^4 and of the squared per-visit T0; absent from older history.json files (then they would cover
+# only the steps after the resume, so the certificate holds m_z and ||g||^2 fixed for the rest of that run)
+SECOND: tuple[str, ...] = ("w4_success", "w4_failure", "t0_sq")
 
 
 def check_unit_rewards(rewards: np.ndarray, rule: str) -> None:
@@ -54,7 +59,8 @@ class PromptHistory:
 
     def __init__(self, n_prompts: int) -> None:
         self.P = int(n_prompts)
-        self.sums = {k: np.zeros(self.P) for k in FIELDS}
+        self.sums = {k: np.zeros(self.P) for k in FIELDS + SECOND}
+        self.second = True  # the SECOND sums cover the whole history
 
     def update(self, prompts: np.ndarray, sizes: np.ndarray, rewards: np.ndarray,
                sketch: np.ndarray | None = None) -> None:
@@ -68,7 +74,10 @@ class PromptHistory:
             w2 = (w * w).sum(-1)
             per_visit["w2_success"] = segment_sum(z * w2, g).numpy()
             per_visit["w2_failure"] = segment_sum((1 - z) * w2, g).numpy()
-            per_visit["t0_sum"] = visit_t0(z, w, g).numpy()
+            t0 = visit_t0(z, w, g).numpy()
+            per_visit["t0_sum"], per_visit["t0_sq"] = t0, t0**2
+            per_visit["w4_success"] = segment_sum(z * w2**2, g).numpy()
+            per_visit["w4_failure"] = segment_sum((1 - z) * w2**2, g).numpy()
         for k, v in per_visit.items():
             np.add.at(self.sums[k], np.asarray(prompts, dtype=np.int64), v)  # a prompt drawn twice counts twice
 
@@ -88,6 +97,19 @@ class PromptHistory:
                            shrink=shrink)
         return st.take(np.asarray(prompts, dtype=np.int64))
 
+    def posterior(self, prompts: np.ndarray, *, scores: bool) -> HistoryPosterior:
+        """The certificate's empirical-Bayes posterior of the drawn prompts (M45; ``scores=False``: ||W||^2 = 1
+        and ||g||^2 = 0, held fixed, as in :meth:`stats`)."""
+        s = self.sums
+        a, b = fit_beta_prior(s["successes"], s["samples"])
+        if scores:
+            more = {k: s[k] for k in ("w2_success", "w2_failure", "t0_sum") + (SECOND if self.second else ())}
+        else:
+            more = {"w2_success": s["successes"], "w2_failure": s["samples"] - s["successes"],
+                    "t0_sum": np.zeros(self.P)}
+        return history_posterior(np.asarray(prompts, dtype=np.int64), s["visits"], s["samples"], s["successes"],
+                                 **more, prior_a=a, prior_b=b)
+
     def reward_variance(self, prompts: np.ndarray, *, prior_a: float, prior_b: float) -> np.ndarray:
         """(B,) posterior mean E[p(1-p)] = ab / ((a+b)(a+b+1)) of the drawn prompts, Beta(a + s, b + n - s)."""
         idx = np.asarray(prompts, dtype=np.int64)
@@ -97,7 +119,7 @@ class PromptHistory:
 
     def to_json(self) -> dict:
         """A JSON-safe dict (lists of floats); float64 round-trips exactly through JSON's repr."""
-        return {"n_prompts": self.P, **{k: v.tolist() for k, v in self.sums.items()}}
+        return {"n_prompts": self.P, "second_moments": self.second, **{k: v.tolist() for k, v in self.sums.items()}}
 
     @classmethod
     def from_checkpoint(cls, ckpt, n_prompts: int) -> PromptHistory:
@@ -119,7 +141,10 @@ class PromptHistory:
             raise ValueError(f"{where}: the allocation history is for {saved} train prompts but this run has "
                              f"{n_prompts}; resume with the same task settings")
         h = cls(n_prompts)
-        for k in FIELDS:
+        h.second = bool(data.get("second_moments", True)) and all(k in data for k in SECOND)
+        for k in FIELDS + SECOND:
+            if k in SECOND and k not in data:
+                continue
             v = np.asarray(data.get(k, []), dtype=np.float64)
             if v.shape != (n_prompts,) or not np.isfinite(v).all():
                 raise ValueError(f"{where}: field {k!r} of the allocation history is not {n_prompts} finite numbers")

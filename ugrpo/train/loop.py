@@ -224,6 +224,8 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, *, resume: bool, on_st
         run.write_config({**asdict(cfg), "derived": {"prompts_per_step": B, "world_size": ctx.world_size}})
         print(f"{summary_line(cfg)}; full config: {run.file('config.json')}", flush=True)
     writer = tensorboard(out) if ctx.is_main else None
+    for r in logged:  # resume: the monitor's latest c1 before the checkpoint, for the certificate
+        allocator.note_monitor(r)
     monitor = (TrainMonitor.from_config(cfg, warned=any("monitor_warning" in r for r in logged))
                if cfg.monitor_every else None)
 
@@ -254,7 +256,7 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, *, resume: bool, on_st
         t0 = time.time()
         # ------------------------------------------------------------ 1. prompts: B iid from the train set
         idx = choose_prompts(len(train_problems), B, cfg.seed, step)  # (B,) global
-        sizes, alloc_row = allocator.choose(idx)  # (B,) G_b from the run's history only, never this step's samples
+        sizes, alloc_row = allocator.choose(idx, step)  # (B,) G_b from the run's history only, not this step's samples
         mine = shard(B, ctx)  # this process's prompts b in [0, B)
         if dynamic:  # DAPO: all-equal groups replaced by new prompts until B informative ones (biased; A5)
             dyn = dynamic_batch(model, tok, task, train_problems, train_prompts, idx, cfg, step, ctx,
@@ -323,6 +325,7 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, *, resume: bool, on_st
         row["tokens_per_s"] = row.pop("_tokens") / max(row["s_per_step"], 1e-9)
         row["oracle_samples"] = B * cfg.oracle_samples if cfg.baseline == "oracle" else 0
         row.update(monitored)
+        allocator.note_monitor(monitored)  # c1 for the next steps' certificate against uniform G*
         row["n_nonfinite_updates"] = n_nonfinite
         if n_nonfinite and cfg.optim.nonfinite == "stop":
             log(row)
