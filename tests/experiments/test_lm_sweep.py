@@ -290,7 +290,10 @@ def test_ray_sweep_ctrl_c_then_resume(tmp_path, lm_config):
     cmd = [sys.executable, "-m", "ugrpo.cli", "sweep", "--config", str(lm_config), "--budget", "8", "--groups", "4",
            "--seeds", "1", "--steps", "200", "--ray", "--workers", "1", "--no-progress", "--out", str(out)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([TESTS_TRAIN, os.environ.get("PYTHONPATH", "")])}
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    # a shell's background job inherits SIGINT ignored, and Python then installs no KeyboardInterrupt handler:
+    # restore the default so that the child sees Ctrl-C as a terminal user's process does, however pytest was started
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     ckpt = out / "runs" / "N8-G4-s0" / "checkpoints"
     deadline = time.time() + 240
     while not (ckpt.is_dir() and any(ckpt.glob("step-*/state.json"))) and p.poll() is None and time.time() < deadline:
