@@ -33,3 +33,17 @@ def test_report_states_training_and_load_time_apart(tmp_path):
     text = write_report(run).read_text()
     assert "0.400 minutes of training (loading the model took 4.500 more minutes, including any first-use build" in text
     assert (tmp_path / "eval.png").is_file()
+
+
+def test_before_after_and_eval_tables_carry_wilson_intervals(tmp_path):
+    run = RunDir(tmp_path)
+    run.write_config({"model": {"name": "m"}, "task": {"name": "t"}, "budget": {}})
+    for r in _rows():
+        run.append_metrics(r)
+    run.write_results({"steps": 4, "minutes": 0.1})
+    text = write_report(run).read_text()
+    lo, hi = wilson_interval(0.5, 8)
+    assert f"| 2 | 0.500 [{lo:.3f}, {hi:.3f}] |" in text  # the evaluation table
+    before = f"0.000 [0.000, {wilson_interval(0.0, 8)[1]:.3f}]"
+    after = f"1.000 [{wilson_interval(1.0, 8)[0]:.3f}, 1.000]"
+    assert f"| before (step 0) | {before} | {before} |" in text and f"| after | {after} | {after} |" in text

@@ -31,6 +31,18 @@ def _accuracy_series(rows: list[dict], key: str, label: str) -> Series:
                   high=[b[1] for b in bands])
 
 
+def _acc(row: dict | None, key: str) -> str:
+    """``0.540 [0.442, 0.635]``: a held-out accuracy with the 95% Wilson interval of :func:`_accuracy_series`."""
+    y = None if row is None else row.get(key)
+    if y is None:
+        return "-"
+    n = row.get("eval_n_problems")
+    if not n or not 0.0 <= y <= 1.0:
+        return _f(y)
+    lo, hi = wilson_interval(y, int(n))
+    return f"{_f(y)} [{_f(lo)}, {_f(hi)}]"
+
+
 def _band_series(rows: list[dict], key: str, label: str, color: str | None = None) -> Series:
     pts = [r for r in rows if r.get(key) is not None]
     return Series(label, x=[r["step"] for r in pts], y=[r[key] for r in pts],
@@ -176,7 +188,9 @@ def write_report(run: RunDir) -> Path:
             line_plot(run.file(name), series, xlabel="step", ylabel=ylabel, title=title)
     budget = cfg.get("budget", {})
     evals = [r for r in rows if r.get("eval_accuracy") is not None or r.get("eval_pass1") is not None]
-    table = "\n".join(f"| {r['step']} | {_f(r.get('eval_accuracy'))} | {_f(r.get('eval_pass1'))} |" for r in evals)
+    table = "\n".join(f"| {r['step']} | {_acc(r, 'eval_accuracy')} | {_acc(r, 'eval_pass1')} |" for r in evals)
+    first = next((r for r in evals if r["step"] == 0), None)
+    last = evals[-1] if evals and evals[-1]["step"] > 0 else None
     train_rows = [r for r in rows if r["step"] > 0]
     unscorable = sum(r.get("n_unscorable", 0) for r in train_rows)
     model, task, optim = cfg.get("model", {}), cfg.get("task", {}), cfg.get("optim", {})
@@ -190,8 +204,12 @@ baseline `{cfg.get('baseline')}`, scale `{cfg.get('scale')}`, N = {N}, G = {G},
 
 | | greedy accuracy | sampled pass@1 |
 |---|---|---|
-| before (step 0) | {_f(res.get('initial_eval_accuracy'))} | {_f(res.get('initial_eval_pass1'))} |
-| after | {_f(res.get('final_eval_accuracy'))} | {_f(res.get('final_eval_pass1'))} |
+| before (step 0) | {_acc(first, 'eval_accuracy')} | {_acc(first, 'eval_pass1')} |
+| after | {_acc(last, 'eval_accuracy')} | {_acc(last, 'eval_pass1')} |
+
+Held-out accuracies with 95% Wilson intervals over the evaluated problems (for pass@1 over problems, not samples:
+conservative). The change from before to after is paired over the same problems, so it is more precise than the two
+intervals suggest.
 
 ![reward](reward.png)
 
