@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ugrpo.report.markdown import fmt_ci, fmt_values, header, image, md_table
+from ugrpo.report.markdown import count, fmt_ci, fmt_values, header, image, md_table
 from ugrpo.report.plots import Marker, Panel, Series, panel_plot
 from ugrpo.runs import RunDir
 
@@ -117,7 +117,7 @@ def write_lm_sweep_outputs(run: RunDir, results: dict[str, Any], argv: Sequence[
     title = ("ugrpo sweep --config --allocation: held-out accuracy vs samples spent per allocation rule" if rules else
              "ugrpo sweep --config: held-out accuracy vs group size at a fixed budget (paper Fig. 5, Table 2)")
     md = [header(title, argv),
-          f"Config `{cfg['config']}`, {results['steps']} steps per run, {cfg['seeds']} seeds per "
+          f"Config `{cfg['config']}`, {results['steps']} steps per run, {count(cfg['seeds'], 'seed')} per "
           f"{'(N, G, rule)' if rules else '(N, G)'}, groups "
           f"{fmt_values(cfg['groups'], prefix='')}; checkpoints at "
           f"{fmt_values(results['checkpoints'], prefix='steps ')}; mean over seeds with a "

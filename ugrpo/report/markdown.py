@@ -23,7 +23,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["fmt", "fmt_ci", "fmt_values", "md_table", "text_table", "header", "image", "config_block", "read_run"]
+__all__ = ["count", "fmt", "fmt_ci", "fmt_values", "md_table", "text_table", "header", "image", "config_block",
+           "read_run"]
+
+
+def count(n: int, noun: str) -> str:
+    """``1 seed``, ``2 seeds``: a count with its noun in the right number.
+
+    >>> count(1, "seed"), count(8, "seed")
+    ('1 seed', '8 seeds')
+    """
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def fmt_values(values: Sequence[Any], *, prefix: str = "G = ", none: str = "no G") -> str:

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ugrpo.report.markdown import fmt
+from ugrpo.report.markdown import count, fmt
 from ugrpo.runs import RunDir, atomic_write_text
 
 __all__ = ["write_report", "html_table", "inline_png"]
@@ -84,7 +84,8 @@ def _best_per_checkpoint(r: dict) -> list[str]:
     for m in METRICS:
         hd, rows = best_g_table(r, m)
         if rows:
-            h.append(f"<p>Empirical best G per checkpoint ({html.escape(m)}; mean over {r['config']['seeds']} seeds, "
+            n_seeds = count(r["config"]["seeds"], "seed")
+            h.append(f"<p>Empirical best G per checkpoint ({html.escape(m)}; mean over {n_seeds}, "
                      f"{html.escape(r.get('interval', '95% t-interval'))}):</p>" + html_table(hd, rows))
     return h
 
@@ -112,7 +113,8 @@ def _table2(out: Path, parts: dict, paper: Mapping[int, Mapping[int, float]]) ->
         h.append(_planner(r.get("planner")))
         hd, rows = table2(r, "eval_accuracy", intervals=True)
         h.append(f"<p>This run (greedy held-out accuracy at step {max(r['checkpoints'])}, mean over "
-                 f"{r['config']['seeds']} seeds [{html.escape(r.get('interval', '95% t-interval'))}]; best per row in "
+                 f"{count(r['config']['seeds'], 'seed')} [{html.escape(r.get('interval', '95% t-interval'))}]; "
+                 "best per row in "
                  "bold):</p>" + html_table(hd, rows))
         h.append(inline_png(out / "table2" / "sweep.png", "Table 2 analogue: accuracy vs G per budget"))
         h += _best_per_checkpoint(r)
