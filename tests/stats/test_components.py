@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
+from ugrpo.stats.bootstrap_ci import summarise
 from ugrpo.stats.components import (
     _bootstrap_replicates,
-    _summarise,
     estimate_components,
     gaussian_sketch,
     point_estimates,
@@ -152,22 +152,22 @@ def test_studentized_interval_is_the_bootstrap_t_formula():
     rng = np.random.default_rng(3)
     reps = 2.0 + rng.exponential(1.0, 2000) - 1.0       # right-skewed replicates around 2
     rep_se = 0.5 + 0.5 * (reps - reps.min()) / np.ptp(reps)  # SE grows with the replicate (as for a variance)
-    e = _summarise(2.0, reps, 0.9, "studentized-equal-tailed", 0.7, rep_se)
+    e = summarise(2.0, reps, 0.9, "studentized-equal-tailed", 0.7, rep_se)
     t = (reps - 2.0) / rep_se
-    sym = _summarise(2.0, reps, 0.9, "studentized", 0.7, rep_se)
+    sym = summarise(2.0, reps, 0.9, "studentized", 0.7, rep_se)
     half = np.quantile(np.abs(t), 0.9) * 0.7
     assert (sym.ci_low, sym.ci_high) == pytest.approx((2.0 - half, 2.0 + half))
     assert e.ci_low == pytest.approx(max(2.0 - np.quantile(t, 0.95) * 0.7, 0.0))
     assert e.ci_high == pytest.approx(2.0 - np.quantile(t, 0.05) * 0.7)
-    p = _summarise(2.0, reps, 0.9, "percentile")
+    p = summarise(2.0, reps, 0.9, "percentile")
     assert (p.ci_low, p.ci_high) == pytest.approx(tuple(np.quantile(reps, [0.05, 0.95])))
     # constant replicate SE = the sample's SE: bootstrap-t is the percentile interval reflected about the point
     # (right-skewed replicates -> an interval that reaches further left than the percentile one)
-    b = _summarise(2.0, reps, 0.9, "studentized-equal-tailed", 0.7, np.full_like(reps, 0.7))
+    b = summarise(2.0, reps, 0.9, "studentized-equal-tailed", 0.7, np.full_like(reps, 0.7))
     q_lo, q_hi = np.quantile(reps, [0.05, 0.95])
     assert (b.ci_low, b.ci_high) == pytest.approx((max(4.0 - q_hi, 0.0), 4.0 - q_lo))
     assert b.ci_low < p.ci_low and b.ci_high < p.ci_high
-    assert _summarise(0.1, reps - 1.9, 0.9, "studentized", 0.7, rep_se).ci_low == 0.0  # never below the range
+    assert summarise(0.1, reps - 1.9, 0.9, "studentized", 0.7, rep_se).ci_low == 0.0  # never below the range
 
 
 def test_log_scale_interval_formula_and_limits():
@@ -176,25 +176,25 @@ def test_log_scale_interval_formula_and_limits():
     reps = 2.0 + rng.exponential(1.0, 2000) - 1.0
     rep_se = 0.5 + 0.5 * (reps - reps.min()) / np.ptp(reps)
     s = 0.5
-    lg = _summarise(2.0, reps, 0.9, "studentized-log", 0.7, rep_se, shift=s)
+    lg = summarise(2.0, reps, 0.9, "studentized-log", 0.7, rep_se, shift=s)
     t_u = (np.log(reps + s) - np.log(2.0 + s)) / (rep_se / (reps + s))
     half = np.quantile(np.abs(t_u), 0.9) * 0.7 / (2.0 + s)
     assert (lg.ci_low, lg.ci_high) == pytest.approx(((2.0 + s) * np.exp(-half) - s, (2.0 + s) * np.exp(half) - s))
     assert lg.ci_high - 2.0 > 2.0 - lg.ci_low  # the log scale reaches further up than down
-    sym = _summarise(2.0, reps, 0.9, "studentized", 0.7, rep_se)
-    far = _summarise(2.0, reps, 0.9, "studentized-log", 0.7, rep_se, shift=1e7)  # log(x + s) ~ linear in x
+    sym = summarise(2.0, reps, 0.9, "studentized", 0.7, rep_se)
+    far = summarise(2.0, reps, 0.9, "studentized-log", 0.7, rep_se, shift=1e7)  # log(x + s) ~ linear in x
     assert (far.ci_low, far.ci_high) == pytest.approx((sym.ci_low, sym.ci_high), rel=1e-4)
     for shift in (None, -2.0):  # no shift (c2, c3) or x + s <= 0: the plain symmetric interval
-        e = _summarise(2.0, reps, 0.9, "studentized-log", 0.7, rep_se, shift=shift)
+        e = summarise(2.0, reps, 0.9, "studentized-log", 0.7, rep_se, shift=shift)
         assert (e.ci_low, e.ci_high) == (sym.ci_low, sym.ci_high)
     r2 = reps - 1.6  # some replicates with x* + s <= 0: t_u = -inf
-    low = _summarise(2.0, r2, 0.9, "studentized-log", 0.4, rep_se, shift=s)
+    low = summarise(2.0, r2, 0.9, "studentized-log", 0.4, rep_se, shift=s)
     t_low = np.where(r2 + s > 0, (r2 + s) * np.log(np.clip(r2 + s, 1e-300, None) / 2.5) / rep_se, -np.inf)
     half = np.quantile(np.abs(t_low), 0.9) * 0.4 / 2.5
     assert (r2 + s <= 0).any() and half <= 1.0
     assert (low.ci_low, low.ci_high) == pytest.approx((max(2.5 * np.exp(-half) - s, 0.0), 2.5 * np.exp(half) - s))
     # a log-scale half-width > 1 (here x + s = 0.01, far below the replicates' spread): the plain interval
-    wide = _summarise(2.0, reps, 0.9, "studentized-log", 0.7, rep_se, shift=-1.99)
+    wide = summarise(2.0, reps, 0.9, "studentized-log", 0.7, rep_se, shift=-1.99)
     assert (wide.ci_low, wide.ci_high) == (sym.ci_low, sym.ci_high)
 
 

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from scipy.optimize import minimize_scalar
 
 from ugrpo.stats.band import bootstrap_band, near_optimal_band, pilot_size_needed
-from ugrpo.stats.components import Estimate, VarianceComponents, estimate_components
+from ugrpo.stats.bootstrap_ci import Estimate
+from ugrpo.stats.components import VarianceComponents, estimate_components
 from ugrpo.stats.planner import bound, candidate_groups, group_cost, plan_group_size
 
 from ._enumerate import linear_softmax, policy_moments_exact, sample

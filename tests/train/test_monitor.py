@@ -19,7 +19,8 @@ from train_helpers import small_config
 from ugrpo.lm.loading import format_prompt, load_policy
 from ugrpo.lm.sampling import sample_groups
 from ugrpo.lm.sketch import sketch_scores
-from ugrpo.stats.components import Estimate, estimate_components
+from ugrpo.stats.bootstrap_ci import Estimate
+from ugrpo.stats.components import estimate_components
 from ugrpo.stats.planner import plan_group_size
 from ugrpo.tasks.base import score
 from ugrpo.tasks.registry import get_task

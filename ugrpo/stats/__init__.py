@@ -27,9 +27,9 @@ from .asymptotics import (
     weighted_chi2_quantile,
     weighted_chi2_sample,
 )
+from .bootstrap_ci import Estimate
 from .components import (
     MIN_PILOT_GROUP,
-    Estimate,
     VarianceComponents,
     estimate_components,
     gaussian_sketch,

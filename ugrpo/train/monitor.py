@@ -56,7 +56,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ugrpo.stats.components import MIN_PILOT_GROUP, Estimate, estimate_components
+from ugrpo.stats.bootstrap_ci import Estimate
+from ugrpo.stats.components import MIN_PILOT_GROUP, estimate_components
 from ugrpo.stats.planner import candidate_groups, plan_group_size
 
 __all__ = [
@@ -80,7 +81,7 @@ class MonitorRecord:
     Attributes
     ----------
     step : training step (TRL: global step) of the measurement
-    c1, c2, c3 : estimates with bootstrap intervals (:class:`~ugrpo.stats.components.Estimate`)
+    c1, c2, c3 : estimates with bootstrap intervals (:class:`~ugrpo.stats.bootstrap_ci.Estimate`)
     budget : N, samples per step the plan is for
     num_generations : G, the group size the run uses
     g_star : argmin of the Thm 7 bound over the candidates; None when c1 is not distinguishable from 0
