@@ -122,12 +122,21 @@ def test_lm_sweep_resumes_interrupted_run(tmp_path, capsys, lm_config):
     with pytest.raises(KeyboardInterrupt):
         train(cfg, folder, on_step=stop)
     assert not (folder / "results.json").exists() and (folder / "checkpoints" / "step-2").is_dir()
-    (out / "runs" / "N8-G4-s1").mkdir(parents=True)  # died before any checkpoint: restarted from scratch
-    (out / "runs" / "N8-G4-s1" / "metrics.jsonl").write_text('{"step": 0}\n')
+    dead = out / "runs" / "N8-G4-s1"  # died before its first checkpoint (step 2): restarted from scratch
+
+    def die(step, row):
+        if step == 1:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train(load_config(lm_config, pairs[:-1] + [("seed", 1)]), dead, on_step=die)
+    assert (dead / "metrics.jsonl").is_file() and not (dead / "checkpoints" / "step-2").exists()
     rc, stdout, err = run_cli(["sweep", "--config", lm_config, "--budget", "8", "--groups", "4", "--steps", "4",
                                "--seeds", "2", "--no-progress", "--out", out], capsys)
     assert rc == 0, err
     assert "1 started, 1 resumed, 0 skipped" in stdout
+    steps = [json.loads(x)["step"] for x in (dead / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    assert steps == [0, 1, 2, 3, 4]  # started over in place: the dead run's rows replaced, none duplicated
     assert _evals(folder).keys() == _evals(ref).keys() == {0, 2, 4}
     for step, row in _evals(ref).items():
         got = _evals(folder)[step]

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -70,16 +69,18 @@ class Job:
 
 
 def run_state(folder: Path) -> str:
-    """'done' (results.json), 'resume' (a checkpoint) or 'start' (nothing usable; partial files removed)."""
+    """'done' (results.json), 'resume' (a checkpoint), 'restart' (a folder without a checkpoint) or 'start'.
+
+    Nothing is deleted here: a run that died before its first checkpoint is started over by ``train(...,
+    resume=True)`` itself, under the run's lock (so a process still writing the folder is never pulled from under).
+    """
     from ugrpo.train.checkpoint import latest_checkpoint
 
     if (folder / "results.json").exists():
         return "done"
     if latest_checkpoint(folder / "checkpoints") is not None:
         return "resume"
-    if folder.exists():  # died before its first checkpoint: start over
-        shutil.rmtree(folder)
-    return "start"
+    return "restart" if folder.exists() else "start"
 
 
 def train_one(spec: Any, folder: str) -> str:
@@ -91,7 +92,7 @@ def train_one(spec: Any, folder: str) -> str:
         Path(folder).mkdir(parents=True, exist_ok=True)
         with open(Path(folder) / "train.log", "a") as log, contextlib.redirect_stdout(log), \
                 contextlib.redirect_stderr(log):
-            train(spec.cfg, folder, resume=state == "resume")
+            train(spec.cfg, folder, resume=state in ("resume", "restart"))
     return spec.name
 
 

@@ -205,7 +205,7 @@ def run_lm_sweep(cfg: LMSweepConfig, specs: Sequence[RunSpec], root: RunDir, *,
     jobs = []
     for sp in specs:
         st = run_state(root.file("runs") / sp.name)
-        actions[sp.name] = {"done": "skipped", "resume": "resumed", "start": "started"}[st]
+        actions[sp.name] = {"done": "skipped", "resume": "resumed", "restart": "started", "start": "started"}[st]
         if st != "done":
             jobs.append(Job(sp, str(root.file("runs") / sp.name)))
     n_skip = len(specs) - len(jobs)
