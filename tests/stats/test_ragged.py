@@ -11,6 +11,8 @@ from ugrpo.stats.ragged import (
     ragged_hoeffding,
     ragged_policy_gradient,
     ragged_prompt_gradients,
+    ragged_reward_spread,
+    ragged_t0,
     segment_sum,
 )
 from ugrpo.stats.ustat import hoeffding_decomposition, pairwise_ustatistic
@@ -88,3 +90,34 @@ def test_segment_sum_and_errors():
         ragged_advantages(torch.tensor([0.0, float("nan")], dtype=DT), torch.tensor([2]))
     with pytest.raises(ValueError, match="scores must have shape"):
         ragged_prompt_gradients(torch.zeros(4, 2, dtype=DT), z, torch.tensor([2, 3]))
+
+
+def test_ragged_t0_is_the_m14_pair_sum():
+    g = torch.Generator().manual_seed(0)
+    sizes = torch.tensor([2, 4, 3])
+    w = torch.randn(9, 5, generator=g, dtype=torch.float64)
+    z = torch.rand(9, generator=g, dtype=torch.float64)
+    got = ragged_t0(z, w, sizes)
+    off = 0
+    for b, G in enumerate(sizes.tolist()):
+        pairs = [float(z[off + i] * z[off + j] * (w[off + i] @ w[off + j])) for i in range(G) for j in range(G)
+                 if i != j]
+        assert got[b].item() == pytest.approx(sum(pairs) / (G * (G - 1)), rel=1e-12)
+        off += G
+
+
+def test_ragged_t0_with_equal_groups_is_the_dense_t0():
+    from ugrpo.stats.components import prompt_terms, reduce_scores
+
+    g = torch.Generator().manual_seed(1)
+    w = torch.randn(3, 5, 4, generator=g, dtype=torch.float64)
+    z = torch.rand(3, 5, generator=g, dtype=torch.float64)
+    t0, _, _ = prompt_terms(*reduce_scores(z, w, None))
+    torch.testing.assert_close(ragged_t0(z.reshape(-1), w.reshape(15, 4), torch.tensor([5, 5, 5])), t0)
+
+
+def test_ragged_reward_spread():
+    zero, var = ragged_reward_spread(torch.tensor([1.0, 1.0, 0.0, 1.0, 0.0]), torch.tensor([2, 3]))
+    assert zero.tolist() == [True, False]
+    assert var.tolist() == pytest.approx([0.0, 1 / 3])
+    assert ragged_reward_spread(torch.tensor([0.3]), torch.tensor([1]))[1].tolist() == [0.0]  # G_b = 1: no spread

@@ -14,10 +14,10 @@ from train_helpers import small_config
 from ugrpo.lm.logprobs import completion_logprobs
 from ugrpo.lm.sampling import sample_groups
 from ugrpo.stats.ragged import ragged_advantages
-from ugrpo.train.alloc import group_stats, row_weights
+from ugrpo.train.alloc import row_weights
 from ugrpo.train.config import config_from_dict, load_config
 from ugrpo.train.distributed import DistContext
-from ugrpo.train.history import PromptHistory, check_unit_rewards, visit_t0
+from ugrpo.train.history import PromptHistory, check_unit_rewards
 from ugrpo.train.loop import train
 from ugrpo.train.update import _chunks, update_on_rows
 
@@ -126,20 +126,6 @@ def test_update_is_the_ragged_estimate_row_by_row(model, tokenizer):
 # ---------------------------------------------------------------------- history
 
 
-def test_visit_t0_is_the_m14_pair_sum():
-    g = torch.Generator().manual_seed(0)
-    sizes = torch.tensor([2, 4, 3])
-    w = torch.randn(9, 5, generator=g, dtype=torch.float64)
-    z = torch.rand(9, generator=g, dtype=torch.float64)
-    got = visit_t0(z, w, sizes)
-    off = 0
-    for b, G in enumerate(sizes.tolist()):
-        pairs = [float(z[off + i] * z[off + j] * (w[off + i] @ w[off + j])) for i in range(G) for j in range(G)
-                 if i != j]
-        assert got[b].item() == pytest.approx(sum(pairs) / (G * (G - 1)), rel=1e-12)
-        off += G
-
-
 def test_history_counts_and_json_round_trip():
     h = PromptHistory(4)
     z = np.array([1.0, 0.0, 0.5, 1.0, 1.0, 0.0])
@@ -161,12 +147,6 @@ def test_history_counts_and_json_round_trip():
         PromptHistory.from_json(h.to_json(), 5, "x")
     with pytest.raises(ValueError, match="sample 1 of this step has reward 2.0"):
         check_unit_rewards(np.array([0.5, 2.0]), "ustat")
-
-
-def test_group_stats():
-    zero, var = group_stats(np.array([1.0, 1.0, 0.0, 1.0, 0.0]), np.array([2, 3]))
-    assert zero.tolist() == [True, False]
-    assert var.tolist() == pytest.approx([0.0, 1 / 3])
 
 
 # ---------------------------------------------------------------------- the trainer

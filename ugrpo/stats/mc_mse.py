@@ -19,7 +19,7 @@ from ugrpo.stats.allocation import PromptStats, history_stats
 from ugrpo.stats.components import prompt_terms, reduce_scores
 from ugrpo.stats.estimators import ESTIMATORS
 from ugrpo.stats.intervals import clip_interval, normal_interval
-from ugrpo.stats.ragged import ragged_advantages, ragged_prompt_gradients
+from ugrpo.stats.ragged import ragged_advantages, ragged_prompt_gradients, ragged_t0
 
 __all__ = ["ReferenceMoments", "reference_moments", "block_squared_errors", "corrected_row", "ragged_block_errors",
            "sample_prompt_stats", "history_prompt_stats"]
@@ -249,8 +249,8 @@ def history_prompt_stats(scores: Tensor, rewards: Tensor, *, prior_a: float = 1.
     P, V, h, _ = scores.shape
     s, z = scores.to(DT), rewards.to(DT)
     w2 = (s**2).sum(-1)                                                   # (P, V, h) ||S W||^2
-    zw = (z[..., None] * s).sum(2)                                        # (P, V, k)
-    t0 = ((zw**2).sum(-1) - (z**2 * w2).sum(2)) / (h * (h - 1))          # (P, V) unbiased ||g(x)||^2 (M14)
+    t0 = ragged_t0(z.reshape(-1), s.reshape(P * V * h, -1),
+                   torch.full((P * V,), h)).view(P, V)                    # (P, V) unbiased ||g(x)||^2 (M14)
     return history_stats(np.full(P, V, dtype=float), np.full(P, V * h, dtype=float), z.sum((1, 2)).numpy(),
                          (z * w2).sum((1, 2)).numpy(), ((1 - z) * w2).sum((1, 2)).numpy(), t0.sum(1).numpy(),
                          prior_a=prior_a, prior_b=prior_b, shrink=shrink)

@@ -19,6 +19,8 @@ __all__ = [
     "ragged_policy_gradient",
     "ragged_hoeffding",
     "dense_to_ragged",
+    "ragged_t0",
+    "ragged_reward_spread",
 ]
 
 _MIN_GROUP = {"vanilla": 1, "oracle": 1, "grpo": 2, "grpo_mean": 2}
@@ -171,3 +173,43 @@ def ragged_hoeffding(scores: Tensor, rewards: Tensor, sizes: Tensor, values: Ten
     s = segment_sum(centred, sizes).unsqueeze(1)                          # (B, 1)
     cross = s * segment_sum(scores, sizes) - oracle
     return oracle / g - true_grad.to(scores.dtype), -cross / (g * (g - 1))
+
+
+def ragged_t0(rewards: Tensor, scores: Tensor, sizes: Tensor) -> Tensor:
+    """(B,) unbiased ||g(x_b)||^2 per group: (||sum_i Z_i W_i||^2 - sum_i Z_i^2 ||W_i||^2) / (G_b (G_b - 1)) (M14).
+
+    The ragged form of ``T0`` in :func:`ugrpo.stats.components.prompt_terms`; with sketched scores (E <S W_i,
+    S W_j> = <W_i, W_j>) it stays unbiased over the sketch too. Needs G_b >= 2.
+
+    Examples
+    --------
+    >>> ragged_t0(torch.tensor([1.0, 1.0]), torch.tensor([[1.0, 0.0], [0.0, 2.0]]), torch.tensor([2]))
+    tensor([0.])
+    """
+    _check_rewards(rewards)
+    sizes = _check_sizes(sizes, rewards.numel(), min_group=2)
+    _check_scores(scores, rewards.numel())
+    w2 = (scores * scores).sum(-1)                                               # (n,)
+    zw = segment_sum(scores * rewards.unsqueeze(1), sizes)                       # (B, k)
+    g = sizes.to(scores.dtype)
+    return ((zw * zw).sum(-1) - segment_sum(rewards**2 * w2, sizes)) / (g * (g - 1))
+
+
+def ragged_reward_spread(rewards: Tensor, sizes: Tensor) -> tuple[Tensor, Tensor]:
+    """((B,) bool: the group's rewards are all equal, (B,) unbiased within-group variance; 0 for G_b = 1).
+
+    The ragged form of :func:`ugrpo.stats.advantages.zero_std_groups` (atol 0) and the per-group sample variance.
+
+    Examples
+    --------
+    >>> ragged_reward_spread(torch.tensor([1.0, 1.0, 0.0, 1.0, 0.0]), torch.tensor([2, 3]))
+    (tensor([ True, False]), tensor([0.0000, 0.3333]))
+    """
+    _check_rewards(rewards)
+    sizes = _check_sizes(sizes, rewards.numel())
+    ids = segment_ids(sizes)
+    mean = segment_sum(rewards, sizes) / sizes.to(rewards.dtype)
+    ss = segment_sum((rewards - mean[ids]) ** 2, sizes)
+    lo = torch.full((sizes.numel(),), float("inf"), dtype=rewards.dtype).scatter_reduce(0, ids, rewards, "amin")
+    hi = torch.full((sizes.numel(),), -float("inf"), dtype=rewards.dtype).scatter_reduce(0, ids, rewards, "amax")
+    return lo == hi, ss / (sizes - 1).clamp_min(1).to(rewards.dtype)

@@ -13,16 +13,17 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import torch
 from torch import Tensor
 
 from ugrpo.stats.advantages import compute_advantages
 from ugrpo.stats.allocation import allocate
 from ugrpo.stats.certificate import certificate
-from ugrpo.stats.ragged import ragged_advantages
+from ugrpo.stats.ragged import ragged_advantages, ragged_reward_spread
 from ugrpo.train.config import TrainConfig
 from ugrpo.train.history import PromptHistory, check_unit_rewards
 
-__all__ = ["Allocator", "row_weights", "group_stats", "step_advantages"]
+__all__ = ["Allocator", "row_weights", "step_advantages"]
 
 
 def row_weights(sizes: Tensor, mean_size: int) -> Tensor:
@@ -33,19 +34,6 @@ def row_weights(sizes: Tensor, mean_size: int) -> Tensor:
     [2.0, 2.0, 0.6667, 0.6667, 0.6667, 0.6667, 0.6667, 0.6667]
     """
     return (mean_size / sizes.double()).repeat_interleave(sizes)
-
-
-def group_stats(rewards: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(all-equal mask (B,), unbiased within-group variance (B,)) of flat rewards in ragged order."""
-    ids = np.repeat(np.arange(len(sizes)), sizes)
-    g = np.asarray(sizes, dtype=np.float64)
-    mean = np.bincount(ids, weights=rewards, minlength=len(sizes)) / g
-    ss = np.bincount(ids, weights=(rewards - mean[ids]) ** 2, minlength=len(sizes))
-    lo = np.full(len(sizes), np.inf)
-    hi = np.full(len(sizes), -np.inf)
-    np.minimum.at(lo, ids, rewards)
-    np.maximum.at(hi, ids, rewards)
-    return lo == hi, ss / np.maximum(g - 1, 1)
 
 
 def step_advantages(cfg: TrainConfig, rollout, rewards: Tensor, values) -> tuple[Tensor, int]:
@@ -61,7 +49,7 @@ def step_advantages(cfg: TrainConfig, rollout, rewards: Tensor, values) -> tuple
         return adv.advantages.reshape(-1).float(), adv.n_zero_std  # row b*G+g
     sizes = rollout.group_sizes
     adv = ragged_advantages(rewards, sizes, baseline=cfg.baseline, values=values)  # (N_local,)
-    zero, _ = group_stats(rewards.numpy(), sizes.numpy())
+    zero, _ = ragged_reward_spread(rewards, sizes)
     return (adv * row_weights(sizes, cfg.budget.group_size)).float(), int(zero.sum())
 
 
@@ -143,7 +131,7 @@ class Allocator:
         """Add the step's GLOBAL rewards (N,) (and sketch (N, k)) to the history; the realised-variance metrics."""
         if not self.uniform:
             self.history.update(prompts, sizes, rewards, sketch)
-        zero, var = group_stats(rewards, sizes)
+        zero, var = (t.numpy() for t in ragged_reward_spread(torch.as_tensor(rewards), torch.as_tensor(sizes)))
         row = {"samples_zero_std": int(sizes[zero].sum())}
         if not self.uniform:
             row["reward_var_realised"] = float(var.mean())

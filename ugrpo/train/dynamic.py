@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from ugrpo.lm.sampling import Rollout, concat_rollouts, sample_groups
+from ugrpo.stats.advantages import zero_std_groups
 from ugrpo.tasks.base import ScoreResult, score
 from ugrpo.train.distributed import DistContext, gather_objects, shard
 
@@ -77,8 +78,9 @@ def dynamic_batch(model, tok, task, problems: list, prompts: list[str], first: n
         else:
             z = torch.zeros(0, G, dtype=torch.float64)
         flat = [row for part in gather_objects(z.tolist(), ctx) for row in part]  # (len(idx), G) global, j order
-        for j, row in enumerate(flat):
-            kept.append((r, j, max(row) > min(row)))
+        equal = zero_std_groups(torch.tensor(flat, dtype=torch.float64).view(-1, G)).tolist()
+        for j, same in enumerate(equal):
+            kept.append((r, j, not same))
             idx_of[(r, j)] = int(idx[j])
         drawn += len(idx) * G
         r += 1

@@ -22,9 +22,9 @@ import torch
 
 from ugrpo.stats.allocation import PromptStats, history_stats
 from ugrpo.stats.certificate import HistoryPosterior, fit_beta_prior, history_posterior
-from ugrpo.stats.ragged import segment_sum
+from ugrpo.stats.ragged import ragged_t0, segment_sum
 
-__all__ = ["PromptHistory", "check_unit_rewards", "visit_t0"]
+__all__ = ["PromptHistory", "check_unit_rewards"]
 
 FIELDS: tuple[str, ...] = ("visits", "samples", "successes", "w2_success", "w2_failure", "t0_sum")
 # second-moment sums for the certificate's posterior (stats/certificate.py, M45): sums of z ||W||^4,
@@ -40,18 +40,6 @@ def check_unit_rewards(rewards: np.ndarray, rule: str) -> None:
         raise ValueError(f"allocation.rule={rule} needs rewards in [0, 1] (a Beta posterior on the success rate); "
                          f"sample {int(bad[0])} of this step has reward {float(rewards[bad[0]])!r}. Rescale the "
                          "task's rewards to [0, 1] or use --allocation.rule uniform")
-
-
-def visit_t0(rewards: torch.Tensor, sketch: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
-    """(B,) unbiased per-visit ||g(x_b)||^2: (||sum_i Z_i W_i||^2 - sum_i Z_i^2 ||W_i||^2) / (G_b (G_b - 1)) (M14).
-
-    ``sketch`` (n, k) holds sketched scores S W_i with E <S W_i, S W_j> = <W_i, W_j>, so the estimate stays
-    unbiased over the sketch as well.
-    """
-    w2 = (sketch * sketch).sum(-1)                                               # (n,)
-    zw = segment_sum(sketch * rewards.unsqueeze(1), sizes)                       # (B, k)
-    g = sizes.to(sketch.dtype)
-    return ((zw * zw).sum(-1) - segment_sum(rewards**2 * w2, sizes)) / (g * (g - 1))
 
 
 class PromptHistory:
@@ -74,7 +62,7 @@ class PromptHistory:
             w2 = (w * w).sum(-1)
             per_visit["w2_success"] = segment_sum(z * w2, g).numpy()
             per_visit["w2_failure"] = segment_sum((1 - z) * w2, g).numpy()
-            t0 = visit_t0(z, w, g).numpy()
+            t0 = ragged_t0(z, w, g).numpy()
             per_visit["t0_sum"], per_visit["t0_sq"] = t0, t0**2
             per_visit["w4_success"] = segment_sum(z * w2**2, g).numpy()
             per_visit["w4_failure"] = segment_sum((1 - z) * w2**2, g).numpy()
