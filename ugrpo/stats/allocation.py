@@ -41,6 +41,7 @@ __all__ = [
     "best_uniform",
     "bernoulli_stats",
     "history_stats",
+    "beta_moments",
     "prediction_quality",
 ]
 
@@ -407,11 +408,19 @@ def history_stats(visits: np.ndarray, samples: np.ndarray, successes: np.ndarray
         m1 = np.where(k1 > 0, s1 / np.maximum(k1, 1), pool1)
         m0 = np.where(k0 > 0, s0 / np.maximum(k0, 1), pool0)
         g2 = np.where(visits > 0, t0s / np.maximum(visits, 1), pool_g)
-    a, b = prior_a + k1, prior_b + k0
-    e1 = a / (a + b)                                                            # E p
-    e2 = e1 * (a + 1) / (a + b + 1)                                             # E p^2
-    e3 = e2 * (a + 2) / (a + b + 2)                                             # E p^3
-    return bernoulli_stats((e1, e2, e3), m1, m0, np.clip(g2, 0.0, None))
+    return bernoulli_stats(beta_moments(prior_a + k1, prior_b + k0), m1, m0, np.clip(g2, 0.0, None))
+
+
+def beta_moments(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(E p, E p^2, E p^3) of Beta(a, b); E p(1-p) = E p - E p^2 (M38).
+
+    >>> [float(m[0]) for m in beta_moments(np.array([1.0]), np.array([1.0]))]  # uniform: 1/2, 1/3, 1/4
+    [0.5, 0.3333333333333333, 0.25]
+    """
+    e1 = a / (a + b)
+    e2 = e1 * (a + 1) / (a + b + 1)
+    e3 = e2 * (a + 2) / (a + b + 2)
+    return e1, e2, e3
 
 
 def prediction_quality(pred: PromptStats, true: PromptStats) -> dict:

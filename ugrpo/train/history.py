@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ugrpo.stats.allocation import PromptStats, history_stats
+from ugrpo.stats.allocation import PromptStats, beta_moments, history_stats
 from ugrpo.stats.certificate import HistoryPosterior, fit_beta_prior, history_posterior
 from ugrpo.stats.ragged import ragged_t0, segment_sum
 
@@ -99,11 +99,11 @@ class PromptHistory:
                                  **more, prior_a=a, prior_b=b)
 
     def reward_variance(self, prompts: np.ndarray, *, prior_a: float, prior_b: float) -> np.ndarray:
-        """(B,) posterior mean E[p(1-p)] = ab / ((a+b)(a+b+1)) of the drawn prompts, Beta(a + s, b + n - s)."""
+        """(B,) posterior mean E[p(1-p)] of the drawn prompts under Beta(a + s, b + n - s) (M38)."""
         idx = np.asarray(prompts, dtype=np.int64)
-        a = prior_a + self.sums["successes"][idx]
-        b = prior_b + self.sums["samples"][idx] - self.sums["successes"][idx]
-        return a * b / ((a + b) * (a + b + 1))
+        s, n = self.sums["successes"][idx], self.sums["samples"][idx]
+        e1, e2, _ = beta_moments(prior_a + s, prior_b + n - s)
+        return e1 - e2
 
     def to_json(self) -> dict:
         """A JSON-safe dict (lists of floats); float64 round-trips exactly through JSON's repr."""
