@@ -325,3 +325,11 @@ def test_ustat_run_with_the_monitor(tiny_model_dir, task_files, tmp_path):
     r = rows[1]
     assert r["alloc_predicted_ratio_gstar_low"] <= r["alloc_predicted_ratio_gstar"] <= \
         r["alloc_predicted_ratio_gstar_high"] and 20 % r["alloc_gstar"] == 0
+
+
+def test_console_line_says_the_certificate_interval_is_not_calibrated():
+    from ugrpo.train.steplog import line
+
+    row = {"step": 5, "reward_mean": 0.5, "alloc_g_hist": {"4": 2}, "alloc_g_min": 3, "alloc_g_max": 12,
+           "alloc_predicted_ratio": 0.849, "alloc_predicted_ratio_low": 0.792, "alloc_predicted_ratio_high": 0.939}
+    assert "G_b=3..12 predicted_mse_ratio=0.849 (posterior 0.792-0.939, uncalibrated)" in line(row)

@@ -106,7 +106,8 @@ def line(row: dict) -> str:
     if "alloc_g_hist" in row:  # per-prompt group sizes (docs/allocation.md)
         parts.append(f"G_b={row['alloc_g_min']}..{row['alloc_g_max']} "
                      f"predicted_mse_ratio={row['alloc_predicted_ratio']:.3g}"
-                     + (f" [{row['alloc_predicted_ratio_low']:.3g}, {row['alloc_predicted_ratio_high']:.3g}]"
+                     + (f" (posterior {row['alloc_predicted_ratio_low']:.3g}-"
+                        f"{row['alloc_predicted_ratio_high']:.3g}, uncalibrated)"
                         if row.get("alloc_predicted_ratio_low") is not None else ""))
     if "dynamic_rounds" in row:
         parts.append(f"rounds={row['dynamic_rounds']} samples={row['samples']}")
