@@ -258,8 +258,8 @@ def test_table2_and_t_interval_closed_forms():
     assert body == [[8, "0.250", "**0.500**"], [16, "**0.750**", "0.125"]]
     st = t_interval([1.0, 2.0, 6.0])  # mean 3, s = sqrt(7), t_{0.975,2} = 4.302652729696142
     half = 4.302652729696142 * 7 ** 0.5 / 3 ** 0.5
-    assert st["mean"] == 3.0 and st["ci_low"] == pytest.approx(3 - half) and st["ci_high"] == pytest.approx(3 + half)
-    assert t_interval([0.4])["ci_low"] is None
+    assert st.estimate == 3.0 and st.ci_low == pytest.approx(3 - half) and st.ci_high == pytest.approx(3 + half)
+    assert t_interval([0.4]).ci_low is None
 
 
 def test_best_g_overlap_and_table():
@@ -333,7 +333,7 @@ def test_accuracy_intervals_stay_in_0_1_and_say_they_were_cut():
                                                                                           "eval_pass1": acc}}}
 
     runs = [run(2, s, v) for s, v in enumerate((0.0, 0.0, 0.1))] + [run(4, s, v) for s, v in enumerate((1.0, 0.9, 1.0))]
-    assert t_interval([0.0, 0.0, 0.1])["ci_low"] < 0 and t_interval([1.0, 0.9, 1.0])["ci_high"] > 1
+    assert t_interval([0.0, 0.0, 0.1]).ci_low < 0 and t_interval([1.0, 0.9, 1.0]).ci_high > 1
     _, raw = aggregate_lm(runs)
     assert any(r["ci_low"] < 0 or r["ci_high"] > 1 for r in raw)  # a custom reward's mean is not cut
     _, rows = aggregate_lm(runs, bounds=(0.0, 1.0))

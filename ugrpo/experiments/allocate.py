@@ -29,7 +29,7 @@ from ugrpo.stats.allocation import (
     prediction_quality,
     prompt_error,
 )
-from ugrpo.stats.intervals import normal_interval, ratio_interval
+from ugrpo.stats.intervals import Interval, normal_interval, ratio_interval
 
 __all__ = ["AllocateConfig", "Lab", "build_lab", "bernoulli_stats", "history_sums", "predicted_stats", "run_allocate",
            "ratio_ci", "allocate_experiment"]
@@ -176,12 +176,12 @@ def _batch_errors(lab: Lab, known: PromptStats, rule: str, batches: np.ndarray, 
     return out, cost
 
 
-def ratio_ci(a: np.ndarray, b: np.ndarray) -> dict:
+def ratio_ci(a: np.ndarray, b: np.ndarray) -> Interval:
     """mean(a)/mean(b) for paired per-batch values: :func:`ugrpo.stats.intervals.ratio_interval` (delta method),
     clipped at 0 (a ratio of MSEs); one batch gives the ratio with a zero-width interval."""
     if len(a) < 2:
         r = float(a.mean() / b.mean())
-        return {"ratio": r, "ci_low": r, "ci_high": r}
+        return Interval(r, r, r, kind="one batch: no spread", n=len(a))
     return ratio_interval(torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64))
 
 
@@ -239,7 +239,7 @@ def _ratios(per_batch: dict, rules: tuple[str, ...]) -> list[dict]:
             w = per_batch.get((unit, moments, other))
             if w is not None:
                 out.append({"unit": unit, "moments": moments, "numerator": rule, "denominator": other,
-                            **ratio_ci(v, w[: len(v)])})
+                            **ratio_ci(v, w[: len(v)]).to_dict("ratio")})
     return out
 
 

@@ -287,11 +287,11 @@ def run_lm_mse(cfg: LMMSEConfig, run: RunDir, *, progress: bool = True, n_boot: 
                       "total": grp["mse"], "residual_share": res["mse"] / grp["mse"] if grp["mse"] > 0 else None,
                       "predicted_oracle_part": _predicted(comp, "oracle", B, G),
                       "predicted_residual": hoeffding_split(0.0, 0.0, comp["c3"]["estimate"], B, G)["residual"]})
-        comps.append({"G": G, "vanilla_minus_grpo": difference_interval(err["vanilla"], err["grpo"]),
+        comps.append({"G": G, "vanilla_minus_grpo": difference_interval(err["vanilla"], err["grpo"]).to_dict("mean"),
                       "grpo_over_oracle": ratio_interval(err["grpo"], err["oracle"], ref.ref_err, ref.ref_err + extra,
-                                                    common_sd=sd_ref),
+                                                    common_sd=sd_ref).to_dict("ratio"),
                       "residual_over_oracle": ratio_interval(err["residual"], err["oracle"], extra, ref.ref_err + extra,
-                                                        b_sd=sd_ref)})
+                                                        b_sd=sd_ref).to_dict("ratio")})
     alloc = None
     if cfg.allocation:
         from ugrpo.experiments.lm_alloc import run_allocation_study

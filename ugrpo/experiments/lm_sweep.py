@@ -248,10 +248,8 @@ def aggregate_lm(runs: Sequence[dict[str, Any]], *,
     a row has ``rule`` when its runs do).
 
     ``bounds``: the range the metrics can take (``(0, 1)`` for a binary task); each interval is cut to it
-    (:func:`ugrpo.stats.intervals.clip_interval`: the coverage is unchanged) and the row says ``clipped``.
+    (:meth:`ugrpo.stats.intervals.Interval.clip`: the coverage is unchanged) and the row says ``clipped``.
     """
-    from ugrpo.stats.intervals import clip_interval
-
     common = set.intersection(*(set(r["evals"]) for r in runs)) if runs else set()
     cps = sorted(common)
     cells: dict[tuple[int, int, str], list[dict]] = {}
@@ -265,12 +263,10 @@ def aggregate_lm(runs: Sequence[dict[str, Any]], *,
                 if any(v is None for v in vals):
                     continue
                 st = t_interval(vals)
-                low, high = st["ci_low"], st["ci_high"]
-                if bounds is not None:
-                    low, high = clip_interval(low, high, lo=bounds[0], hi=bounds[1])
-                rows.append({"budget": N, "G": G, "B": N // G, "checkpoint": c, "metric": m, "mean": st["mean"],
-                             "se": st["se"], "ci_low": low, "ci_high": high, "seeds": st["n"],
-                             "clipped": (low, high) != (st["ci_low"], st["ci_high"])}
+                cut = st if bounds is None else st.clip(*bounds)
+                rows.append({"budget": N, "G": G, "B": N // G, "checkpoint": c, "metric": m, "mean": st.estimate,
+                             "se": st.se, "ci_low": cut.ci_low, "ci_high": cut.ci_high, "seeds": st.n,
+                             "clipped": (cut.ci_low, cut.ci_high) != (st.ci_low, st.ci_high)}
                             | ({"rule": rule} if rule else {}))
     return cps, rows
 

@@ -9,7 +9,7 @@ config); this module turns the runs' ``metrics.jsonl`` into the comparison, with
   variable number per step, so it has no fallback.
 - **curves**: per (N, G, rule) and evaluation step, the mean over seeds of the samples spent and of the held-out
   metric, with a 95% Student-t interval over seeds cut to [0, 1] (an accuracy's range; cutting keeps the coverage,
-  :func:`ugrpo.stats.intervals.clip_interval`). Rules that spend a variable number of samples are placed at their
+  :meth:`ugrpo.stats.intervals.Interval.clip`). Rules that spend a variable number of samples are placed at their
   seeds' mean spend (the spread is kept as ``samples_min`` / ``samples_max``).
 - **samples to reach uniform's final accuracy**: the target is uniform's final mean accuracy; each rule's
   mean curve is read as piecewise linear in samples and the first crossing of the target is taken
@@ -30,9 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from ugrpo.experiments.reproduce_claims import TOO_SMALL
 from ugrpo.experiments.sweep_alloc import samples_to_reach
-from ugrpo.stats.intervals import clip_interval, t_interval
+from ugrpo.stats.intervals import TOO_SMALL, t_interval
 
 __all__ = ["LM_RULES", "FALLBACK", "GOAL_RATIO", "check_rules", "eval_points", "curve", "first_reach",
            "reach_ratio", "bootstrap_ratio", "compare_rules", "allocation_section"]
@@ -102,11 +101,10 @@ def curve(acc: np.ndarray, samples: np.ndarray, checkpoints: Sequence[int], *,
     out = []
     for j, c in enumerate(checkpoints):
         st = t_interval([float(v) for v in acc[:, j]])
-        lo, hi = (st["ci_low"], st["ci_high"]) if bounds is None else clip_interval(st["ci_low"], st["ci_high"],
-                                                                                     lo=bounds[0], hi=bounds[1])
+        cut = st if bounds is None else st.clip(*bounds)
         out.append({"checkpoint": int(c), "samples": float(samples[:, j].mean()),
                     "samples_min": float(samples[:, j].min()), "samples_max": float(samples[:, j].max()),
-                    "mean": st["mean"], "se": st["se"], "ci_low": lo, "ci_high": hi, "seeds": st["n"]})
+                    "mean": st.estimate, "se": st.se, "ci_low": cut.ci_low, "ci_high": cut.ci_high, "seeds": st.n})
     return out
 
 

@@ -53,7 +53,7 @@ def band_block(p, vc=None) -> dict[str, Any]:
 def group_answer(results: dict[str, Any], G: int, replicates=None, level: float = 0.95) -> dict[str, Any]:
     """``--group G``: G's MSE over the best G's (the bootstrap mean ratio, M41, when the candidates carry it; else the
     ratio of predicted MSEs), with a bootstrap interval, and the sentence."""
-    from ugrpo.stats.band import ratio_interval
+    from ugrpo.stats.band import ratio_to_best_interval
 
     cand = {c["G"]: c for c in results["candidates"]}
     if G not in cand:
@@ -64,7 +64,8 @@ def group_answer(results: dict[str, Any], G: int, replicates=None, level: float 
     ci = None
     if replicates is not None:  # the replicates with c1* > 0, as for the expected ratio (docs/math.md M41)
         reps = replicates[replicates[:, 0] > 0] if int((replicates[:, 0] > 0).sum()) >= 2 else replicates
-        ci = ratio_interval(reps, results["budget"], sorted(cand), G, level)
+        iv = ratio_to_best_interval(reps, results["budget"], sorted(cand), G, level)
+        ci = (iv.ci_low, iv.ci_high)
     rec = results.get("g_recommended") or results.get("g_star")
     msg = (f"your G = {G} costs {100 * (ratio - 1):.0f}% more gradient error than the best G at this budget "
            f"({ratio:.3f}x the best G's MSE" + (", bootstrap mean" if "expected_ratio" in cand[G] else ""))
@@ -85,10 +86,6 @@ def exact_planner(pm, budgets: Sequence[int], groups: Sequence[int] | None = Non
     return {"g_star": per[0]["g_star"], "g_star_continuous": per[0]["g_star_continuous"],
             "g_star_paper": per[0]["g_star_paper"], "per_budget": per,
             "constants": {"c1": pm.c1, "c2": pm.c2, "c3": pm.c3}}
-
-
-def _est(e) -> dict[str, Any]:
-    return {"estimate": e.estimate, "ci_low": e.ci_low, "ci_high": e.ci_high, "se": e.se}
 
 
 def run_plan(pilot: Pilot, budget: int, *, n_boot: int, seed: int, run: RunDir,
@@ -118,7 +115,8 @@ def run_plan(pilot: Pilot, budget: int, *, n_boot: int, seed: int, run: RunDir,
     gen = torch.Generator().manual_seed(seed)
     kw = {"scores": pilot.scores} if pilot.scores is not None else {"gram": pilot.gram}
     vc = estimate_components(pilot.rewards, n_boot=n_boot, generator=gen, method=method, **kw)
-    run.append_metrics({"kind": "components", "c1": _est(vc.c1), "c2": _est(vc.c2), "c3": _est(vc.c3),
+    est = {k: getattr(vc, k).to_dict(se=True) for k in ("c1", "c2", "c3")}  # the bootstrap Intervals' JSON
+    run.append_metrics({"kind": "components", **est,
                         "frac_zero_std": vc.frac_zero_std, "n_boot_degenerate": vc.n_boot_degenerate})
     p = _plan(vc, budget, tolerance=tolerance)
     cands = [{"G": G, "B": B, "predicted_mse": v} for G, B, v in p.candidates]
@@ -130,7 +128,7 @@ def run_plan(pilot: Pilot, budget: int, *, n_boot: int, seed: int, run: RunDir,
         ci = [p.g_star_lower_bound if p.g_star_lower_bound is not None and math.isfinite(p.g_star_lower_bound)
               else None, None]
     results: dict[str, Any] = {
-        "c1": _est(vc.c1), "c2": _est(vc.c2), "c3": _est(vc.c3),
+        **est,
         "g_star_continuous": p.g_star_continuous, "g_star_paper": p.g_star_paper, "g_star": p.g_star,
         "g_star_ci": [None if v is None or (isinstance(v, float) and not math.isfinite(v)) else v for v in ci],
         "g_star_continuous_ci": p.g_star_continuous_ci, "g_star_lower_bound": p.g_star_lower_bound,

@@ -16,14 +16,12 @@ from typing import Any
 
 from ugrpo.report.gap_report import THM8_PRECISION, fit_ok
 from ugrpo.report.markdown import fmt
-from ugrpo.stats.intervals import Z95
+from ugrpo.stats.intervals import TOO_SMALL, Z95
 
 __all__ = ["STRENGTHS", "claims", "summary"]
 
 STRENGTHS = ("base", "instruct", "fewshot")
 """Fig. 4's model strengths, weakest first"""
-
-TOO_SMALL = "too small to decide"
 
 MIN_REPS = 10
 """Fig. 4's intervals are normal ones (mean +- 1.96 SE over ``reps`` repetitions per G). At 10 repetitions the t

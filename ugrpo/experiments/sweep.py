@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 
 from ugrpo.runs import RunDir
 from ugrpo.stats.budget import check_divides
-from ugrpo.stats.intervals import clip_interval, t_interval
+from ugrpo.stats.intervals import t_interval
 
 __all__ = ["SweepConfig", "run_sweep", "sweep_experiment", "default_checkpoints", "aggregate", "best_groups",
            "check_resume", "RESUME_KEYS"]
@@ -151,9 +151,9 @@ def aggregate(runs: Sequence[dict[str, Any]], checkpoints: Sequence[int]) -> lis
     for (N, G), rs in sorted(cells.items()):
         for j, c in enumerate(checkpoints):
             st = t_interval([float(r["gaps"][j]) for r in rs])  # few seeds: Student t, not 1.96
-            lo, hi = clip_interval(st["ci_low"], st["ci_high"], hi=math.inf)  # a suboptimality gap is >= 0
-            rows.append({"budget": N, "G": G, "B": N // G, "checkpoint": c, "gap_mean": st["mean"],
-                         "ci_low": lo, "ci_high": hi, "se": st["se"], "seeds": st["n"]})
+            cut = st.clip(hi=math.inf)  # a suboptimality gap is >= 0
+            rows.append({"budget": N, "G": G, "B": N // G, "checkpoint": c, "gap_mean": st.estimate,
+                         "ci_low": cut.ci_low, "ci_high": cut.ci_high, "se": st.se, "seeds": st.n})
     return rows
 
 

@@ -127,9 +127,9 @@ def aggregate_alloc(runs: Sequence[dict], N: int) -> list[dict[str, Any]]:
         rs = [r for r in runs if r["rule"] == rule]
         for j, c in enumerate(rs[0]["checkpoints"]):
             st = t_interval([r["gaps"][j] for r in rs])
-            rows.append({"rule": rule, "checkpoint": c, "samples": c * N, "gap_mean": st["mean"], "se": st["se"],
-                         "ci_low": None if st["ci_low"] is None else max(0.0, st["ci_low"]),
-                         "ci_high": st["ci_high"], "seeds": len(rs),
+            rows.append({"rule": rule, "checkpoint": c, "samples": c * N, "gap_mean": st.estimate, "se": st.se,
+                         "ci_low": None if st.ci_low is None else max(0.0, st.ci_low),
+                         "ci_high": st.ci_high, "seeds": len(rs),
                          "frac_samples_zero_std": sum(r["frac_samples_zero_std"] for r in rs) / len(rs)})
     return rows
 

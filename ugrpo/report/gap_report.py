@@ -5,11 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ugrpo.stats.intervals import Z95, normal_interval
+from ugrpo.stats.intervals import TOO_SMALL, Z95, normal_interval
 
-__all__ = ["THM8_PRECISION", "TOO_SMALL", "fit_ok", "cell_verdict", "write_gap_outputs"]
-
-TOO_SMALL = "too small to decide"
+__all__ = ["THM8_PRECISION", "fit_ok", "cell_verdict", "write_gap_outputs"]
 
 THM8_PRECISION = 0.25
 """Theorem 8 is judged from the mean of n*gap over the runs against the limit's mean E: when 1.96 SE exceeds 25% of E

@@ -26,9 +26,9 @@ def _accuracy_series(rows: list[dict], key: str, label: str) -> Series:
     of one problem are correlated, and a per-problem mean in [0, 1] has variance at most p(1-p), so the band is
     conservative. No band where the value lies outside [0, 1] (a custom reward) or n was not recorded."""
     pts = [(r["step"], r[key], r.get("eval_n_problems")) for r in rows if r.get(key) is not None]
-    bands = [wilson_interval(y, int(n)) if n and 0.0 <= y <= 1.0 else (None, None) for _, y, n in pts]
-    return Series(label, x=[p[0] for p in pts], y=[p[1] for p in pts], low=[b[0] for b in bands],
-                  high=[b[1] for b in bands])
+    bands = [wilson_interval(y, int(n)) if n and 0.0 <= y <= 1.0 else None for _, y, n in pts]
+    return Series(label, x=[p[0] for p in pts], y=[p[1] for p in pts], low=[b and b.ci_low for b in bands],
+                  high=[b and b.ci_high for b in bands])
 
 
 def _acc(row: dict | None, key: str) -> str:
@@ -39,8 +39,8 @@ def _acc(row: dict | None, key: str) -> str:
     n = row.get("eval_n_problems")
     if not n or not 0.0 <= y <= 1.0:
         return _f(y)
-    lo, hi = wilson_interval(y, int(n))
-    return f"{_f(y)} [{_f(lo)}, {_f(hi)}]"
+    w = wilson_interval(y, int(n))
+    return f"{_f(y)} [{_f(w.ci_low)}, {_f(w.ci_high)}]"
 
 
 def _band_series(rows: list[dict], key: str, label: str, color: str | None = None) -> Series:
