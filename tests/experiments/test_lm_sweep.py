@@ -246,7 +246,7 @@ def test_lm_sweep_planner(tmp_path, capsys, lm_config):
 
 def test_table2_and_t_interval_closed_forms():
     """Table 2 marks the best G per budget at the last checkpoint; the t-interval matches scipy's formula."""
-    from ugrpo.report.lm_sweep_report import table2
+    from ugrpo.report.sweep import table2
     from ugrpo.stats.intervals import t_interval
 
     rows = [{"budget": N, "G": G, "checkpoint": c, "metric": "eval_accuracy", "mean": v}
@@ -265,8 +265,8 @@ def test_table2_and_t_interval_closed_forms():
 def test_best_g_overlap_and_table():
     """The best G per (N, checkpoint) lists exactly the G whose 95% interval overlaps its own; the per-checkpoint
     table drops step 0 and carries the planner's G* among the swept G."""
-    from ugrpo.experiments.lm_sweep import best_lm_groups
-    from ugrpo.report.lm_sweep_report import best_g_table, swept_g_star
+    from ugrpo.experiments.sweep.lm import best_lm_groups
+    from ugrpo.report.sweep import best_g_table, swept_g_star
 
     def row(G, c, mean, lo, hi):
         return {"budget": 8, "G": G, "checkpoint": c, "metric": "eval_accuracy", "mean": mean, "ci_low": lo,
@@ -326,7 +326,7 @@ def test_ray_sweep_ctrl_c_then_resume(tmp_path, lm_config):
 
 def test_accuracy_intervals_stay_in_0_1_and_say_they_were_cut():
     """Three seeds near 0 or 1: the t-interval leaves [0, 1]; with the accuracy's bounds it is cut, and marked."""
-    from ugrpo.experiments.lm_sweep import aggregate_lm, t_interval
+    from ugrpo.experiments.sweep.lm import aggregate_lm, t_interval
 
     def run(G, seed, acc):
         return {"budget": 8, "G": G, "seed": seed, "name": f"G{G}-s{seed}", "evals": {4: {"eval_accuracy": acc,

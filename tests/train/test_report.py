@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ugrpo.report.train_report import _accuracy_series, write_report
+from ugrpo.report.train import _accuracy_series, write_report
 from ugrpo.runs import RunDir
 from ugrpo.stats.intervals import wilson_interval
 

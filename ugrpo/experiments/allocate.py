@@ -250,7 +250,7 @@ def allocate_experiment(cfg: AllocateConfig, env_spec: str, out: str, *, argv: l
     import time
 
     from ugrpo.experiments.common import resolve_env
-    from ugrpo.report.allocate_report import write_allocate_outputs
+    from ugrpo.report.allocate import write_report
     from ugrpo.runs import RunDir
 
     env = resolve_env(env_spec)
@@ -258,5 +258,6 @@ def allocate_experiment(cfg: AllocateConfig, env_spec: str, out: str, *, argv: l
     rd.write_config({**cfg.__dict__, "env": env_spec, "command": "allocate", "argv": argv})
     t0 = time.perf_counter()
     results = run_allocate(env, cfg, progress=progress)
-    write_allocate_outputs(rd, results, argv, time.perf_counter() - t0)
+    results["seconds"] = time.perf_counter() - t0
+    write_report(rd, results, argv)
     return results

@@ -359,7 +359,7 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, *, resume: bool, on_st
         model.save_pretrained(out / "final_model", safe_serialization=True)
         tok.save_pretrained(out / "final_model")
         follow_umask(out / "final_model")
-        from ugrpo.report.train_report import write_report
+        from ugrpo.report.train import write_report
 
         write_report(run)
         if writer is not None:

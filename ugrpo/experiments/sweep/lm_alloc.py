@@ -1,6 +1,6 @@
 """``ugrpo sweep --config FILE --allocation RULES``: held-out accuracy against samples spent, per allocation rule.
 
-The sweep trains one run per (N, G, rule, seed) (:mod:`ugrpo.experiments.lm_sweep`, ``allocation.rule`` set in the
+The sweep trains one run per (N, G, rule, seed) (:mod:`ugrpo.experiments.sweep.lm`, ``allocation.rule`` set in the
 config); this module turns the runs' ``metrics.jsonl`` into the comparison, with pure functions only:
 
 - **samples spent** at each evaluation: the row's ``samples_cum`` (policy samples drawn up to that step, DAPO-dynamic's
@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from ugrpo.experiments.sweep_alloc import samples_to_reach
+from ugrpo.experiments.sweep.env import samples_to_reach
 from ugrpo.stats.intervals import TOO_SMALL, t_interval
 
 __all__ = ["LM_RULES", "FALLBACK", "GOAL_RATIO", "check_rules", "eval_points", "curve", "first_reach",

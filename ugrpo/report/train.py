@@ -1,10 +1,12 @@
-"""``report.md`` of a training run, with the reward and held-out accuracy curves as PNG.
+"""Report of ``ugrpo train`` (:func:`ugrpo.train.loop.train`): ``report.md`` of a training run, with the reward and
+held-out accuracy curves as PNG.
 
-Reads only the run folder (config.json, metrics.jsonl, results.json), as DESIGN.md asks.
+Reads only the run folder (config.json, metrics.jsonl, results.json).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from ugrpo.report.plots import Series, line_plot
@@ -172,11 +174,14 @@ conditioned on informative prompts, so each step estimates the gradient of a dif
 """
 
 
-def write_report(run: RunDir) -> Path:
-    """Write ``reward.png``, ``eval.png`` (and the monitor's plots) and ``report.md``; returns the report path."""
+def write_report(run: RunDir, results: dict | None = None, argv: Sequence[str] | None = None) -> Path:
+    """Write ``reward.png``, ``eval.png`` (and the monitor's plots) and ``report.md``; returns the report path.
+
+    A training run's report reads its folder: the metrics rows, config.json, and ``results`` (None: the folder's
+    results.json, which the trainer has written); ``argv`` is not shown (the config is the command's record)."""
     rows = run.metrics()
     cfg = run.read_config() or {}
-    res = run.read_results() or {}
+    res = (run.read_results() if results is None else results) or {}
     for name, series, ylabel, title in (
         ("reward.png", [_series(rows, "reward_mean", "train reward (mean of B*G)")], "reward", "training reward"),
         ("eval.png", [_accuracy_series(rows, "eval_accuracy", "greedy accuracy"),

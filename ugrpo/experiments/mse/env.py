@@ -155,7 +155,7 @@ def mse_experiment(cfg: MSEConfig, out: str, *, argv: Sequence[str] | None = Non
     """``ugrpo mse --env``: measure ``cfg`` into the run folder ``out`` (a fresh measurement, not a resume),
     write results.json, mse.png and report.md; return the results."""
     from ugrpo.experiments.common import resolve_env, resolve_theta
-    from ugrpo.report.mse_report import write_mse_outputs
+    from ugrpo.report.mse import write_report
 
     env = resolve_env(cfg.env)
     theta = resolve_theta(env, cfg.theta)
@@ -166,7 +166,7 @@ def mse_experiment(cfg: MSEConfig, out: str, *, argv: Sequence[str] | None = Non
         results = run_mse(env, theta, cfg, rd, progress=progress)
     except KeyboardInterrupt:
         raise KeyboardInterrupt(f"interrupted: the rows finished so far are in {rd.file('metrics.jsonl')}") from None
-    write_mse_outputs(rd, results, argv)
+    write_report(rd, results, argv)
     return results
 
 
