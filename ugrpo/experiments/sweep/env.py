@@ -1,25 +1,20 @@
-"""``ugrpo sweep --env``: Algorithm 1 on an exact env at a fixed budget, along a G axis or a rules axis.
+"""``ugrpo sweep --env``: Algorithm 1 on an exact env at a fixed budget N, along a G axis or a rules axis.
 
-**G axis** (:class:`SweepConfig`, paper Fig. 5, Table 2). For each budget N, each G dividing N (B = N/G) and
-each seed, ``run_algorithm1`` trains from the env's theta0 and reports the exact suboptimality gap
-Delta(pi_theta) = J* - J(theta) at the checkpoints. Over seeds: mean and a Student-t 95% interval cut at 0;
-per (N, checkpoint) the empirical best G (smallest mean gap); and the planner's G* of Theorem 7 from the exact
-constants c1, c2, c3 at theta0. Resumable: one metrics row per finished (N, G, seed); rerunning with the same
-``--out`` skips those and refuses to mix in different settings. Deviation from the paper: the paper measures
-test accuracy of an LLM (GSM8K, MATH); here the exact gap of a synthetic policy, so the only noise is over seeds.
+G axis (:class:`SweepConfig`; paper Fig. 5, Table 2): each G dividing each N and each seed; over seeds the exact gap
+with a Student-t 95% interval cut at 0, the best G per (N, checkpoint) and the planner's G* (Theorem 7, exact c1,
+c2, c3 at theta0). The paper measures an LLM's test accuracy; here the exact gap, so the only noise is over seeds.
 
-**Rules axis** (``--allocation RULE[,RULE...]``, :class:`AllocSweepConfig`): per-prompt group sizes at equal
-budget. For each rule and seed, :func:`ugrpo.envs.sgd_alloc.run_algorithm1_alloc` trains from theta0 with the same N
+Rules axis (``--allocation RULE[,RULE...]``, :class:`AllocSweepConfig`): per-prompt group sizes at equal budget.
+For each rule and seed, :func:`ugrpo.envs.sgd_alloc.run_algorithm1_alloc` trains from theta0 with the same N
 samples per step, the same B prompts per step, steps, lr and schedule; the exact gap J* - J(theta) is recorded
 at the checkpoints (samples spent = checkpoint * N). ``uniform`` gives every prompt G_u: the --groups value
 when one is given, otherwise the G among --groups (dividing N) with the smallest exact MSE M11 at theta0; the
 other rules share its B = N / G_u. Over seeds: mean gap with a Student-t 95% interval (clipped at 0) per
 (rule, checkpoint); each rule against uniform at the last checkpoint; the samples each rule needs to reach
 uniform's final mean gap (linear interpolation of the mean-gap curve on the checkpoint grid).
-Resumable: one metrics row per finished (rule, seed); a rerun with the same --out skips those.
 
-:func:`sweep_experiment` runs either, from its config. The defaults of ``ugrpo sweep --env`` are these
-configs' field defaults.
+Resumable: one metrics row per finished (rule, seed); a rerun with the same --out skips those.
+(G axis: per (N, G, seed).) :func:`sweep_experiment` runs either; the configs' defaults are the command's.
 """
 
 from __future__ import annotations
@@ -32,21 +27,17 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from ugrpo.experiments.sweep import DEFAULT_GROUPS, DEFAULT_SEEDS, check_checkpoints, default_checkpoints
 from ugrpo.runs import RunDir
 from ugrpo.stats.budget import check_divides
 from ugrpo.stats.intervals import t_interval, welch_half_width
 
-__all__ = ["SweepConfig", "run_sweep", "sweep_experiment", "default_checkpoints", "aggregate", "best_groups",
-           "check_resume", "RESUME_KEYS", "DEFAULT_GROUPS", "DEFAULT_SEEDS",
-           "AllocSweepConfig", "uniform_group", "run_alloc_sweep", "aggregate_alloc", "samples_to_reach",
+__all__ = ["AllocSweepConfig", "uniform_group", "run_alloc_sweep", "aggregate_alloc", "samples_to_reach",
            "compare_to_uniform", "sweep_allocation", "allocation_sweep_experiment"]
+__all__ += ["SweepConfig", "run_sweep", "sweep_experiment", "aggregate", "best_groups", "check_resume", "RESUME_KEYS"]
 
 RESUME_KEYS = ("env", "steps", "checkpoints", "baseline", "lr_schedule")
 """Settings that must match for a rerun with the same --out to resume instead of failing."""
-DEFAULT_GROUPS = (2, 4, 8, 16, 32, 64)
-"""group sizes swept (every mode of ``ugrpo sweep``) when none are given"""
-DEFAULT_SEEDS = 5
-"""independent runs per cell (every mode of ``ugrpo sweep``) when not given"""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,13 +52,11 @@ class SweepConfig:
     steps: int = 200
     """SGD steps n of Algorithm 1"""
     lr: tuple[float, ...] = (1.0,)
-    """learning rate eta (constant) or beta (lr_schedule='inverse': eta_i = beta/i), one per budget (one value:
-    the same at every budget)"""
+    """learning rate eta (constant) or beta (lr_schedule='inverse': eta_i = beta/i), one per budget (or one for all)"""
     seeds: int = DEFAULT_SEEDS
     """independent runs K per (N, G)"""
     checkpoints: tuple[int, ...] | None = None
-    """steps at which the exact gap is recorded (increasing, in 0..steps; 0 = theta0); None =
-    :func:`default_checkpoints`"""
+    """steps at which the exact gap is recorded (increasing, in 0..steps; 0 = theta0); None = steps/4, ..., steps"""
     baseline: str = "grpo"
     lr_schedule: str = "constant"
     seed: int = 0
@@ -96,18 +85,6 @@ class SweepConfig:
                 check_divides(N, G)
         if self.baseline in ("grpo", "grpo_mean") and min(self.groups) < 2:
             raise ValueError(f"--groups: baseline {self.baseline!r} needs G >= 2, got G = {min(self.groups)}")
-
-
-def default_checkpoints(steps: int) -> tuple[int, ...]:
-    """steps/4, steps/2, 3 steps/4 and steps (distinct, >= 1): the default ``--checkpoints``."""
-    return tuple(sorted({max(1, steps * k // 4) for k in (1, 2, 3, 4)}))
-
-
-def check_checkpoints(checkpoints: Sequence[int], steps: int) -> None:
-    """Checkpoints must be strictly increasing step counts in 0..steps."""
-    cps = list(checkpoints)
-    if not cps or cps != sorted(set(cps)) or cps[0] < 0 or cps[-1] > steps:
-        raise ValueError(f"--checkpoints {cps}: need strictly increasing step counts in 0..steps={steps}")
 
 
 def run_sweep(env, cfg: SweepConfig, run: RunDir, *, progress: bool = True) -> list[dict[str, Any]]:
@@ -146,10 +123,8 @@ def run_sweep(env, cfg: SweepConfig, run: RunDir, *, progress: bool = True) -> l
 
 def sweep_experiment(cfg: SweepConfig | AllocSweepConfig, out: str, *, argv: Sequence[str] | None = None,
                      progress: bool = True) -> dict[str, Any]:
-    """``ugrpo sweep --env``: run (or resume) the sweep ``cfg`` in the run folder ``out`` and write results.json,
-    the plot and report.md; return the results. The G axis (:class:`SweepConfig`) aggregates the gaps per (N, G)
-    and compares with the exact planner; the rules axis (:class:`AllocSweepConfig`) is
-    :func:`allocation_sweep_experiment`."""
+    """``ugrpo sweep --env``: run (or resume) the sweep ``cfg`` in the run folder ``out``, aggregate the gaps,
+    compare with the exact planner (G axis) and write results.json, the plot and report.md; return the results."""
     from ugrpo.experiments.common import resolve_env
     from ugrpo.experiments.plan.env import exact_planner
     from ugrpo.report.sweep import write_report
@@ -224,7 +199,7 @@ def _norm(v: Any) -> Any:
 
 @dataclass(frozen=True, kw_only=True)
 class AllocSweepConfig:
-    """Resolved settings of ``ugrpo sweep --env --allocation`` (the rules axis); the defaults are the command's."""
+    """Resolved settings of ``ugrpo sweep --allocation``."""
 
     env: str = "builtin:demo"
     budget: int

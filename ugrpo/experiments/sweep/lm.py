@@ -27,7 +27,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from ugrpo.experiments.sweep.env import DEFAULT_GROUPS, DEFAULT_SEEDS
+from ugrpo.experiments.sweep import DEFAULT_GROUPS, DEFAULT_SEEDS
 from ugrpo.experiments.sweep.executors import RayOptions
 from ugrpo.report.sweep import METRICS, uniform_rows
 from ugrpo.runs import RunDir, read_jsonl, to_jsonable
