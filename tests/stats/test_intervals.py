@@ -19,8 +19,8 @@ def test_mean_interval_closed_form_and_single_value():
     assert r.estimate == 5.0 and r.se == pytest.approx(math.sqrt(13 / 3), rel=1e-14)
     assert (r.ci_low, r.ci_high) == pytest.approx((5 - Z95 * r.se, 5 + Z95 * r.se), rel=1e-14)
     assert mean_interval(torch.tensor([2.0, 4.0, 9.0], dtype=DT)) == r
-    assert mean_interval([3.0]).to_dict("mean", se=True, n=True) == {"mean": 3.0, "se": None, "ci_low": None,
-                                                                     "ci_high": None, "n": 1}
+    one = mean_interval([3.0]).to_dict("mean", "se", "ci_low", "ci_high", "n")
+    assert one == {"mean": 3.0, "se": None, "ci_low": None, "ci_high": None, "n": 1}
     with pytest.raises(ValueError, match="at least one value"):
         mean_interval([])
 

@@ -29,7 +29,7 @@ from ugrpo.stats.allocation import (
     prediction_quality,
     prompt_error,
 )
-from ugrpo.stats.intervals import Interval, normal_interval, ratio_interval
+from ugrpo.stats.intervals import RATIO_KEYS, Interval, normal_interval, ratio_interval
 
 __all__ = ["AllocateConfig", "Lab", "build_lab", "bernoulli_stats", "history_sums", "predicted_stats", "run_allocate",
            "ratio_ci", "allocate_experiment"]
@@ -239,7 +239,7 @@ def _ratios(per_batch: dict, rules: tuple[str, ...]) -> list[dict]:
             w = per_batch.get((unit, moments, other))
             if w is not None:
                 out.append({"unit": unit, "moments": moments, "numerator": rule, "denominator": other,
-                            **ratio_ci(v, w[: len(v)]).to_dict("ratio")})
+                            **ratio_ci(v, w[: len(v)]).to_dict(*RATIO_KEYS)})
     return out
 
 

@@ -21,8 +21,8 @@ and :func:`clip_interval` are the end-point arithmetic underneath (pairs of numb
 (2.0, 0.57735, 1.131607)
 >>> round(t_interval([1.0, 2.0, 3.0]).ci_high, 4)
 4.4841
->>> sorted(r.to_dict("mean", se=True, n=True))
-['ci_high', 'ci_low', 'mean', 'n', 'se']
+>>> list(r.to_dict("mean", "se", "ci_low", "ci_high", "n"))
+['mean', 'se', 'ci_low', 'ci_high', 'n']
 """
 
 from __future__ import annotations
@@ -35,8 +35,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["Z95", "Q975", "TOO_SMALL", "Interval", "normal_interval", "mean_interval", "t_interval",
-           "difference_interval", "welch_half_width", "ratio_interval", "wilson_interval", "clip_interval"]
+__all__ = ["Z95", "Q975", "TOO_SMALL", "MEAN_KEYS", "RATIO_KEYS", "ESTIMATE_KEYS", "Interval", "normal_interval",
+           "mean_interval", "t_interval", "difference_interval", "welch_half_width", "ratio_interval",
+           "wilson_interval", "clip_interval"]
 
 Z95 = 1.96
 """the normal quantile of a two-sided 95% interval, rounded as the reports print it (mean +- 1.96 SE)"""
@@ -47,6 +48,13 @@ Q975 = 1.959963984540054
 TOO_SMALL = "too small to decide"
 """the verdict of a comparison whose intervals cannot decide it (they overlap, or contain the bound), or of a run
 too small to give the interval the verdict needs; every verdict in the reports uses these words"""
+
+MEAN_KEYS = ("mean", "ci_low", "ci_high")
+"""the JSON object of a mean or a paired difference in the results files (:meth:`Interval.to_dict`)"""
+RATIO_KEYS = ("ratio", "ci_low", "ci_high")
+"""the JSON object of a ratio"""
+ESTIMATE_KEYS = ("estimate", "ci_low", "ci_high", "se")
+"""the JSON object of a bootstrap estimate (c1, c2, c3)"""
 
 
 @dataclass(frozen=True)
@@ -64,7 +72,7 @@ class Interval:
     Examples
     --------
     >>> iv = Interval(0.5, -0.1, 1.1, kind="95% normal")
-    >>> iv.clip().to_dict("mean")
+    >>> iv.clip().to_dict("mean", "ci_low", "ci_high")
     {'mean': 0.5, 'ci_low': 0.0, 'ci_high': 1.0}
     """
 
@@ -80,15 +88,13 @@ class Interval:
         low, high = clip_interval(self.ci_low, self.ci_high, lo=lo, hi=hi)
         return replace(self, ci_low=low, ci_high=high)
 
-    def to_dict(self, name: str = "estimate", *, se: bool = False, n: bool = False) -> dict[str, Any]:
-        """The JSON object of the results files: ``{name: estimate, "ci_low", "ci_high"}`` in this order, then
-        ``"se"`` and ``"n"`` when asked for."""
-        out: dict[str, Any] = {name: self.estimate, "ci_low": self.ci_low, "ci_high": self.ci_high}
-        if se:
-            out["se"] = self.se
-        if n:
-            out["n"] = self.n
-        return out
+    def to_dict(self, *keys: str) -> dict[str, Any]:
+        """The JSON object the results files hold: ``keys`` in this order, each ``"ci_low"``, ``"ci_high"``,
+        ``"se"``, ``"n"``, ``"kind"`` (those fields) or another name, the estimate's (default: ``"estimate"``,
+        ``"ci_low"``, ``"ci_high"``); the files' shapes: :data:`MEAN_KEYS`, :data:`RATIO_KEYS`,
+        :data:`ESTIMATE_KEYS`."""
+        fields = {"ci_low": self.ci_low, "ci_high": self.ci_high, "se": self.se, "n": self.n, "kind": self.kind}
+        return {k: fields[k] if k in fields else self.estimate for k in keys or ("estimate", "ci_low", "ci_high")}
 
 
 def normal_interval(estimate: float, se: float) -> tuple[float, float]:
@@ -142,7 +148,7 @@ def difference_interval(a: Tensor, b: Tensor, shift: float = 0.0) -> Interval:
 
     Returns
     -------
-    Interval of kind ``"95% normal, paired difference"`` (its JSON object: ``to_dict("mean")``).
+    Interval of kind ``"95% normal, paired difference"`` (its JSON object: ``to_dict(*MEAN_KEYS)``).
     """
     d = a - b
     m, se = float(d.mean()) + shift, float(d.std(correction=1)) / math.sqrt(d.numel())
@@ -182,7 +188,7 @@ def ratio_interval(a: Tensor, b: Tensor, a_sub: float = 0.0, b_sub: float = 0.0,
 
     Returns
     -------
-    Interval of kind ``"95% delta method, ratio of paired means"`` (its JSON object: ``to_dict("ratio")``; all
+    Interval of kind ``"95% delta method, ratio of paired means"`` (its JSON object: ``to_dict(*RATIO_KEYS)``; all
     None when the corrected denominator is not positive). The quantities compared are nonnegative (mean squared
     errors), so the interval is cut at 0 (the point, an unbiased numerator over the denominator, may lie below it
     when the correction exceeds the noise).

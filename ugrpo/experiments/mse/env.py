@@ -96,7 +96,7 @@ def squared_errors(batch, g_true: torch.Tensor, B: int) -> dict[str, torch.Tenso
 
 def _stats(x: torch.Tensor) -> dict[str, float]:
     """Mean squared error over the repetitions with its 95% interval, cut at 0 (a squared error is never negative)."""
-    return mean_interval(x).clip(hi=math.inf).to_dict("mse", se=True)
+    return mean_interval(x).clip(hi=math.inf).to_dict("mse", "se", "ci_low", "ci_high")
 
 
 def run_mse(env, theta: torch.Tensor, cfg: MSEConfig, run: RunDir, *, progress: bool = True) -> dict[str, Any]:

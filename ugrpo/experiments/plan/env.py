@@ -25,6 +25,7 @@ import torch
 from ugrpo.experiments.plan.pilot_io import MIN_PILOT_GROUP, Pilot
 from ugrpo.runs import RunDir, to_jsonable
 from ugrpo.stats.budget import check_divides
+from ugrpo.stats.intervals import ESTIMATE_KEYS
 
 __all__ = ["PlanConfig", "plan_experiment", "sample_pilot", "exact_planner", "run_plan"]
 
@@ -120,7 +121,7 @@ def run_plan(pilot: Pilot, budget: int, *, n_boot: int, seed: int, run: RunDir,
     gen = torch.Generator().manual_seed(seed)
     kw = {"scores": pilot.scores} if pilot.scores is not None else {"gram": pilot.gram}
     vc = estimate_components(pilot.rewards, n_boot=n_boot, generator=gen, method=method, **kw)
-    est = {k: getattr(vc, k).to_dict(se=True) for k in ("c1", "c2", "c3")}  # the bootstrap Intervals' JSON
+    est = {k: getattr(vc, k).to_dict(*ESTIMATE_KEYS) for k in ("c1", "c2", "c3")}  # the bootstrap Intervals' JSON
     run.append_metrics({"kind": "components", **est,
                         "frac_zero_std": vc.frac_zero_std, "n_boot_degenerate": vc.n_boot_degenerate})
     p = _plan(vc, budget, tolerance=tolerance)
