@@ -103,11 +103,11 @@ def ray_options(args: argparse.Namespace):
     """``--ray`` and its ``--ray-*`` flags -> ``RayOptions`` (None without --ray; the flags alone are an error)."""
     from ugrpo.experiments.sweep.executors import RayOptions, import_ray
 
-    given = [f"--{n.replace('_', '-')}" for n in ("ray_address", "ray_cpus", "ray_gpus")
+    flags = [f"--{n.replace('_', '-')}" for n in ("ray_address", "ray_cpus", "ray_gpus")
              if getattr(args, n, None) is not None]
     if not getattr(args, "ray", False):
-        if given:
-            raise ValueError(f"{', '.join(given)} only apply with --ray; add --ray or drop them")
+        if flags:
+            raise ValueError(f"{', '.join(flags)} only apply with --ray; add --ray or drop them")
         return None
     import_ray()  # not installed: say so before any work
     return RayOptions(address=args.ray_address, **given(args, cpus_per_run="ray_cpus", gpus_per_run="ray_gpus"))

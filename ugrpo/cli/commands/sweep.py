@@ -272,11 +272,11 @@ def _alloc_config(args: argparse.Namespace):
 
 
 def _main_alloc(args: argparse.Namespace) -> int:
-    from ugrpo.experiments.sweep.env import allocation_sweep_experiment
+    from ugrpo.experiments.sweep.env import sweep_experiment
     from ugrpo.report.markdown import fmt_ci, text_table
 
     cfg = _alloc_config(args)
-    res = allocation_sweep_experiment(cfg, args.out, argv=command_line("sweep", args), progress=not args.no_progress)
+    res = sweep_experiment(cfg, args.out, argv=command_line("sweep", args), progress=not args.no_progress)
     last = max(r["checkpoint"] for r in res["rows"])
     print(f"gap at step {last} (N={cfg.budget}, B={res['B']}; mean over seeds, 95% CI):")
     print(text_table(["rule", "gap", "95% CI", "seeds"],
