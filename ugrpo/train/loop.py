@@ -40,10 +40,8 @@ from tqdm.auto import tqdm
 
 from ugrpo.errors import NonFiniteError, ResumeError
 from ugrpo.lm.loading import LoraSettings, context_length, format_prompt, load_policy
-from ugrpo.lm.sampling import sample_groups
 from ugrpo.runlock import claim, release
 from ugrpo.runs import RunDir, follow_umask, read_jsonl
-from ugrpo.tasks.base import score
 from ugrpo.tasks.registry import get_task
 from ugrpo.train.alloc import Allocator, step_advantages
 from ugrpo.train.checkpoint import latest_checkpoint, load_latest, save_checkpoint
@@ -55,13 +53,12 @@ from ugrpo.train.distributed import (
     destroy,
     gather_objects,
     init_distributed,
-    shard,
 )
-from ugrpo.train.dynamic import dynamic_batch
 from ugrpo.train.evaluate import evaluate
 from ugrpo.train.history import PromptHistory
 from ugrpo.train.monitor import TrainMonitor
 from ugrpo.train.resume import check_resume_config, finished_result, hashed_config
+from ugrpo.train.rollout import Sampler, choose_prompts, prompt_seed
 from ugrpo.train.setup import Reference, check_prompt_lengths, make_optimizer, make_scheduler
 from ugrpo.train.steplog import (
     check_finite_weights,
@@ -93,16 +90,6 @@ class TrainResult:
     skipped_prompts: int
     load_minutes: float = 0.0
     """loading the model, including a first-use build of a ``tiny:*`` model; not counted in ``minutes``"""
-
-
-def choose_prompts(n_problems: int, B: int, seed: int, step: int) -> np.ndarray:
-    """Indices of the B prompts of ``step``: iid uniform over the train set (Algorithm 1), seeded by (seed, step)."""
-    return np.random.default_rng([int(seed), int(step), 1]).integers(0, n_problems, size=B)
-
-
-def prompt_seed(seed: int, step: int, b: int, stream: int = 0) -> int:
-    """Sampling seed of prompt b of ``step`` (stream 1 = the oracle's extra samples)."""
-    return int(np.random.SeedSequence([int(seed), int(step), int(b), int(stream)]).generate_state(1)[0])
 
 
 def train(
@@ -190,14 +177,14 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, *, resume: bool, on_st
     optimizer = make_optimizer(cfg.optim, params)
     scheduler = make_scheduler(cfg.optim, optimizer, cfg.steps)
     B, G = cfg.budget.prompts_per_step, cfg.budget.group_size
-    dynamic = cfg.allocation.rule == "dynamic"
-    if dynamic and ctx.world_size > 1:
+    if cfg.allocation.rule == "dynamic" and ctx.world_size > 1:
         raise ValueError("allocation.rule=dynamic runs in one process only (several processes are not implemented); "
                          "launch without torchrun or choose another allocation.rule")
     if B < ctx.world_size:
         raise ValueError(f"B = N/G = {B} prompts per step cannot be shared by {ctx.world_size} processes; raise N or "
                          "lower G")
 
+    sampler = Sampler(model, tok, task, train_problems, train_prompts, cfg, ctx)
     start, initial, logged = 0, {}, []
     allocator = Allocator(cfg, len(train_problems))  # G_b per prompt (uniform: G for all) and the history
     loaded = load_latest(out / "checkpoints", model, optimizer, scheduler, ctx) if resume else None
@@ -257,34 +244,16 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, *, resume: bool, on_st
         # ------------------------------------------------------------ 1. prompts: B iid from the train set
         idx = choose_prompts(len(train_problems), B, cfg.seed, step)  # (B,) global
         sizes, alloc_row = allocator.choose(idx, step)  # (B,) G_b from the run's history only, not this step's samples
-        mine = shard(B, ctx)  # this process's prompts b in [0, B)
-        if dynamic:  # DAPO: all-equal groups replaced by new prompts until B informative ones (biased; A5)
-            dyn = dynamic_batch(model, tok, task, train_problems, train_prompts, idx, cfg, step, ctx,
-                                lambda r, j, i=step: prompt_seed(cfg.seed, i, j, stream=0 if r == 0 else 1 + r))
-            rollout, problems, sc, rewards, position, idx = (dyn.rollout, dyn.problems, dyn.score, dyn.rewards,
-                                                             dyn.position, dyn.prompts)
-        else:
-            problems = [train_problems[idx[b]] for b in mine]
-            prompts = [train_prompts[idx[b]] for b in mine]
-            # -------------------------------------------------------- 2. G_b completions for prompt b
-            rollout = sample_groups(
-                model, tok, prompts, [int(sizes[b]) for b in mine],
-                seeds=[prompt_seed(cfg.seed, step, b) for b in mine], temperature=cfg.sampling.temperature,
-                top_p=cfg.sampling.top_p, max_new_tokens=cfg.sampling.max_new_tokens,
-                batch_size=cfg.budget.micro_batch or None,
-            )
-            # -------------------------------------------------------- 3. rewards Z (N_local,), prompt-major
-            sc = score(task, rollout.texts,
-                       [p for p, g in zip(problems, rollout.group_sizes.tolist()) for _ in range(g)])
-            rewards = torch.tensor(sc.rewards, dtype=torch.float64)  # (N_local,)
-            position = torch.as_tensor(list(mine), dtype=torch.long)  # (B_local,) place of each group in the batch
+        # ------------------------------------------------------------ 2-3. G_b completions of prompt b, rewards Z
+        # (N_local,) prompt-major; dynamic (DAPO): all-equal groups replaced by new prompts (biased; A5)
+        batch = sampler.step(step, idx, sizes)
         t_sample = time.time() - t0
-        local_sizes = rollout.group_sizes  # (B_local,)
-        allocator.check_rewards(rewards)  # rewards in [0, 1] for the history's Beta posterior (before the update)
+        allocator.check_rewards(batch.rewards)  # rewards in [0, 1] for the history's Beta posterior (before the update)
         values = None
         if cfg.baseline == "oracle":  # V(x) from M extra samples per prompt (counted as cost)
-            values = _oracle_values(cfg, model, tok, task, problems, prompts, step, mine)
+            values = sampler.oracle_values(batch, step)
         # ------------------------------------------------------------ 4. advantages from ugrpo.stats
+        rollout, rewards, position = batch.rollout, batch.rewards, batch.position
         advantages, n_zero_std = step_advantages(cfg, rollout, rewards, values)  # (N_local,) float32
         # ------------------------------------------------------------ 4b. G* monitor: c1, c2, c3 of this batch at theta
         # (Thm 7); ustat's score sketch (||W||^2 per sample for the history) at the sampling parameters
@@ -310,13 +279,12 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, *, resume: bool, on_st
         scheduler.step()
         n_nonfinite = sum(u.skipped for u in updates)  # updates dropped: NaN/inf loss or gradient
         # ------------------------------------------------------------ 6. metrics (all processes), eval, checkpoint
-        row = step_metrics(step, rewards, len(local_sizes), n_zero_std, sc, rollout, updates, lr, ctx)
+        row = step_metrics(step, rewards, rollout.num_prompts, n_zero_std, batch.score, rollout, updates, lr, ctx)
         parts = gather_objects((rewards.numpy(), None if sketch is None else sketch.numpy()), ctx)
-        alloc_row.update(allocator.observe(idx, sizes, np.concatenate([p[0] for p in parts]),
-                                           None if sketch is None else np.concatenate([p[1] for p in parts])))
-        if dynamic:
-            alloc_row.update(samples=dyn.samples, samples_zero_std=dyn.samples_zero_std, dynamic_rounds=dyn.rounds)
-        samples_cum += alloc_row.setdefault("samples", int(sizes.sum()))
+        alloc_row.update(allocator.observe(batch.prompts, sizes, np.concatenate([p[0] for p in parts]),
+                                           None if sketch is None else np.concatenate([p[1] for p in parts])),
+                         **batch.sample_counts())
+        samples_cum += alloc_row["samples"]
         row.update(samples_cum=samples_cum, **alloc_row)
         if allocator.uses_scores:
             row["s_alloc_sketch"] = t_sketch
@@ -375,17 +343,3 @@ def _device(cfg: TrainConfig, ctx: DistContext) -> torch.device:
     if cfg.model.device != "auto":
         return torch.device(cfg.model.device)
     return torch.device(f"cuda:{ctx.local_rank}") if torch.cuda.is_available() else torch.device("cpu")
-
-
-def _oracle_values(cfg, model, tok, task, problems, prompts, step, mine) -> torch.Tensor:
-    """V(x) of each local prompt: mean reward of ``oracle_samples`` extra samples (seed stream 1)."""
-    M = cfg.oracle_samples
-    ro = sample_groups(
-        model, tok, prompts, M, seeds=[prompt_seed(cfg.seed, step, b, stream=1) for b in mine],
-        temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p, max_new_tokens=cfg.sampling.max_new_tokens,
-        batch_size=cfg.budget.micro_batch or None,
-    )
-    sc = score(task, ro.texts, [p for p in problems for _ in range(M)])
-    return torch.tensor(sc.rewards, dtype=torch.float64).view(-1, M).mean(dim=1)  # (B_local,)
-
-
