@@ -17,10 +17,11 @@ import numpy as np
 import torch
 
 from ugrpo.tasks.base import Problem, score
+from ugrpo.train.config import TrainConfig
 from ugrpo.train.distributed import DistContext, reduce_sum, shard
 from ugrpo.train.rollout import sample_and_score
 
-__all__ = ["EvalResult", "evaluate", "greedy_completions", "eval_seed"]
+__all__ = ["EvalResult", "evaluate", "eval_metrics", "greedy_completions", "eval_seed"]
 
 
 @dataclass(frozen=True)
@@ -117,3 +118,15 @@ def evaluate(
         n_problems=n,
         n_unscorable=int(bad),
     )
+
+
+def eval_metrics(cfg: TrainConfig, model, tokenizer, task, problems: Sequence[Problem], prompts: Sequence[str],
+                 ctx: DistContext) -> dict:
+    """The trainer's held-out evaluation (:func:`evaluate` with the run's settings) as metrics-row keys."""
+    ev = evaluate(
+        model, tokenizer, task, problems, prompts, greedy=cfg.eval.greedy, pass1_samples=cfg.eval.pass1_samples,
+        temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p, max_new_tokens=cfg.sampling.max_new_tokens,
+        batch_size=cfg.eval.batch_size, seed=cfg.seed, ctx=ctx,
+    )
+    return {"eval_accuracy": ev.accuracy, "eval_pass1": ev.pass1, "eval_n_unscorable": ev.n_unscorable,
+            "eval_n_problems": ev.n_problems}
