@@ -157,3 +157,15 @@ def test_two_training_steps_end_to_end_on_a_random_tiny_model(wide_tiny_model, t
     assert [r["step"] for r in steps] == [1, 2], rows
     assert all(r["samples"] == 8 and r["n_unscorable"] + round(8 * r["reward_mean"]) <= 8 for r in steps)
     assert json.loads((out / "config.json").read_text())["task"]["name"] == "gsm_symbolic"
+
+
+def test_the_example_config_loads_and_its_task_builds():
+    from pathlib import Path
+
+    from ugrpo.train.config.load import load_config
+
+    cfg = load_config(Path(__file__).resolve().parents[2] / "examples" / "gsm-symbolic.yaml")
+    assert cfg.task.name == "gsm_symbolic" and cfg.model.chat
+    assert cfg.budget.samples_per_step % cfg.budget.group_size == 0
+    t = get_task(cfg.task.name, **cfg.task.options)
+    assert len(t.train_problems()) == 2000 and len(t.eval_problems()) == cfg.eval.n_problems
