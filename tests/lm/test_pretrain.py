@@ -131,7 +131,8 @@ class _CountingLoss:
         return self.real(*a, **k)
 
 
-def test_an_interrupted_build_resumes_from_its_checkpoint_and_equals_an_uninterrupted_one(tmp_path, monkeypatch):
+def test_an_interrupted_build_resumes_from_its_checkpoint_and_equals_an_uninterrupted_one(tmp_path, monkeypatch,
+                                                                                          capsys):
     """Interrupted at step 5, the rerun continues from the step-4 checkpoint and ends with the bit-identical weights,
     accuracies and history of a build that never stopped."""
     import ugrpo.lm.pretrain as pretrain_mod
@@ -149,7 +150,9 @@ def test_an_interrupted_build_resumes_from_its_checkpoint_and_equals_an_uninterr
     assert torch.load(ckpt, weights_only=True)["state"]["step"] == 4
     counting = _CountingLoss(real)
     monkeypatch.setattr(pretrain_mod, "_answer_loss", counting)
+    capsys.readouterr()
     resumed = pretrain_tiny(out, **kw)
+    assert f"resuming from step 4 ({ckpt})" in capsys.readouterr().err
     assert counting.n == 3  # steps 5, 6, 7 only
     assert not ckpt.exists()  # removed once the model is saved
     a, b = _weights(tmp_path / "whole"), _weights(out)

@@ -13,6 +13,13 @@ one of the eval problems of ``TINY_TASK_OPTIONS`` (:func:`warmup_exclusions`); t
 the RL task's training problems, which the model has then seen (see
 :func:`warmup_exclusions` for why excluding them was worse).
 
+A build is resumable: every ``checkpoint_every`` steps it saves what it needs to continue into
+``<out_dir>/pretrain-checkpoint.pt``, and a rerun with the same settings continues from there and
+ends with the weights an uninterrupted build would have (:func:`pretrain_tiny`).
+
+The models this produced for ``tiny:base`` / ``tiny:instruct`` / ``tiny:fewshot`` ship with the
+package (:mod:`ugrpo.lm.tiny_shipped`); a rebuild is used by its folder, never under those names.
+
 Deviation worth knowing: the paper starts RL from pretrained Qwen / Llama models; this
 warm-up only makes a CPU-sized stand-in whose sampled accuracy leaves RL room to improve.
 """
@@ -22,6 +29,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -40,10 +48,10 @@ TINY_TASK_OPTIONS: dict = {"prompt_style": "compact", "difficulty": "easy", "n_t
 """The arithmetic task the tiny model is warmed up on, and the one RL with ``tiny:*`` should use
 (``get_task("arithmetic", **TINY_TASK_OPTIONS)``): compact prompts such as ``"7-3+5="``."""
 
-EXPECTED_STEPS: dict[str, int] = {"base": 175, "instruct": 650, "fewshot": 1675}
-"""Steps at which each strength's warm-up stopped when measured (seed 0, defaults; recipe v2 for base and
-instruct, v1 for fewshot; see :data:`ugrpo.lm.tiny.STRENGTHS`): the progress bar's first total, so that its ETA
-means something (the bar grows by a quarter whenever the target comes later, and ends at 100% when it is reached)."""
+EXPECTED_STEPS: dict[str, int] = {"base": 150, "instruct": 775, "fewshot": 3000}
+"""Steps at which each shipped model's warm-up stopped (seed 0, defaults; :data:`ugrpo.lm.tiny.STRENGTHS`): the
+progress bar's first total, so that its ETA means something (the bar grows by a quarter whenever the target comes
+later, and ends at 100% when it is reached)."""
 
 CHECKPOINT = "pretrain-checkpoint.pt"
 """The file in ``out_dir`` that a warm-up resumes from (removed when the model is saved)."""
@@ -183,7 +191,7 @@ def pretrain_tiny(
                unit="step", disable=not progress,
                desc=f"pretrain-tiny {strength} (until sampled accuracy {target_accuracy:.2f})")
     if state["step"]:
-        bar.write(f"pretrain-tiny: resuming from step {state['step']} ({ckpt})")
+        bar.write(f"pretrain-tiny: resuming from step {state['step']} ({ckpt})", file=sys.stderr)
     for step in range(first, steps + 1):
         prompts, answers = _training_batch(generate_problems, batch_size, seed, step, held_out)
         model.train()
