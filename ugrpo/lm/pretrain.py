@@ -193,15 +193,9 @@ def pretrain_tiny(
     if state["step"]:
         bar.write(f"pretrain-tiny: resuming from step {state['step']} ({ckpt})", file=sys.stderr)
     for step in range(first, steps + 1):
-        prompts, answers = _training_batch(generate_problems, batch_size, seed, step, held_out)
-        model.train()
-        loss = _answer_loss(model, tokenizer, prompts, answers)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        loss_ema = loss.item() if math.isnan(loss_ema) else 0.9 * loss_ema + 0.1 * loss.item()
+        loss = _train_step(model, tokenizer, opt, sched,
+                           *_training_batch(generate_problems, batch_size, seed, step, held_out))
+        loss_ema = loss if math.isnan(loss_ema) else 0.9 * loss_ema + 0.1 * loss
         if step > bar.total:  # slower than measured: a quarter more, never past the step cap
             bar.total = min(steps, max(step, int(bar.total * 1.25)))
         bar.update(1)
@@ -232,6 +226,18 @@ def pretrain_tiny(
     (out_dir / "ugrpo_tiny.json").write_text(json.dumps(meta, indent=2) + "\n")
     ckpt.unlink(missing_ok=True)  # the model is saved: nothing is left to resume
     return result
+
+
+def _train_step(model, tokenizer, opt, sched, prompts: list[str], answers: list[str]) -> float:
+    """One AdamW step on the answer loss (gradient norm clipped at 1); the loss before the step."""
+    model.train()
+    loss = _answer_loss(model, tokenizer, prompts, answers)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    sched.step()
+    return loss.item()
 
 
 def _settings(strength, target_accuracy, steps, batch_size, lr, seed, size, eval_every, eval_samples) -> dict:
