@@ -29,6 +29,7 @@ from ugrpo.stats.allocation import (
     prediction_quality,
     prompt_error,
 )
+from ugrpo.stats.exact_mse import uniform_mse
 from ugrpo.stats.intervals import normal_interval, ratio_interval
 
 __all__ = ["AllocateConfig", "Lab", "build_lab", "bernoulli_stats", "history_sums", "predicted_stats", "run_allocate",
@@ -194,7 +195,7 @@ def run_allocate(env, cfg: AllocateConfig, progress: bool = False) -> dict:
     pred, hist = predicted_stats(env, cfg, gen)
     rng = np.random.default_rng([cfg.seed, 2])
     batches = rng.integers(env.n_prompts, size=(cfg.batches, B))
-    curve = [{"G": G, "B": cfg.budget // G, "mse": (lab.c1 + lab.c2 / G + lab.c3 / (G * (G - 1))) * G / cfg.budget}
+    curve = [{"G": G, "B": cfg.budget // G, "mse": uniform_mse(lab.c1, lab.c2, lab.c3, cfg.budget, G)}
              for G in range(cfg.g_min, min(cfg.g_max, cfg.budget) + 1) if cfg.budget % G == 0]
     rows, token_rows, per_batch = [], [], {}
     for unit, nb, table in (("samples", cfg.batches, rows), ("tokens", cfg.token_batches, token_rows)):
@@ -235,7 +236,7 @@ def _ratios(per_batch: dict, rules: tuple[str, ...]) -> list[dict]:
     for (unit, moments, rule), v in per_batch.items():
         if rule not in ("ustat", "ustat+screen"):
             continue
-        for other in ("uniform", "vip", "knapsack") if rule == "ustat" else ("ustat",):
+        for other in tuple(r for r in RULES if r != "ustat") if rule == "ustat" else ("ustat",):
             w = per_batch.get((unit, moments, other))
             if w is not None:
                 out.append({"unit": unit, "moments": moments, "numerator": rule, "denominator": other,

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ugrpo.runs import RunDir
+from ugrpo.stats.exact_mse import uniform_mse
 from ugrpo.stats.intervals import t_interval, welch_half_width
 
 __all__ = ["AllocSweepConfig", "uniform_group", "run_alloc_sweep", "aggregate_alloc", "samples_to_reach",
@@ -81,7 +82,7 @@ def uniform_group(env, cfg: AllocSweepConfig) -> tuple[int, int]:
         G = cands[0]
     else:
         pm = env.exact(env.theta0, sigma=False).policy_moments
-        G = min(cands, key=lambda G: (pm.c1 + pm.c2 / G + pm.c3 / (G * (G - 1))) * G / N)
+        G = min(cands, key=lambda G: uniform_mse(pm.c1, pm.c2, pm.c3, N, G))
     B = N // G
     if N < B * cfg.g_min:
         raise ValueError(f"budget N = {N} is below B * g_min = {B} * {cfg.g_min} (B = N / G_u, G_u = {G}); "

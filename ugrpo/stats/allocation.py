@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .exact_mse import PromptMoments
+from .exact_mse import PromptMoments, prompt_error, uniform_mse
 
 __all__ = [
     "RULES",
@@ -126,20 +126,6 @@ def _as_stats(moments: PromptStats | Sequence[PromptMoments]) -> PromptStats:
     return PromptStats.from_moments(list(moments))
 
 
-def prompt_error(c2: np.ndarray, c3: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """f_b(G_b) = c2_b/G_b + c3_b/(G_b(G_b-1)), the exact per-prompt MSE of the LOO estimate (M9, M33).
-
-    Examples
-    --------
-    >>> prompt_error(np.array([1.0]), np.array([2.0]), np.array([2]))
-    array([1.5])
-    """
-    G = np.asarray(sizes, dtype=np.float64)
-    if (G < 2).any():
-        raise ValueError(f"the leave-one-out estimate needs G_b >= 2 for every prompt; got sizes {sizes.tolist()}")
-    return np.asarray(c2) / G + np.asarray(c3) / (G * (G - 1))
-
-
 def predicted_mse(sizes: Sequence[int] | np.ndarray | Allocation, moments: PromptStats | Sequence[PromptMoments],
                   *, c1: float = 0.0) -> float:
     """c1/B + (1/B^2) sum_b f_b(G_b): the exact MSE of the minibatch LOO estimate given the batch (M33).
@@ -156,10 +142,13 @@ def predicted_mse(sizes: Sequence[int] | np.ndarray | Allocation, moments: Promp
     >>> predicted_mse([2, 2], st, c1=1.0)
     1.25
     """
-    G = np.asarray(sizes.sizes if isinstance(sizes, Allocation) else sizes)
+    G = np.asarray(sizes.sizes if isinstance(sizes, Allocation) else sizes, dtype=np.float64)
     st = _as_stats(moments)
     if G.shape != (len(st),):
         raise ValueError(f"sizes has shape {G.shape} but there are {len(st)} prompts; give one G_b per prompt")
+    if (G < 2).any():
+        raise ValueError(f"the leave-one-out estimate needs G_b >= 2 for every prompt; got sizes "
+                         f"{G.astype(int).tolist()}")
     B = len(st)
     return float(c1 / B + prompt_error(st.c2, st.c3, G).sum() / B**2)
 
@@ -172,7 +161,7 @@ def rule_table(rule: str, stats: PromptStats, g_min: int, g_max: int) -> np.ndar
     G = np.arange(g_min, g_max + 1, dtype=np.float64)[None, :]
     p = stats.value[:, None]
     if rule == "ustat":
-        return stats.c2[:, None] / G + stats.c3[:, None] / (G * (G - 1))
+        return prompt_error(stats.c2[:, None], stats.c3[:, None], G)
     if rule == "vip":
         return p * (1 - p) / (G - 1)
     if rule == "knapsack":
@@ -341,7 +330,7 @@ def best_uniform(c1: float, c2: float, c3: float, budget: int, *, g_min: int = 2
     cands = [G for G in range(max(2, g_min), min(budget, g_max) + 1) if budget % G == 0]
     if not cands:
         raise ValueError(f"no group size in [{g_min}, {g_max}] divides the budget {budget}")
-    mses = [(c1 + c2 / G + c3 / (G * (G - 1))) * G / budget for G in cands]
+    mses = [uniform_mse(c1, c2, c3, budget, G) for G in cands]
     i = int(np.argmin(mses))
     return cands[i], float(mses[i])
 

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ugrpo.stats.allocation import RULES
 from ugrpo.stats.budget import check_divides
 from ugrpo.stats.estimators import ESTIMATORS, GROUP_BASELINES, EstimatorName
 
@@ -37,8 +38,9 @@ __all__ = [
     "TrainConfig",
 ]
 
-ALLOCATION_RULES: tuple[str, ...] = ("uniform", "vip", "knapsack", "ustat", "dynamic")
-"""``allocation.rule`` choices (docs/allocation.md); ``uniform`` is the plain trainer, one G for every prompt"""
+ALLOCATION_RULES: tuple[str, ...] = RULES + ("dynamic",)
+"""``allocation.rule`` choices (docs/allocation.md): the rules of :data:`ugrpo.stats.allocation.RULES` (``uniform`` is
+the plain trainer, one G for every prompt) and DAPO's ``dynamic``"""
 UNBIASED_RAGGED_BASELINES: tuple[str, ...] = ("grpo", "vanilla", "oracle")
 """baselines whose per-prompt estimate stays unbiased for g(x) whatever G_b is (docs/allocation.md)"""
 
