@@ -34,7 +34,7 @@ from bench_allocation import INSTANCES, _env  # noqa: E402
 from common import time_alternating, write_result  # noqa: E402
 
 from ugrpo.envs import builtin_env, run_algorithm1_batch  # noqa: E402
-from ugrpo.envs.sgd_alloc import run_algorithm1_alloc  # noqa: E402
+from ugrpo.envs.algorithm1 import run_algorithm1_alloc  # noqa: E402
 from ugrpo.experiments.sweep_alloc import AllocSweepConfig, sweep_allocation  # noqa: E402
 from ugrpo.stats.allocation import RULES  # noqa: E402
 

@@ -34,8 +34,10 @@ from bench_allocation import INSTANCES, _env  # noqa: E402
 from common import write_result  # noqa: E402
 
 from ugrpo.experiments.allocate import AllocateConfig, build_lab, history_sums  # noqa: E402
-from ugrpo.stats.allocation import allocate, history_stats, prompt_error  # noqa: E402
+from ugrpo.stats.allocation import allocate  # noqa: E402
 from ugrpo.stats.certificate import certificate, fit_beta_prior, history_posterior  # noqa: E402
+from ugrpo.stats.exact_mse import prompt_error  # noqa: E402
+from ugrpo.stats.history import history_stats  # noqa: E402
 
 G = 8
 

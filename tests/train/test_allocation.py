@@ -17,7 +17,6 @@ from ugrpo.stats.ragged import ragged_advantages
 from ugrpo.train.alloc import row_weights
 from ugrpo.train.config import config_from_dict, load_config
 from ugrpo.train.distributed import DistContext
-from ugrpo.train.history import PromptHistory, check_unit_rewards
 from ugrpo.train.loop import train
 from ugrpo.train.update import _chunks, update_on_rows
 
@@ -121,32 +120,6 @@ def test_update_is_the_ragged_estimate_row_by_row(model, tokenizer):
     assert moved > 1e-4
     for p, q, e in zip(params, before, brute):
         torch.testing.assert_close(p.detach() - q, e, rtol=1e-4, atol=1e-6)
-
-
-# ---------------------------------------------------------------------- history
-
-
-def test_history_counts_and_json_round_trip():
-    h = PromptHistory(4)
-    z = np.array([1.0, 0.0, 0.5, 1.0, 1.0, 0.0])
-    h.update(np.array([2, 0, 2]), np.array([2, 2, 2]), z, np.ones((6, 3)))
-    assert h.sums["visits"].tolist() == [1, 0, 2, 0]
-    assert h.sums["samples"].tolist() == [2, 0, 4, 0]
-    assert h.sums["successes"].tolist() == [1.5, 0, 2.0, 0]  # fractional rewards count as fractional successes
-    assert h.sums["w2_success"][0] == pytest.approx(4.5) and h.sums["w2_failure"][0] == pytest.approx(1.5)
-    back = PromptHistory.from_json(json.loads(json.dumps(h.to_json())), 4, "x")
-    assert all(np.array_equal(back.sums[k], h.sums[k]) for k in h.sums) and back.second
-    assert h.sums["w4_success"][0] == pytest.approx(1.0 * 9 + 0.5 * 9)  # z ||W||^4 with ||W||^2 = 3
-    old = {k: v for k, v in h.to_json().items() if k not in ("w4_success", "w4_failure", "t0_sq", "second_moments")}
-    legacy = PromptHistory.from_json(old, 4, "x")  # a history.json from before the certificate's sums
-    assert not legacy.second and not legacy.from_json(legacy.to_json(), 4, "x").second
-    assert np.isinf(legacy.posterior(np.array([0, 2]), scores=True).shape1).all()  # scores held fixed
-    # Beta(1 + 1.5, 1 + 0.5) posterior: E p(1-p) = ab / ((a+b)(a+b+1))
-    assert h.reward_variance(np.array([0]), prior_a=1, prior_b=1)[0] == pytest.approx(2.5 * 1.5 / (4 * 5))
-    with pytest.raises(ValueError, match="for 4 train prompts but this run has 5"):
-        PromptHistory.from_json(h.to_json(), 5, "x")
-    with pytest.raises(ValueError, match="sample 1 of this step has reward 2.0"):
-        check_unit_rewards(np.array([0.5, 2.0]), "ustat")
 
 
 # ---------------------------------------------------------------------- the trainer

@@ -123,7 +123,7 @@ def history_posterior(idx: np.ndarray, visits: np.ndarray, samples: np.ndarray, 
     ----------
     idx : (B,) the drawn prompts
     visits, samples, successes, w2_success, w2_failure, t0_sum : (P,) the history sums of
-        :func:`ugrpo.stats.allocation.history_stats`
+        :func:`ugrpo.stats.history.history_stats`
     w4_success, w4_failure, t0_sq : (P,) sums of z ||W||^4, (1 - z) ||W||^4 and of squared per-visit T0; without
         them m_z and ||g||^2 are held at their per-prompt (or pooled) means
     prior_a, prior_b : the Beta prior of p (:func:`fit_beta_prior` gives the empirical-Bayes one)

@@ -19,9 +19,9 @@ from torch import Tensor
 from ugrpo.stats.advantages import compute_advantages
 from ugrpo.stats.allocation import allocate
 from ugrpo.stats.certificate import certificate
+from ugrpo.stats.history import PromptHistory, check_unit_rewards
 from ugrpo.stats.ragged import ragged_advantages, ragged_reward_spread
 from ugrpo.train.config import TrainConfig
-from ugrpo.train.history import PromptHistory, check_unit_rewards
 
 __all__ = ["Allocator", "row_weights", "step_advantages"]
 
@@ -64,6 +64,18 @@ class Allocator:
         self.history = PromptHistory(n_prompts)
         self.uses_scores = self.al.rule == "ustat"
         self.c1: tuple[float, float, float] | None = None  # the G* monitor's latest c1 (estimate, low, high)
+
+    def restore(self, ckpt) -> None:
+        """Replace the history by the one saved in checkpoint folder ``ckpt`` as ``history.json`` (checksummed;
+        ResumeError if absent, ValueError if it does not fit this run's prompts)."""
+        from ugrpo.errors import ResumeError
+        from ugrpo.train.checkpoint import read_extra
+
+        data = read_extra(ckpt, "history.json")
+        if data is None:
+            raise ResumeError(f"--resume: checkpoint {ckpt} has no history.json, but allocation.rule needs the "
+                              "per-prompt history; start a new run with a new --out")
+        self.history = PromptHistory.from_json(data, self.history.P, f"{ckpt}/history.json")
 
     @property
     def uniform(self) -> bool:

@@ -59,7 +59,6 @@ from ugrpo.train.distributed import (
 )
 from ugrpo.train.dynamic import dynamic_batch
 from ugrpo.train.evaluate import evaluate
-from ugrpo.train.history import PromptHistory
 from ugrpo.train.monitor import TrainMonitor
 from ugrpo.train.resume import check_resume_config, finished_result, hashed_config
 from ugrpo.train.setup import Reference, check_prompt_lengths, make_optimizer, make_scheduler
@@ -204,7 +203,7 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, *, resume: bool, on_st
     if loaded is not None:
         start, ckpt = loaded
         if not allocator.uniform:
-            allocator.history = PromptHistory.from_checkpoint(ckpt, len(train_problems))
+            allocator.restore(ckpt)
         if start > cfg.steps:
             raise ResumeError(f"--resume: steps={cfg.steps} but the checkpoint {ckpt} is at step {start}; "
                               f"resume with --steps {start} or more")
