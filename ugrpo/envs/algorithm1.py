@@ -47,7 +47,7 @@ from ..stats.budget import check_divides
 from ..stats.estimator import prompt_gradients
 from ..stats.estimators import GROUP_BASELINES
 from ..stats.history import PromptHistory
-from ..stats.ragged import ragged_advantages, ragged_prompt_gradients, segment_sum
+from ..stats.ragged import compute_ragged_advantages, ragged_prompt_gradients
 from .base import SyntheticPolicy
 
 __all__ = ["Algorithm1Result", "Algorithm1BatchResult", "AllocRunResult", "HistoryPrior", "MOMENTS",
@@ -178,9 +178,8 @@ def ragged_step_gradient(rewards: Tensor, scores: Tensor, sizes: Tensor) -> tupl
     """(ghat (S, D), all-equal mask (S*B,)): LOO advantages with each G_b, ghat = (1/B) sum_b ghat_b (M32)."""
     S, B = sizes.shape
     flat = sizes.reshape(-1)
-    adv = ragged_advantages(rewards, flat, baseline="grpo")                         # (S*N,)
-    zero = segment_sum(adv.abs(), flat) == 0
-    return ragged_prompt_gradients(scores, adv, flat).reshape(S, B, -1).mean(1), zero
+    adv = compute_ragged_advantages(rewards, flat, baseline="grpo")                 # (S*N,)
+    return ragged_prompt_gradients(scores, adv.advantages, flat).reshape(S, B, -1).mean(1), adv.zero_std
 
 
 Sizes = Callable[[Tensor, Tensor], Tensor]          # (prompts (S, B), theta (S, D)) -> G_b (S, B)

@@ -16,11 +16,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ugrpo.stats.advantages import compute_advantages
 from ugrpo.stats.allocation import allocate
 from ugrpo.stats.certificate import certificate
 from ugrpo.stats.history import PromptHistory, check_unit_rewards
-from ugrpo.stats.ragged import ragged_advantages, ragged_reward_spread
+from ugrpo.stats.ragged import compute_ragged_advantages, ragged_reward_spread
 from ugrpo.train.config import TrainConfig
 
 __all__ = ["Allocator", "row_weights", "step_advantages"]
@@ -39,18 +38,15 @@ def row_weights(sizes: Tensor, mean_size: int) -> Tensor:
 def step_advantages(cfg: TrainConfig, rollout, rewards: Tensor, values) -> tuple[Tensor, int]:
     """((N_local,) float32 advantages times the row weight Gbar/G_b, all-equal group count) (docs/allocation.md).
 
-    Equal groups take the dense path of :func:`compute_advantages` (every option, weight 1: the plain trainer);
-    ragged groups take :func:`ragged_advantages` (each prompt's own G_b in its LOO mean) times Gbar/G_b, so the
-    loss's usual 1/(B Gbar) sum is (1/B) sum_b (1/G_b) sum_g A_bg W_bg (M32-M33).
+    One path for equal and ragged groups: :func:`compute_ragged_advantages` with every option of the config (each
+    prompt's own G_b in its LOO mean and its std; equal groups reduce on the (B, G) view, so the plain trainer's
+    advantages are the dense ones bit for bit) times Gbar/G_b (1 for equal groups), so the loss's usual
+    1/(B Gbar) sum is (1/B) sum_b (1/G_b) sum_g A_bg W_bg (M32-M33).
     """
-    if not rollout.ragged:
-        adv = compute_advantages(rewards.view(-1, rollout.group_size), baseline=cfg.baseline, values=values,
-                                 scale=cfg.scale, ddof=cfg.ddof, eps=cfg.eps, zero_std=cfg.zero_std)
-        return adv.advantages.reshape(-1).float(), adv.n_zero_std  # row b*G+g
     sizes = rollout.group_sizes
-    adv = ragged_advantages(rewards, sizes, baseline=cfg.baseline, values=values)  # (N_local,)
-    zero, _ = ragged_reward_spread(rewards, sizes)
-    return (adv * row_weights(sizes, cfg.budget.group_size)).float(), int(zero.sum())
+    adv = compute_ragged_advantages(rewards, sizes, baseline=cfg.baseline, values=values, scale=cfg.scale,
+                                    ddof=cfg.ddof, eps=cfg.eps, zero_std=cfg.zero_std)  # (N_local,), row b*G+g
+    return (adv.advantages * row_weights(sizes, cfg.budget.group_size)).float(), adv.n_zero_std
 
 
 class Allocator:
