@@ -20,6 +20,7 @@ import torch
 
 from ugrpo.experiments.pilot_io import Pilot
 from ugrpo.runs import RunDir, to_jsonable
+from ugrpo.stats.exact_mse import uniform_mse
 
 __all__ = ["sample_pilot", "exact_planner", "run_plan"]
 
@@ -158,7 +159,7 @@ def _bootstrap_band(replicates: torch.Tensor, N: int, groups: Sequence[int]) -> 
         return [(None, None)] * len(groups)
     out = []
     for G in groups:
-        vals = reps[:, 0] * G / N + reps[:, 1] / N + reps[:, 2] / (N * (G - 1))
+        vals = uniform_mse(reps[:, 0], reps[:, 1], reps[:, 2], N, G)
         q = torch.quantile(vals, torch.tensor([0.025, 0.975], dtype=vals.dtype))
         out.append((float(q[0]), float(q[1])))
     return out

@@ -89,7 +89,7 @@ def run_sweep(env, cfg: SweepConfig, run: RunDir, *, progress: bool = True) -> l
     The missing seeds of one (N, G) run together through ``run_algorithm1_batch`` (its row s
     equals ``run_algorithm1(seed=s)``); a row per seed is appended when the cell finishes.
     """
-    from ugrpo.envs.sgd import run_algorithm1_batch
+    from ugrpo.envs.algorithm1 import run_algorithm1_batch
 
     seeds = range(cfg.seed, cfg.seed + cfg.seeds)
     done = {(r["budget"], r["G"], r["seed"]): r for r in run.metrics() if "budget" in r}

@@ -1,6 +1,6 @@
 """``ugrpo sweep --allocation RULE[,RULE...]``: Algorithm 1 at equal budget with per-prompt group sizes.
 
-For each rule and seed, :func:`ugrpo.envs.sgd_alloc.run_algorithm1_alloc` trains from theta0 with the same N
+For each rule and seed, :func:`ugrpo.envs.algorithm1.run_algorithm1_alloc` trains from theta0 with the same N
 samples per step, the same B prompts per step, steps, lr and schedule; the exact gap J* - J(theta) is recorded
 at the checkpoints (samples spent = checkpoint * N). ``uniform`` gives every prompt G_u: the --groups value
 when one is given, otherwise the G among --groups (dividing N) with the smallest exact MSE M11 at theta0; the
@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ugrpo.runs import RunDir
+from ugrpo.stats.exact_mse import uniform_mse
 from ugrpo.stats.intervals import t_interval, welch_half_width
 
 __all__ = ["AllocSweepConfig", "uniform_group", "run_alloc_sweep", "aggregate_alloc", "samples_to_reach",
@@ -50,7 +51,7 @@ class AllocSweepConfig:
     shrink: float = 4.0
 
     def __post_init__(self) -> None:
-        from ugrpo.envs.sgd_alloc import MOMENTS
+        from ugrpo.envs.algorithm1 import MOMENTS
         from ugrpo.stats.allocation import RULES
 
         bad = [r for r in self.rules if r not in RULES]
@@ -81,7 +82,7 @@ def uniform_group(env, cfg: AllocSweepConfig) -> tuple[int, int]:
         G = cands[0]
     else:
         pm = env.exact(env.theta0, sigma=False).policy_moments
-        G = min(cands, key=lambda G: (pm.c1 + pm.c2 / G + pm.c3 / (G * (G - 1))) * G / N)
+        G = min(cands, key=lambda G: uniform_mse(pm.c1, pm.c2, pm.c3, N, G))
     B = N // G
     if N < B * cfg.g_min:
         raise ValueError(f"budget N = {N} is below B * g_min = {B} * {cfg.g_min} (B = N / G_u, G_u = {G}); "
@@ -94,7 +95,7 @@ def uniform_group(env, cfg: AllocSweepConfig) -> tuple[int, int]:
 
 def run_alloc_sweep(env, cfg: AllocSweepConfig, run: RunDir, *, progress: bool = True) -> tuple[list[dict], int]:
     """Every missing (rule, seed); returns (all per-run rows in rule/seed order, B)."""
-    from ugrpo.envs.sgd_alloc import HistoryPrior, run_algorithm1_alloc
+    from ugrpo.envs.algorithm1 import HistoryPrior, run_algorithm1_alloc
 
     G_u, B = uniform_group(env, cfg)
     seeds = range(cfg.seed, cfg.seed + cfg.seeds)

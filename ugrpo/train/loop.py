@@ -50,7 +50,6 @@ from ugrpo.train.checkpoint import latest_checkpoint, load_latest, save_checkpoi
 from ugrpo.train.config import TrainConfig, summary_line
 from ugrpo.train.distributed import DistContext, barrier, destroy, gather_objects, init_distributed
 from ugrpo.train.evaluate import eval_metrics
-from ugrpo.train.history import PromptHistory
 from ugrpo.train.monitor import TrainMonitor
 from ugrpo.train.resume import check_resume_config, finished_result, hashed_config
 from ugrpo.train.rollout import Sampler, StepRollout, choose_prompts, prompt_seed
@@ -263,7 +262,7 @@ def _restore(cfg: TrainConfig, out: Path, s: RunObjects, allocator: Allocator, r
         return 0, {}, []
     start, ckpt = loaded
     if not allocator.uniform:
-        allocator.history = PromptHistory.from_checkpoint(ckpt, len(s.train_problems))
+        allocator.restore(ckpt)
     if start > cfg.steps:
         raise ResumeError(f"--resume: steps={cfg.steps} but the checkpoint {ckpt} is at step {start}; "
                           f"resume with --steps {start} or more")
