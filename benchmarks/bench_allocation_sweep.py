@@ -34,13 +34,13 @@ from bench_allocation import INSTANCES, _env  # noqa: E402
 from common import time_alternating, write_result  # noqa: E402
 
 from ugrpo.envs import builtin_env, run_algorithm1_batch  # noqa: E402
-from ugrpo.envs.sgd_alloc import run_algorithm1_alloc  # noqa: E402
+from ugrpo.envs.algorithm1 import run_algorithm1_alloc  # noqa: E402
 from ugrpo.experiments.sweep.env import AllocSweepConfig, sweep_allocation  # noqa: E402
+from ugrpo.stats.allocation import RULES  # noqa: E402
 
 NAMES = ("demo", "bandit-extreme", "linear-extreme")
 STEPS, SEEDS, LR_GRID, HALF, LR_NOISY = 150, 16, (1.0, 4.0, 16.0, 64.0), 0.55, 4.0
 CHECKPOINTS = tuple(range(0, STEPS + 1, 15))
-RULES = ("uniform", "vip", "knapsack", "ustat")
 
 
 def pick_lr(env) -> float:

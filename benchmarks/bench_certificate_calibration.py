@@ -34,8 +34,10 @@ from bench_allocation import INSTANCES, _env  # noqa: E402
 from common import write_result  # noqa: E402
 
 from ugrpo.experiments.allocate import AllocateConfig, build_lab, history_sums  # noqa: E402
-from ugrpo.stats.allocation import allocate, history_stats, prompt_error  # noqa: E402
+from ugrpo.stats.allocation import allocate  # noqa: E402
 from ugrpo.stats.certificate import certificate, fit_beta_prior, history_posterior  # noqa: E402
+from ugrpo.stats.exact_mse import prompt_error  # noqa: E402
+from ugrpo.stats.history import FIELDS, history_stats  # noqa: E402
 
 G = 8
 
@@ -49,7 +51,6 @@ def _true_scores(lab) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     det = p**2 - (1 - p) ** 2
     det = np.where(np.abs(det) < 1e-9, 1e-9, det)
     return (p * e1 - (1 - p) * e2) / det, (p * e2 - (1 - p) * e1) / det, g2
-FIELDS = ("visits", "samples", "successes", "w2_success", "w2_failure", "t0_sum")
 
 
 def _cell(env, lab, budget: int, steps: int, reps: int, seed: int) -> dict:

@@ -27,7 +27,7 @@ from common import REFERENCE_DIR, write_result  # noqa: E402
 
 from ugrpo.stats.allocation import allocate, predicted_mse  # noqa: E402
 from ugrpo.stats.certificate import certificate  # noqa: E402
-from ugrpo.train.history import PromptHistory  # noqa: E402
+from ugrpo.stats.history import PromptHistory  # noqa: E402
 
 CASES = ((1000, 16, 8), (7473, 64, 8))  # (P, B, G): arith-tiny-like and a GSM8K-sized train set
 REPEATS = 20

@@ -156,3 +156,95 @@ def test_the_checker_catches_violations(edges, expect):
 
 def test_the_checker_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+
+def _terms(node: ast.AST) -> list[ast.AST]:
+    """The additive terms of an expression (+, - and unary minus flattened)."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
+        return _terms(node.left) + _terms(node.right)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return _terms(node.operand)
+    return [node]
+
+
+def _factors(node: ast.AST) -> tuple[list[ast.AST], list[ast.AST]]:
+    """(numerator, denominator) factors of a product or quotient."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Div)):
+        (n1, d1), (n2, d2) = _factors(node.left), _factors(node.right)
+        return (n1 + n2, d1 + d2) if isinstance(node.op, ast.Mult) else (n1 + d2, d1 + n2)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return _factors(node.operand)
+    return [node], []
+
+
+def _minus_one(node: ast.AST) -> str | None:
+    """ast.dump of X when the node is ``X - 1``."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Sub) and isinstance(node.right, ast.Constant) \
+            and node.right.value == 1:
+        return ast.dump(node.left)
+    return None
+
+
+def spells_prompt_error(node: ast.AST) -> bool:
+    """Whether a sum spells the per-prompt error f(G) = c2/G + c3/(G(G-1)) (docs/math.md M9, M33) or the Theorem 7
+    bound expanded from it: a term over G and a term over G(G-1), or a term times G and a term over (G - 1),
+    for one and the same G (a name, attribute or subscript)."""
+    terms = _terms(node)
+    if len(terms) < 2:
+        return False
+    over, over_pair, times, over_g1 = set(), set(), set(), set()
+    for t in terms:
+        num, den = _factors(t)
+        dumps = {ast.dump(f) for f in den}
+        g1 = {_minus_one(f) for f in den} - {None}
+        if g1:
+            over_g1 |= g1
+            over_pair |= g1 & dumps
+        else:
+            over |= dumps
+        times |= {ast.dump(f) for f in num}
+    return bool(over & over_pair or times & over_g1)
+
+
+def prompt_error_spellings(tree: ast.AST, module: str) -> list[str]:
+    """``module.function:line`` of every sub-expression of ``tree`` that :func:`spells_prompt_error`."""
+    out: list[str] = []
+
+    def visit(node: ast.AST, where: str) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            where = f"{where}.{getattr(node, 'name', '<lambda>')}"
+        if isinstance(node, (ast.BinOp, ast.UnaryOp)) and spells_prompt_error(node):
+            out.append(f"{where}:{node.lineno}")
+            return
+        for child in ast.iter_child_nodes(node):
+            visit(child, where)
+
+    visit(tree, module)
+    return out
+
+
+def test_the_per_prompt_error_is_defined_once():
+    """f(G) = c2/G + c3/(G(G-1)) is written in stats/exact_mse.prompt_error only; every other module calls it (or
+    ``uniform_mse``, the bound built from it)."""
+    found = [f for name, path in _modules().items()
+             for f in prompt_error_spellings(ast.parse(path.read_text(), str(path)), name)]
+    assert [f.rpartition(":")[0] for f in found] == ["ugrpo.stats.exact_mse.prompt_error"], (
+        f"the per-prompt error is spelled out in {found}; call ugrpo.stats.exact_mse.prompt_error or uniform_mse")
+
+
+@pytest.mark.parametrize("src, expect", [
+    ("c2 / G + c3 / (G * (G - 1))", True),
+    ("(c1 + c2 / G + c3 / (G * (G - 1))) * G / N", True),
+    ("c1 * G / N + c2 / N + c3 / (N * (G - 1))", True),                         # the bound, expanded
+    ("(c[:, :1] * g + c[:, 1:2] + c[:, 2:3] / (g - 1)) / N", True),
+    ("mses = [x.c2[:, None] / sizes + x.c3[:, None] / (sizes * (sizes - 1)) for x in xs]", True),
+    ("-(c3 / (B * G * (G - 1))) + c2 / (B * G)", True),
+    ("t0 = (zw * zw).sum(-1) / (g * (g - 1))", False),                          # T0 (M14): a pair count, not f
+    ("oracle / g - true_grad", False),
+    ("c2 / G + c3 / (H * (H - 1))", False),                                     # two different group sizes
+    ("(rewards - rewards.mean()) * (G / (G - 1))", False),                      # the LOO factor (M2)
+    ("((G - 1) / G) ** 2 * grpo + g2 / G**2", False),                           # grpo_mean's MSE from grpo's
+])
+def test_the_prompt_error_checker(src, expect):
+    assert bool(prompt_error_spellings(ast.parse(src), "m")) is expect

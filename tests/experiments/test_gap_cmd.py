@@ -91,7 +91,7 @@ def test_gap_bad_inputs(tmp_path, capsys, args, needle):
 
 def test_simulate_is_algorithm1(optimum):
     """One run with offset 0 is exactly ``run_algorithm1`` (eta_i = beta / i) with the same seed."""
-    from ugrpo.envs.sgd import run_algorithm1
+    from ugrpo.envs.algorithm1 import run_algorithm1
     from ugrpo.experiments.gap import simulate
 
     env, opt = optimum

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from ugrpo.envs.algorithm1 import run_algorithm1
 from ugrpo.envs.io import load_env
-from ugrpo.envs.sgd import run_algorithm1
 from ugrpo.stats.planner import bound
 
 from .conftest import assert_png, metrics, results, run_cli
@@ -59,7 +59,7 @@ def test_sweep_contract_and_resume(tmp_path, capsys, bandit_env_path):
 
 
 def test_sweep_ctrl_c_keeps_rows_and_resumes(tmp_path, capsys, bandit_env_path, monkeypatch):
-    import ugrpo.envs.sgd as sgd
+    import ugrpo.envs.algorithm1 as sgd
 
     real, calls = sgd.run_algorithm1_batch, {"n": 0}
 

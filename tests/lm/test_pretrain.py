@@ -106,3 +106,75 @@ def test_progress_bar_total_is_the_measured_step_count_and_ends_full(tmp_path, m
     err = capsys.readouterr().err
     assert "/2 [" in err and "5/5 [" in err and "100%" in err and "/3000" not in err
     assert "pretrain-tiny base (until sampled accuracy 0.15)" in err
+
+
+def _weights(folder):
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "model.safetensors"))
+
+
+def _without_seconds(history):
+    return [{k: v for k, v in row.items() if k != "seconds"} for row in history]
+
+
+class _CountingLoss:
+    """Wraps pretrain._answer_loss (called once per step); raises KeyboardInterrupt at call ``die_at`` (Ctrl-C)."""
+
+    def __init__(self, real, die_at=None):
+        self.real, self.die_at, self.n = real, die_at, 0
+
+    def __call__(self, *a, **k):
+        self.n += 1
+        if self.n == self.die_at:
+            raise KeyboardInterrupt
+        return self.real(*a, **k)
+
+
+def test_an_interrupted_build_resumes_from_its_checkpoint_and_equals_an_uninterrupted_one(tmp_path, monkeypatch,
+                                                                                          capsys):
+    """Interrupted at step 5, the rerun continues from the step-4 checkpoint and ends with the bit-identical weights,
+    accuracies and history of a build that never stopped."""
+    import ugrpo.lm.pretrain as pretrain_mod
+
+    kw = dict(target_accuracy=1.0, steps=7, batch_size=8, eval_every=3, eval_samples=1, checkpoint_every=2,
+              progress=False)
+    whole = pretrain_tiny(tmp_path / "whole", **kw)
+    real = pretrain_mod._answer_loss
+    monkeypatch.setattr(pretrain_mod, "_answer_loss", _CountingLoss(real, die_at=5))
+    out = tmp_path / "resumed"
+    with pytest.raises(KeyboardInterrupt):
+        pretrain_tiny(out, **kw)
+    ckpt = out / pretrain_mod.CHECKPOINT
+    assert ckpt.is_file() and not (out / "model.safetensors").exists()
+    assert torch.load(ckpt, weights_only=True)["state"]["step"] == 4
+    counting = _CountingLoss(real)
+    monkeypatch.setattr(pretrain_mod, "_answer_loss", counting)
+    capsys.readouterr()
+    resumed = pretrain_tiny(out, **kw)
+    assert f"resuming from step 4 ({ckpt})" in capsys.readouterr().err
+    assert counting.n == 3  # steps 5, 6, 7 only
+    assert not ckpt.exists()  # removed once the model is saved
+    a, b = _weights(tmp_path / "whole"), _weights(out)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert (resumed.steps, resumed.sampled_accuracy, resumed.greedy_accuracy) == (
+        whole.steps, whole.sampled_accuracy, whole.greedy_accuracy)
+    assert _without_seconds(resumed.history) == _without_seconds(whole.history) and len(whole.history) == 3
+
+
+def test_a_checkpoint_of_other_settings_or_a_broken_one_is_refused(tmp_path, monkeypatch):
+    import ugrpo.lm.pretrain as pretrain_mod
+
+    kw = dict(target_accuracy=1.0, steps=4, batch_size=8, eval_every=50, eval_samples=1, checkpoint_every=1,
+              progress=False)
+    real = pretrain_mod._answer_loss
+    monkeypatch.setattr(pretrain_mod, "_answer_loss", _CountingLoss(real, die_at=2))
+    with pytest.raises(KeyboardInterrupt):
+        pretrain_tiny(tmp_path, **kw)
+    assert (tmp_path / pretrain_mod.CHECKPOINT).is_file()
+    monkeypatch.setattr(pretrain_mod, "_answer_loss", real)
+    with pytest.raises(ValueError, match=r"other settings \(seed: checkpoint 0, now 1\).*delete it"):
+        pretrain_tiny(tmp_path, **{**kw, "seed": 1})
+    (tmp_path / pretrain_mod.CHECKPOINT).write_bytes(b"truncated")
+    with pytest.raises(ValueError, match="not a readable checkpoint"):
+        pretrain_tiny(tmp_path, **kw)

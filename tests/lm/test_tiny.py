@@ -1,7 +1,6 @@
-"""The tiny model factory and the atomic, locked cache of warm models (lm/tiny.py, lm/tiny_cache.py)."""
+"""The tiny model factory, `tiny:` names and the locked cache of tiny:random (lm/tiny.py, lm/tiny_cache.py)."""
 
 import ast
-import functools
 import json
 import threading
 import time
@@ -10,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import ugrpo.lm.pretrain as pretrain_mod
+import ugrpo.lm.tiny_cache as tiny_cache
 from ugrpo.lm.tiny import STRENGTHS, build_tiny_model
 from ugrpo.lm.tiny_cache import CACHE_VERSION, tiny_model_path
 
@@ -50,11 +49,10 @@ def test_strength_targets_increase():
     assert 0.2 <= STRENGTHS["instruct"] <= 0.6  # leaves RL room to improve
 
 
-def _fake_pretrain(calls, delay=0.0, fail=False):
-    def fake(out_dir, *, strength, seed, progress):
-        calls.append(strength)
+def _fake_build(calls, delay=0.0, fail=False):
+    def fake(out_dir):
+        calls.append(out_dir.name)
         time.sleep(delay)
-        out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "model.safetensors").write_bytes(b"x")
         if fail:
             raise RuntimeError("build failed half-way")
@@ -64,31 +62,32 @@ def _fake_pretrain(calls, delay=0.0, fail=False):
 
 def test_cache_builds_once_atomically_even_when_racing(tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(pretrain_mod, "pretrain_tiny", _fake_pretrain(calls, delay=0.5))
+    monkeypatch.setattr(tiny_cache, "_build_random", _fake_build(calls, delay=0.5))
     results = []
-    threads = [threading.Thread(target=lambda: results.append(tiny_model_path("base",
-                                                                              cache_dir=tmp_path))) for _ in range(3)]
+    threads = [threading.Thread(target=lambda: results.append(tiny_model_path("random", cache_dir=tmp_path,
+                                                                              log=lambda _: None)))
+               for _ in range(3)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    expected = tmp_path / "tiny" / f"base-{CACHE_VERSION}"
-    assert results == [expected] * 3 and calls == ["base"]
+    expected = tmp_path / "tiny" / f"random-{CACHE_VERSION}"
+    assert results == [expected] * 3 and len(calls) == 1
     assert (expected / "ugrpo_tiny.json").is_file()
-    assert tiny_model_path("base", cache_dir=tmp_path) == expected and calls == ["base"]  # cached
+    assert tiny_model_path("random", cache_dir=tmp_path) == expected and len(calls) == 1  # cached
     assert not list((tmp_path / "tiny").glob(".*tmp"))  # no temp folder left
 
 
 def test_cache_env_variable_and_failed_build_leaves_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("UGRPO_CACHE", str(tmp_path))
     calls = []
-    monkeypatch.setattr(pretrain_mod, "pretrain_tiny", _fake_pretrain(calls, fail=True))
+    monkeypatch.setattr(tiny_cache, "_build_random", _fake_build(calls, fail=True))
     with pytest.raises(RuntimeError, match="half-way"):
-        tiny_model_path("instruct")
-    assert not (tmp_path / "tiny" / f"instruct-{CACHE_VERSION}").exists()
+        tiny_model_path("random", log=lambda _: None)
+    assert not (tmp_path / "tiny" / f"random-{CACHE_VERSION}").exists()
     assert not list((tmp_path / "tiny").glob(".*tmp"))
-    monkeypatch.setattr(pretrain_mod, "pretrain_tiny", _fake_pretrain(calls))
-    assert tiny_model_path("instruct") == tmp_path / "tiny" / f"instruct-{CACHE_VERSION}"
+    monkeypatch.setattr(tiny_cache, "_build_random", _fake_build(calls))
+    assert tiny_model_path("random", log=lambda _: None) == tmp_path / "tiny" / f"random-{CACHE_VERSION}"
 
 
 def test_unknown_strength():
@@ -124,31 +123,30 @@ def test_tiny_pretrain_cache_imports_run_one_way():
 def test_build_says_what_where_and_how_long_and_removes_stale_temp_folders(tmp_path, monkeypatch):
     """A killed build's .tmp folder is removed by the next build; the build prints what it builds and where."""
     root = tmp_path / "tiny"
-    stale = root / f".base-{CACHE_VERSION}.k1ll3d.tmp"
+    stale = root / f".random-{CACHE_VERSION}.k1ll3d.tmp"
     stale.mkdir(parents=True)
     (stale / "model.safetensors").write_bytes(b"half")
-    other = root / f".instruct-{CACHE_VERSION}.x.tmp"  # another name's build: not this build's to touch
+    other = root / f".other-{CACHE_VERSION}.x.tmp"  # not this name's build: not its to touch
     other.mkdir()
     calls, lines = [], []
-    monkeypatch.setattr(pretrain_mod, "pretrain_tiny", _fake_pretrain(calls))
-    path = tiny_model_path("base", cache_dir=tmp_path, log=lines.append)
-    assert path == root / f"base-{CACHE_VERSION}" and calls == ["base"]
-    assert not stale.exists() and other.exists() and not list(root.glob(".base-*.tmp"))
+    monkeypatch.setattr(tiny_cache, "_build_random", _fake_build(calls))
+    path = tiny_model_path("random", cache_dir=tmp_path, log=lines.append)
+    assert path == root / f"random-{CACHE_VERSION}" and len(calls) == 1
+    assert not stale.exists() and other.exists() and not list(root.glob(".random-*.tmp"))
     text = "\n".join(lines)
     assert f"removed {stale}" in text
-    target = STRENGTHS["base"]
-    assert f"building tiny:base (warmed up on arithmetic until its sampled accuracy reaches {target:.2f}" in text
-    assert f"into {path}" in text and "about 1 minute" in text and "$UGRPO_CACHE (default ~/.cache/ugrpo)" in text
-    assert "ugrpo pretrain-tiny --all" in text and "built tiny:base in " in lines[-1]
+    assert "building tiny:random (random weights, no warm-up" in text
+    assert f"into {path}" in text and "a few seconds" in text and "$UGRPO_CACHE (default ~/.cache/ugrpo)" in text
+    assert lines[-1].startswith("built tiny:random in ")
     lines.clear()
-    assert tiny_model_path("base", cache_dir=tmp_path, log=lines.append) == path and lines == []  # cached: silent
+    assert tiny_model_path("random", cache_dir=tmp_path, log=lines.append) == path and lines == []  # cached: silent
 
 
 def test_build_message_goes_to_stderr_by_default(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(pretrain_mod, "pretrain_tiny", _fake_pretrain([]))
-    tiny_model_path("fewshot", cache_dir=tmp_path)
+    monkeypatch.setattr(tiny_cache, "_build_random", _fake_build([]))
+    tiny_model_path("random", cache_dir=tmp_path)
     cap = capsys.readouterr()
-    assert cap.out == "" and "building tiny:fewshot" in cap.err and "about 15 minutes" in cap.err
+    assert cap.out == "" and "building tiny:random" in cap.err
 
 
 def test_random_model_builds_in_place_and_loads(tmp_path):
@@ -164,38 +162,10 @@ def test_random_model_builds_in_place_and_loads(tmp_path):
     assert all(torch.equal(got[k], ref[k]) for k in ref)
 
 
-def test_pretrain_tiny_all_fills_the_cache_once(tmp_path, monkeypatch, capsys):
-    """``pretrain-tiny --all`` builds every tiny model (a real warm-up cut to 2 steps here) and reuses them after."""
-    from ugrpo.cli import main
+def test_warm_names_resolve_to_the_shipped_folders_with_no_cache(tmp_path, monkeypatch):
+    from ugrpo.lm.tiny_shipped import SHIPPED_ROOT
 
     monkeypatch.setenv("UGRPO_CACHE", str(tmp_path))
-    fast = functools.partial(pretrain_mod.pretrain_tiny, steps=2, batch_size=8, eval_every=2, eval_samples=1)
-    monkeypatch.setattr(pretrain_mod, "pretrain_tiny", fast)
-    assert main(["pretrain-tiny", "--all"]) == 0
-    cap = capsys.readouterr()
-    for name in ("random", "base", "instruct", "fewshot"):
-        folder = tmp_path / "tiny" / f"{name}-{CACHE_VERSION}"
-        assert f"tiny:{name} -> {folder}" in cap.out and (folder / "model.safetensors").is_file()
-        assert f"building tiny:{name}" in cap.err
-    assert "2/2" in cap.err and "100%" in cap.err  # the warm-up shows its bar on stderr
-    assert main(["pretrain-tiny", "--all"]) == 0
-    assert "building" not in capsys.readouterr().err
-    assert main(["pretrain-tiny", "--all", "--seed", "3"]) == 2
-
-
-def test_a_build_that_stops_at_its_step_cap_says_it_fell_short(tmp_path, monkeypatch):
-    """fewshot's warm-up can end at its step cap below the target (0.535 < 0.60 on a loaded 2-core machine): the
-    'built' line says so instead of implying the target was reached."""
-    from types import SimpleNamespace
-
-    calls, lines = [], []
-    fake = _fake_pretrain(calls)
-
-    def short(out_dir, *, strength, seed, progress):
-        fake(out_dir, strength=strength, seed=seed, progress=progress)
-        return SimpleNamespace(reached_target=False, sampled_accuracy=0.535, target_accuracy=0.6, steps=3000)
-
-    monkeypatch.setattr(pretrain_mod, "pretrain_tiny", short)
-    tiny_model_path("fewshot", cache_dir=tmp_path, log=lines.append)
-    assert lines[-1].startswith("built tiny:fewshot in ")
-    assert lines[-1].endswith("; its sampled accuracy reached 0.535, short of the 0.60 target, at the 3000-step cap")
+    for name in ("base", "instruct", "fewshot"):
+        assert tiny_model_path(name) == SHIPPED_ROOT / name
+    assert not (tmp_path / "tiny").exists()  # nothing written to the cache

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ugrpo.stats.allocation import bernoulli_stats, best_uniform, prompt_error
+from ugrpo.stats.allocation import best_uniform
 from ugrpo.stats.certificate import (
     HistoryPosterior,
     certificate,
@@ -13,6 +13,8 @@ from ugrpo.stats.certificate import (
     fit_beta_prior,
     history_posterior,
 )
+from ugrpo.stats.exact_mse import prompt_error
+from ugrpo.stats.history import bernoulli_stats
 
 P_TRUE = np.array([0.02, 0.1, 0.3, 0.5, 0.7, 0.95])
 M1 = np.array([2.0, 1.5, 1.0, 0.8, 0.6, 0.5])

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from ugrpo.envs.generate import random_env
-from ugrpo.stats.allocation import PromptStats, allocate, history_stats, predicted_mse
+from ugrpo.stats.allocation import PromptStats, allocate, predicted_mse
+from ugrpo.stats.history import history_stats
 from ugrpo.stats.mc_mse import (
     block_squared_errors,
     history_prompt_stats,

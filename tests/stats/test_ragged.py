@@ -1,4 +1,5 @@
-"""Ragged groups (docs/math.md M37): equal to the dense functions on equal sizes, to a per-group loop otherwise."""
+"""Ragged groups (docs/math.md M37): equal to the dense functions on equal sizes (the advantages bit for bit), to a
+per-group loop otherwise (std scaling included, M4)."""
 
 import pytest
 import torch
@@ -6,8 +7,10 @@ import torch
 from ugrpo.stats.advantages import compute_advantages
 from ugrpo.stats.estimator import policy_gradient, prompt_gradients
 from ugrpo.stats.ragged import (
+    compute_ragged_advantages,
     dense_to_ragged,
     ragged_advantages,
+    ragged_all_equal,
     ragged_hoeffding,
     ragged_policy_gradient,
     ragged_prompt_gradients,
@@ -121,3 +124,78 @@ def test_ragged_reward_spread():
     assert zero.tolist() == [True, False]
     assert var.tolist() == pytest.approx([0.0, 1 / 3])
     assert ragged_reward_spread(torch.tensor([0.3]), torch.tensor([1]))[1].tolist() == [0.0]  # G_b = 1: no spread
+
+
+def _brute_std_advantages(z, sizes, baseline, values, ddof, eps, policy):
+    """Per-group loop in Python floats: A = Z - C (LOO written out for grpo), divided by s_b + eps with s_b the
+    ddof-std around the full group mean (M4); all-equal groups as ``policy`` says."""
+    out, zero, off = [], [], 0
+    for b, G in enumerate(sizes):
+        zb = [float(x) for x in z[off:off + G]]
+        mean = sum(zb) / G
+        if baseline == "vanilla":
+            a = zb
+        elif baseline == "oracle":
+            a = [x - float(values[b]) for x in zb]
+        elif baseline == "grpo_mean":
+            a = [x - mean for x in zb]
+        else:
+            a = [x - (sum(zb) - x) / (G - 1) for x in zb]   # the literal leave-one-out mean
+        s = (sum((x - mean) ** 2 for x in zb) / (G - ddof)) ** 0.5
+        equal = max(zb) == min(zb)
+        zero.append(equal)
+        if equal and policy == "zero":
+            out += [0.0] * G
+        elif equal and policy == "unscaled":
+            out += a
+        else:
+            out += [x / (s + eps) for x in a]
+        off += G
+    return torch.tensor(out, dtype=DT), torch.tensor(zero)
+
+
+@pytest.mark.parametrize("baseline", BASELINES)
+@pytest.mark.parametrize("policy", ["zero", "eps", "unscaled"])
+@pytest.mark.parametrize("ddof", [0, 1])
+def test_ragged_std_scaling_equals_a_per_group_loop(baseline, policy, ddof):
+    sizes = [2, 5, 3, 7, 2, 4]
+    gen = torch.Generator().manual_seed(4)
+    z = torch.rand(sum(sizes), generator=gen, dtype=DT)
+    z[7:10] = 0.25                                   # prompt 2 (G_b = 3): all equal
+    z[17:19] = 1.0                                   # prompt 4 (G_b = 2): all equal
+    v = torch.rand(len(sizes), generator=gen, dtype=DT)
+    values = v if baseline == "oracle" else None
+    got = compute_ragged_advantages(z, torch.tensor(sizes), baseline=baseline, values=values, scale="std",
+                                    ddof=ddof, eps=1e-3, zero_std=policy)
+    want, zero = _brute_std_advantages(z, sizes, baseline, v, ddof, 1e-3, policy)
+    torch.testing.assert_close(got.advantages, want, rtol=1e-12, atol=1e-12)
+    assert got.zero_std.tolist() == zero.tolist() == [False, False, True, False, True, False]
+    assert got.n_zero_std == 2
+
+
+@pytest.mark.parametrize("scale", ["none", "std"])
+def test_equal_sizes_are_the_dense_advantages_bit_for_bit(scale):
+    """Equal groups reduce on the (B, G) view, so the ragged path and compute_advantages agree exactly."""
+    gen = torch.Generator().manual_seed(5)
+    for G in (2, 5, 8, 16):
+        z = torch.randn(6, G, generator=gen, dtype=DT) * 3 + 1
+        z[1] = 0.7
+        for baseline in BASELINES:
+            v = torch.rand(6, generator=gen, dtype=DT) if baseline == "oracle" else None
+            dense = compute_advantages(z, baseline=baseline, values=v, scale=scale)
+            rag = compute_ragged_advantages(z.reshape(-1), torch.full((6,), G), baseline=baseline, values=v,
+                                            scale=scale)
+            assert torch.equal(rag.advantages, dense.advantages.reshape(-1))
+            assert torch.equal(rag.zero_std, dense.zero_std) and rag.n_zero_std == dense.n_zero_std == 1
+
+
+def test_ragged_std_errors_name_the_problem():
+    z = torch.rand(5, dtype=DT)
+    with pytest.raises(ValueError, match=r"ddof=2 needs G_b > ddof for every prompt; prompt 0 has G_b = 2"):
+        compute_ragged_advantages(z, torch.tensor([2, 3]), scale="std", ddof=2)
+    with pytest.raises(ValueError, match="zero_std='eps' with eps=0"):
+        compute_ragged_advantages(z, torch.tensor([2, 3]), scale="std", zero_std="eps", eps=0.0)
+    with pytest.raises(ValueError, match="unknown scale"):
+        compute_ragged_advantages(z, torch.tensor([2, 3]), scale="max")
+    assert ragged_all_equal(torch.tensor([1.0, 1.0, 0.0, 0.1, 0.0]), torch.tensor([2, 3]), atol=0.1).tolist() == \
+        [True, True]

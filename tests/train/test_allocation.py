@@ -14,10 +14,9 @@ from train_helpers import small_config
 from ugrpo.lm.logprobs import completion_logprobs
 from ugrpo.lm.sampling import sample_groups
 from ugrpo.stats.ragged import ragged_advantages
-from ugrpo.train.alloc import row_weights
+from ugrpo.train.alloc import row_weights, step_advantages
 from ugrpo.train.config import config_from_dict, load_config
 from ugrpo.train.distributed import DistContext
-from ugrpo.train.history import PromptHistory, check_unit_rewards
 from ugrpo.train.loop import train
 from ugrpo.train.update import _chunks, update_on_rows
 
@@ -33,7 +32,7 @@ SEEDS = [5, 6, 7]
     ({"allocation__rule": "ustat", "allocation__g_min": 5}, r"N=8 is below B \* allocation.g_min = 2 \* 5"),
     ({"allocation__rule": "ustat", "allocation__g_min": 3, "allocation__g_max": 2}, "g_max=2 is below"),
     ({"allocation__rule": "vip", "baseline": "grpo_mean"}, r"baseline whose per-prompt estimate is unbiased"),
-    ({"allocation__rule": "vip", "scale": "std"}, "supports scale=none only"),
+    ({"allocation__rule": "vip", "scale": "std", "ddof": 2}, r"scale=std and ddof=2 needs allocation.g_min > 2"),
     ({"allocation__rule": "ustat", "monitor_every": 1}, r"monitor \(monitor_every=1\) needs allocation.g_min >= 4"),
     ({"allocation__rule": "dynamic", "monitor_every": 1}, "dynamic sampling keeps only prompts whose rewards differ"),
     ({"allocation__g_min": 1}, "g_min=1 must be >= 2"),
@@ -123,30 +122,35 @@ def test_update_is_the_ragged_estimate_row_by_row(model, tokenizer):
         torch.testing.assert_close(p.detach() - q, e, rtol=1e-4, atol=1e-6)
 
 
-# ---------------------------------------------------------------------- history
+def test_std_scaling_on_ragged_groups_against_a_per_group_loop(model, tokenizer):
+    """scale=std with a non-uniform rule: each prompt's LOO advantages over the std of its own G_b rewards (ddof 1,
+    + eps; an all-equal group gets 0), times the row weight Gbar/G_b (docs/allocation.md A2, A5)."""
+    sizes = [2, 7, 3]  # N = 12, B = 3, Gbar = 4
+    ro = sample_groups(model, tokenizer, PROMPTS, sizes, seeds=SEEDS, max_new_tokens=5)
+    z = torch.tensor([0.0, 0.5, 1.0, 0.25, 0.0, 1.0, 1.0, 0.75, 0.0, 1.0, 1.0, 1.0], dtype=torch.float64)
+    cfg = config_from_dict({"budget": {"samples_per_step": 12, "group_size": 4}, "allocation": {"rule": "ustat"},
+                            "scale": "std", "eps": 1e-4})
+    adv, n_zero = step_advantages(cfg, ro, z, None)
+    want, off = [], 0
+    for G in sizes:
+        zb = z[off:off + G].tolist()
+        mean = sum(zb) / G
+        sd = (sum((x - mean) ** 2 for x in zb) / (G - 1)) ** 0.5
+        loo = [x - (sum(zb) - x) / (G - 1) for x in zb]
+        want += [0.0 if sd == 0 else a / (sd + 1e-4) * 4 / G for a in loo]
+        off += G
+    assert n_zero == 1  # the last prompt's three rewards are all 1
+    torch.testing.assert_close(adv, torch.tensor(want, dtype=torch.float32))
 
 
-def test_history_counts_and_json_round_trip():
-    h = PromptHistory(4)
-    z = np.array([1.0, 0.0, 0.5, 1.0, 1.0, 0.0])
-    h.update(np.array([2, 0, 2]), np.array([2, 2, 2]), z, np.ones((6, 3)))
-    assert h.sums["visits"].tolist() == [1, 0, 2, 0]
-    assert h.sums["samples"].tolist() == [2, 0, 4, 0]
-    assert h.sums["successes"].tolist() == [1.5, 0, 2.0, 0]  # fractional rewards count as fractional successes
-    assert h.sums["w2_success"][0] == pytest.approx(4.5) and h.sums["w2_failure"][0] == pytest.approx(1.5)
-    back = PromptHistory.from_json(json.loads(json.dumps(h.to_json())), 4, "x")
-    assert all(np.array_equal(back.sums[k], h.sums[k]) for k in h.sums) and back.second
-    assert h.sums["w4_success"][0] == pytest.approx(1.0 * 9 + 0.5 * 9)  # z ||W||^4 with ||W||^2 = 3
-    old = {k: v for k, v in h.to_json().items() if k not in ("w4_success", "w4_failure", "t0_sq", "second_moments")}
-    legacy = PromptHistory.from_json(old, 4, "x")  # a history.json from before the certificate's sums
-    assert not legacy.second and not legacy.from_json(legacy.to_json(), 4, "x").second
-    assert np.isinf(legacy.posterior(np.array([0, 2]), scores=True).shape1).all()  # scores held fixed
-    # Beta(1 + 1.5, 1 + 0.5) posterior: E p(1-p) = ab / ((a+b)(a+b+1))
-    assert h.reward_variance(np.array([0]), prior_a=1, prior_b=1)[0] == pytest.approx(2.5 * 1.5 / (4 * 5))
-    with pytest.raises(ValueError, match="for 4 train prompts but this run has 5"):
-        PromptHistory.from_json(h.to_json(), 5, "x")
-    with pytest.raises(ValueError, match="sample 1 of this step has reward 2.0"):
-        check_unit_rewards(np.array([0.5, 2.0]), "ustat")
+def test_std_scaling_with_an_allocation_rule_trains(tiny_model_dir, task_files, tmp_path):
+    cfg = config_from_dict(small_config(tiny_model_dir, task_files, steps=4, budget__samples_per_step=16, scale="std",
+                                        eval__every=0, eval__greedy=False, eval__pass1_samples=0, checkpoint_every=0,
+                                        allocation__rule="knapsack"))
+    train(cfg, tmp_path)
+    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()][1:]
+    assert len(rows) == 4 and all(np.isfinite(r["loss"]) and r["samples"] == 16 for r in rows)
+    assert any(r["alloc_g_hist"] != {"4": 4} for r in rows)  # the groups were ragged
 
 
 # ---------------------------------------------------------------------- the trainer

@@ -95,8 +95,8 @@ def _build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ugrpo",
         description="GRPO's policy gradient is a U-statistic: estimate, measure, and choose the group size G.",
-        epilog="Environment: UGRPO_CACHE is the folder of the built-in tiny models (default ~/.cache/ugrpo); "
-               "`ugrpo pretrain-tiny --all` builds them ahead of time. UGRPO_THREADS sets the torch threads; "
+        epilog="Environment: UGRPO_CACHE is the folder of the cached tiny:random (default ~/.cache/ugrpo; "
+               "tiny:base/instruct/fewshot ship with ugrpo). UGRPO_THREADS sets the torch threads; "
                "UGRPO_DEBUG=1 shows the traceback of a user error.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -6,11 +6,11 @@ Public API: :class:`SyntheticPolicy` (``SoftmaxBandit``, ``LinearSoftmax``),
 :func:`list_builtin_envs`, :func:`run_algorithm1`, :func:`run_algorithm1_batch`.
 """
 
+from .algorithm1 import Algorithm1BatchResult, Algorithm1Result, run_algorithm1, run_algorithm1_batch
 from .base import SIGMA_MAX_DIM, ExactQuantities, SampledBatch, SyntheticPolicy
 from .generate import random_env
 from .io import EnvFormatError, builtin_env, env_from_dict, env_to_dict, list_builtin_envs, load_env, save_env
 from .policies import LinearSoftmax, SoftmaxBandit
-from .sgd import Algorithm1BatchResult, Algorithm1Result, run_algorithm1, run_algorithm1_batch
 
 __all__ = [
     "SyntheticPolicy", "SoftmaxBandit", "LinearSoftmax", "ExactQuantities", "SampledBatch", "SIGMA_MAX_DIM",

@@ -19,16 +19,9 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from ugrpo.stats.allocation import (
-    RULES,
-    PromptStats,
-    allocate,
-    bernoulli_stats,
-    best_uniform,
-    history_stats,
-    prediction_quality,
-    prompt_error,
-)
+from ugrpo.stats.allocation import RULES, PromptStats, allocate, best_uniform, prediction_quality
+from ugrpo.stats.exact_mse import prompt_error, uniform_mse
+from ugrpo.stats.history import PromptHistory, bernoulli_stats, history_stats
 from ugrpo.stats.intervals import RATIO_KEYS, Interval, normal_interval, ratio_interval
 
 __all__ = ["AllocateConfig", "Lab", "build_lab", "bernoulli_stats", "history_sums", "predicted_stats", "run_allocate",
@@ -119,23 +112,16 @@ def _sample_prompts(env, prompts: torch.Tensor, G: int, gen: torch.Generator) ->
 
 
 def history_sums(env, cfg: AllocateConfig, gen: torch.Generator) -> dict:
-    """The sums a simulated history of ``cfg.history_steps`` uniform steps keeps per prompt (train/history.py's
-    fields, plus ``w4_success``/``w4_failure`` (sums of z ||W||^4, (1-z) ||W||^4) and ``t0_sq`` (squared
-    per-visit T0) for the certificate's posterior, docs/math.md M45); arrays (P,)."""
+    """The sums (P,) a simulated history of ``cfg.history_steps`` uniform steps keeps per prompt: the
+    :class:`ugrpo.stats.history.PromptHistory` of those steps (its M38 sums and the certificate's second-moment
+    sums, docs/math.md M45)."""
     P, Gh = env.n_prompts, cfg.history_group
     n_hist = max(1, cfg.budget // Gh) * cfg.history_steps
     prompts = torch.randint(P, (n_hist,), generator=gen)
     z, W = _sample_prompts(env, prompts, Gh, gen)
-    w2 = (W**2).sum(-1)                                                         # (n, G)
-    zw = (z.unsqueeze(-1) * W).sum(1)                                           # (n, D)
-    t0 = (((zw**2).sum(-1) - (z**2 * w2).sum(1)) / (Gh * (Gh - 1))).numpy()     # M14, per visit
-    idx = prompts.numpy()
-    zf, w2f = z.numpy(), w2.numpy()
-    visits = np.bincount(idx, minlength=P).astype(float)
-    s = lambda v: np.bincount(idx, weights=v, minlength=P)  # noqa: E731
-    return {"visits": visits, "samples": visits * Gh, "successes": s(zf.sum(1)),
-            "w2_success": s((zf * w2f).sum(1)), "w2_failure": s(((1 - zf) * w2f).sum(1)), "t0_sum": s(t0),
-            "w4_success": s((zf * w2f**2).sum(1)), "w4_failure": s(((1 - zf) * w2f**2).sum(1)), "t0_sq": s(t0**2)}
+    h = PromptHistory(P)
+    h.update(prompts.numpy(), np.full(n_hist, Gh), z.reshape(-1).numpy(), W.reshape(n_hist * Gh, -1).numpy())
+    return h.sums
 
 
 def predicted_stats(env, cfg: AllocateConfig, gen: torch.Generator) -> tuple[PromptStats, dict]:
@@ -194,7 +180,7 @@ def run_allocate(env, cfg: AllocateConfig, progress: bool = False) -> dict:
     pred, hist = predicted_stats(env, cfg, gen)
     rng = np.random.default_rng([cfg.seed, 2])
     batches = rng.integers(env.n_prompts, size=(cfg.batches, B))
-    curve = [{"G": G, "B": cfg.budget // G, "mse": (lab.c1 + lab.c2 / G + lab.c3 / (G * (G - 1))) * G / cfg.budget}
+    curve = [{"G": G, "B": cfg.budget // G, "mse": uniform_mse(lab.c1, lab.c2, lab.c3, cfg.budget, G)}
              for G in range(cfg.g_min, min(cfg.g_max, cfg.budget) + 1) if cfg.budget % G == 0]
     rows, token_rows, per_batch = [], [], {}
     for unit, nb, table in (("samples", cfg.batches, rows), ("tokens", cfg.token_batches, token_rows)):
@@ -235,7 +221,7 @@ def _ratios(per_batch: dict, rules: tuple[str, ...]) -> list[dict]:
     for (unit, moments, rule), v in per_batch.items():
         if rule not in ("ustat", "ustat+screen"):
             continue
-        for other in ("uniform", "vip", "knapsack") if rule == "ustat" else ("ustat",):
+        for other in tuple(r for r in RULES if r != "ustat") if rule == "ustat" else ("ustat",):
             w = per_batch.get((unit, moments, other))
             if w is not None:
                 out.append({"unit": unit, "moments": moments, "numerator": rule, "denominator": other,

@@ -4,7 +4,7 @@ Public API (details in each module):
 
 - :func:`build_char_tokenizer` (``tokenizer.py``), :func:`build_tiny_model`, ``STRENGTHS`` (``tiny.py``),
   :func:`pretrain_tiny`, :class:`PretrainResult`, ``TINY_TASK_OPTIONS`` (``pretrain.py``), :func:`tiny_model_path`
-  (``tiny_cache.py``)
+  (``tiny_cache.py``; the shipped warm models: ``tiny_shipped.py``)
 - :func:`load_policy`, :class:`Policy`, :class:`LoraSettings`, :func:`format_prompt` (``loading.py``)
 - :func:`sample_groups`, :class:`Rollout` (``sampling.py``)
 - :func:`completion_logprobs` (``logprobs.py``)

@@ -3,9 +3,9 @@
 Names
 -----
 ``tiny:<name>``
-    The built-in warmed-up tiny model (``base``, ``instruct`` or ``fewshot``) or its random-weight start
-    (``random``), cached by :func:`ugrpo.lm.tiny_cache.tiny_model_path` and built on first use (up to several
-    minutes on a CPU, once; the build says what it builds and where).
+    The built-in warmed-up tiny model (``base``, ``instruct`` or ``fewshot``: shipped with the package, loaded
+    with no build, :mod:`ugrpo.lm.tiny_shipped`) or its random-weight start (``random``: built in seconds on first
+    use and cached); :func:`ugrpo.lm.tiny_cache.tiny_model_path` resolves the name.
 a local folder
     Anything ``save_pretrained`` wrote (``config.json`` + weights + tokenizer files).
 a hub id such as ``Qwen/Qwen2.5-0.5B-Instruct``

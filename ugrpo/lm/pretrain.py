@@ -13,6 +13,13 @@ one of the eval problems of ``TINY_TASK_OPTIONS`` (:func:`warmup_exclusions`); t
 the RL task's training problems, which the model has then seen (see
 :func:`warmup_exclusions` for why excluding them was worse).
 
+A build is resumable: every ``checkpoint_every`` steps it saves what it needs to continue into
+``<out_dir>/pretrain-checkpoint.pt``, and a rerun with the same settings continues from there and
+ends with the weights an uninterrupted build would have (:func:`pretrain_tiny`).
+
+The models this produced for ``tiny:base`` / ``tiny:instruct`` / ``tiny:fewshot`` ship with the
+package (:mod:`ugrpo.lm.tiny_shipped`); a rebuild is used by its folder, never under those names.
+
 Deviation worth knowing: the paper starts RL from pretrained Qwen / Llama models; this
 warm-up only makes a CPU-sized stand-in whose sampled accuracy leaves RL room to improve.
 """
@@ -21,6 +28,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -32,16 +41,22 @@ from ugrpo.lm.sampling import sample_groups
 from ugrpo.lm.tiny import STRENGTHS, TinySize, build_tiny_model
 from ugrpo.lm.tokenizer import DEFAULT_CHARS, build_char_tokenizer
 
-__all__ = ["TINY_TASK_OPTIONS", "EXPECTED_STEPS", "PretrainResult", "pretrain_tiny", "warmup_exclusions"]
+__all__ = ["TINY_TASK_OPTIONS", "EXPECTED_STEPS", "CHECKPOINT", "PretrainResult", "pretrain_tiny",
+           "warmup_exclusions"]
 
 TINY_TASK_OPTIONS: dict = {"prompt_style": "compact", "difficulty": "easy", "n_train": 200, "n_eval": 100}
 """The arithmetic task the tiny model is warmed up on, and the one RL with ``tiny:*`` should use
 (``get_task("arithmetic", **TINY_TASK_OPTIONS)``): compact prompts such as ``"7-3+5="``."""
 
-EXPECTED_STEPS: dict[str, int] = {"base": 175, "instruct": 650, "fewshot": 1675}
-"""Steps at which each strength's warm-up stopped when measured (seed 0, defaults; recipe v2 for base and
-instruct, v1 for fewshot; see :data:`ugrpo.lm.tiny.STRENGTHS`): the progress bar's first total, so that its ETA
-means something (the bar grows by a quarter whenever the target comes later, and ends at 100% when it is reached)."""
+EXPECTED_STEPS: dict[str, int] = {"base": 150, "instruct": 775, "fewshot": 3000}
+"""Steps at which each shipped model's warm-up stopped (seed 0, defaults; :data:`ugrpo.lm.tiny.STRENGTHS`): the
+progress bar's first total, so that its ETA means something (the bar grows by a quarter whenever the target comes
+later, and ends at 100% when it is reached)."""
+
+CHECKPOINT = "pretrain-checkpoint.pt"
+"""The file in ``out_dir`` that a warm-up resumes from (removed when the model is saved)."""
+
+CHECKPOINT_FORMAT = 1
 
 MAX_NEW_TOKENS = 6
 """Completion budget of the warm-up evaluation: the longest answer (``"-18"``, ``"81"``) plus EOS fits."""
@@ -105,14 +120,22 @@ def pretrain_tiny(
     size: TinySize = "1m",
     eval_every: int = 25,
     eval_samples: int = 4,
+    checkpoint_every: int = 50,
     progress: bool = True,
 ) -> PretrainResult:
-    """Warm up a fresh tiny model until its sampled accuracy reaches the strength's target.
+    """Warm up a fresh tiny model until its sampled accuracy reaches the strength's target; resumable.
+
+    Every ``checkpoint_every`` steps the model, the optimiser, the schedule, the torch RNG and the
+    evaluation history are saved to ``<out_dir>/pretrain-checkpoint.pt`` (written to a temporary
+    file, then renamed). A build that was killed continues from its last checkpoint when it is run
+    again with the same settings, and ends with the same weights as an uninterrupted build (the
+    training problems of step s depend only on (seed, s)); the checkpoint is removed once the
+    model is saved.
 
     Parameters
     ----------
     out_dir : path
-        Folder to write (created; existing files are overwritten).
+        Folder to write (created; existing model files are overwritten).
     strength : {"base", "instruct", "fewshot"}
         Picks ``target_accuracy`` from :data:`ugrpo.lm.tiny.STRENGTHS` (0.15 / 0.35 / 0.60).
     target_accuracy : float or None
@@ -129,13 +152,96 @@ def pretrain_tiny(
         Steps between evaluations (the stopping rule is checked there).
     eval_samples : int
         Sampled completions per held-out problem.
+    checkpoint_every : int
+        Steps between checkpoints (does not change what is computed).
     progress : bool
         Show a tqdm bar (rate, ETA, loss and accuracies).
 
     Returns
     -------
     PretrainResult
+
+    Raises
+    ------
+    ValueError
+        A bad setting, or a checkpoint in ``out_dir`` left by a build with other settings.
     """
+    settings = _settings(strength, target_accuracy, steps, batch_size, lr, seed, size, eval_every, eval_samples)
+    if not isinstance(checkpoint_every, int) or checkpoint_every < 1:
+        raise ValueError(f"pretrain_tiny: checkpoint_every={checkpoint_every!r} must be an integer >= 1")
+    strength, target_accuracy = settings["strength"], settings["target_accuracy"]
+    from ugrpo.tasks.arithmetic import generate_problems, make_arithmetic
+
+    out_dir = Path(out_dir)
+    task = make_arithmetic(**TINY_TASK_OPTIONS)
+    eval_problems = task.eval_problems()
+    held_out = warmup_exclusions(task)  # eval texts: the warm-up never sees a held-out problem
+    tokenizer = build_char_tokenizer(DEFAULT_CHARS)
+    model = build_tiny_model(tokenizer, size=size, seed=seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20))
+    state = {"step": 0, "loss_ema": math.nan, "acc": [0.0, 0.0, 0.0], "history": [], "seconds": 0.0}
+    ckpt = out_dir / CHECKPOINT
+    if ckpt.is_file():
+        state = _load_checkpoint(ckpt, settings, model, opt, sched)
+    t0 = time.perf_counter() - state["seconds"]
+    history, acc, loss_ema, first = state["history"], tuple(state["acc"]), state["loss_ema"], state["step"] + 1
+    reached, step = False, state["step"]
+    bar = tqdm(total=min(steps, max(first, EXPECTED_STEPS.get(strength, steps))), initial=state["step"],
+               unit="step", disable=not progress,
+               desc=f"pretrain-tiny {strength} (until sampled accuracy {target_accuracy:.2f})")
+    if state["step"]:
+        bar.write(f"pretrain-tiny: resuming from step {state['step']} ({ckpt})", file=sys.stderr)
+    for step in range(first, steps + 1):
+        loss = _train_step(model, tokenizer, opt, sched,
+                           *_training_batch(generate_problems, batch_size, seed, step, held_out))
+        loss_ema = loss if math.isnan(loss_ema) else 0.9 * loss_ema + 0.1 * loss
+        if step > bar.total:  # slower than measured: a quarter more, never past the step cap
+            bar.total = min(steps, max(step, int(bar.total * 1.25)))
+        bar.update(1)
+        if step % eval_every == 0 or step == steps:
+            acc = _evaluate(model, tokenizer, task, eval_problems, eval_samples, seed)
+            history.append({"step": step, "loss": loss_ema, "sampled_accuracy": acc[0], "greedy_accuracy": acc[2],
+                            "seconds": time.perf_counter() - t0})
+            bar.set_postfix(loss=f"{loss_ema:.3f}", sampled=f"{acc[0]:.3f}", greedy=f"{acc[2]:.3f}")
+            if acc[0] >= target_accuracy:
+                reached = True
+                break
+        if step % checkpoint_every == 0 and step < steps:
+            _save_checkpoint(ckpt, settings, model, opt, sched, {
+                "step": step, "loss_ema": loss_ema, "acc": list(acc), "history": history,
+                "seconds": time.perf_counter() - t0})
+    bar.total = step  # the bar ends full: the warm-up is done
+    bar.refresh()
+    bar.close()
+    result = PretrainResult(
+        out_dir=str(out_dir), strength=strength, target_accuracy=target_accuracy, reached_target=reached, steps=step,
+        sampled_accuracy=acc[0], sampled_accuracy_se=acc[1], greedy_accuracy=acc[2], seconds=time.perf_counter() - t0,
+        seed=seed, size=size, batch_size=batch_size, lr=lr, task_options=dict(TINY_TASK_OPTIONS), history=history,
+    )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir, safe_serialization=True)
+    tokenizer.save_pretrained(out_dir)
+    meta = {k: v for k, v in asdict(result).items() if k != "out_dir"}  # the folder may be renamed (cache)
+    (out_dir / "ugrpo_tiny.json").write_text(json.dumps(meta, indent=2) + "\n")
+    ckpt.unlink(missing_ok=True)  # the model is saved: nothing is left to resume
+    return result
+
+
+def _train_step(model, tokenizer, opt, sched, prompts: list[str], answers: list[str]) -> float:
+    """One AdamW step on the answer loss (gradient norm clipped at 1); the loss before the step."""
+    model.train()
+    loss = _answer_loss(model, tokenizer, prompts, answers)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    sched.step()
+    return loss.item()
+
+
+def _settings(strength, target_accuracy, steps, batch_size, lr, seed, size, eval_every, eval_samples) -> dict:
+    """The checked settings of a warm-up: what a checkpoint must match to be resumed."""
     if target_accuracy is None:
         if strength not in STRENGTHS:
             raise ValueError(f"pretrain_tiny: unknown strength {strength!r}; choose one of {', '.join(STRENGTHS)}")
@@ -150,57 +256,38 @@ def pretrain_tiny(
             raise ValueError(f"pretrain_tiny: {name}={v!r} must be an integer >= 1")
     if not lr > 0:
         raise ValueError(f"pretrain_tiny: lr={lr} must be > 0")
-    from ugrpo.tasks.arithmetic import generate_problems, make_arithmetic
+    return {"strength": strength, "target_accuracy": float(target_accuracy), "steps": steps,
+            "batch_size": batch_size, "lr": float(lr), "seed": seed, "size": size, "eval_every": eval_every,
+            "eval_samples": eval_samples, "task_options": dict(TINY_TASK_OPTIONS),
+            "checkpoint_format": CHECKPOINT_FORMAT}
 
-    out_dir = Path(out_dir)
-    task = make_arithmetic(**TINY_TASK_OPTIONS)
-    eval_problems = task.eval_problems()
-    held_out = warmup_exclusions(task)  # eval texts: the warm-up never sees a held-out problem
-    tokenizer = build_char_tokenizer(DEFAULT_CHARS)
-    model = build_tiny_model(tokenizer, size=size, seed=seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20))
-    t0 = time.perf_counter()
-    history: list[dict] = []
-    acc = (0.0, 0.0, 0.0)
-    reached, step, loss_ema = False, 0, math.nan
-    bar = tqdm(total=min(steps, EXPECTED_STEPS.get(strength, steps)), unit="step", disable=not progress,
-               desc=f"pretrain-tiny {strength} (until sampled accuracy {target_accuracy:.2f})")
-    for step in range(1, steps + 1):
-        prompts, answers = _training_batch(generate_problems, batch_size, seed, step, held_out)
-        model.train()
-        loss = _answer_loss(model, tokenizer, prompts, answers)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        loss_ema = loss.item() if math.isnan(loss_ema) else 0.9 * loss_ema + 0.1 * loss.item()
-        if step > bar.total:  # slower than measured: a quarter more, never past the step cap
-            bar.total = min(steps, max(step, int(bar.total * 1.25)))
-        bar.update(1)
-        if step % eval_every == 0 or step == steps:
-            acc = _evaluate(model, tokenizer, task, eval_problems, eval_samples, seed)
-            history.append({"step": step, "loss": loss_ema, "sampled_accuracy": acc[0], "greedy_accuracy": acc[2],
-                            "seconds": time.perf_counter() - t0})
-            bar.set_postfix(loss=f"{loss_ema:.3f}", sampled=f"{acc[0]:.3f}", greedy=f"{acc[2]:.3f}")
-            if acc[0] >= target_accuracy:
-                reached = True
-                break
-    bar.total = step  # the bar ends full: the warm-up is done
-    bar.refresh()
-    bar.close()
-    result = PretrainResult(
-        out_dir=str(out_dir), strength=strength, target_accuracy=target_accuracy, reached_target=reached, steps=step,
-        sampled_accuracy=acc[0], sampled_accuracy_se=acc[1], greedy_accuracy=acc[2], seconds=time.perf_counter() - t0,
-        seed=seed, size=size, batch_size=batch_size, lr=lr, task_options=dict(TINY_TASK_OPTIONS), history=history,
-    )
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out_dir, safe_serialization=True)
-    tokenizer.save_pretrained(out_dir)
-    meta = {k: v for k, v in asdict(result).items() if k != "out_dir"}  # the folder may be renamed (cache)
-    (out_dir / "ugrpo_tiny.json").write_text(json.dumps(meta, indent=2) + "\n")
-    return result
+
+def _save_checkpoint(path: Path, settings: dict, model, opt, sched, state: dict) -> None:
+    """Everything a resumed warm-up needs, written atomically (temporary file, then rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"settings": settings, "state": state, "model": model.state_dict(), "opt": opt.state_dict(),
+               "sched": sched.state_dict(), "torch_rng": torch.get_rng_state()}
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    torch.save(payload, tmp)
+    os.replace(tmp, path)
+
+
+def _load_checkpoint(path: Path, settings: dict, model, opt, sched) -> dict:
+    """Restore a checkpoint of the same settings into ``model``/``opt``/``sched``; its loop state."""
+    try:
+        payload = torch.load(path, weights_only=True)
+    except Exception as e:  # noqa: BLE001 - any unreadable file is reported the same way
+        raise ValueError(f"pretrain_tiny: {path} is not a readable checkpoint ({e}); delete it to start over") from e
+    diff = {k: (payload["settings"].get(k), v) for k, v in settings.items() if payload["settings"].get(k) != v}
+    if diff:
+        shown = ", ".join(f"{k}: checkpoint {a!r}, now {b!r}" for k, (a, b) in sorted(diff.items()))
+        raise ValueError(f"pretrain_tiny: {path} was left by a build with other settings ({shown}); rerun with its "
+                         "settings to resume it, or delete it (or choose another --out) to start over")
+    model.load_state_dict(payload["model"])
+    opt.load_state_dict(payload["opt"])
+    sched.load_state_dict(payload["sched"])
+    torch.set_rng_state(payload["torch_rng"])
+    return payload["state"]
 
 
 def warmup_exclusions(task) -> frozenset[str]:

@@ -1,9 +1,9 @@
 """The built-in tiny model: a ~1 M parameter Qwen2 over a character vocabulary.
 
 ``build_tiny_model`` makes a randomly initialised model (seeded). :func:`ugrpo.lm.pretrain.pretrain_tiny`
-warms it up on compact arithmetic so that RL has a reward signal; :func:`ugrpo.lm.tiny_cache.tiny_model_path`
-returns the cached warm model, building it on first use (``load_policy("tiny:instruct")`` goes through it).
-Imports run one way: ``tiny`` <- ``pretrain`` <- ``tiny_cache``.
+warms it up on compact arithmetic so that RL has a reward signal; the warm models it built ship with the package
+(:mod:`ugrpo.lm.tiny_shipped`) and :func:`ugrpo.lm.tiny_cache.tiny_model_path` resolves ``tiny:<name>`` to them
+(``load_policy("tiny:instruct")`` goes through it). Imports run one way: ``tiny`` <- ``pretrain`` <- ``tiny_cache``.
 
 Strengths (the paper's base / instruct / few-shot models, one flag apart) differ only in
 the sampled accuracy (temperature 1) at which the warm-up stops; see ``STRENGTHS``.
@@ -23,13 +23,13 @@ Strength = Literal["base", "instruct", "fewshot"]
 STRENGTHS: dict[str, float] = {"base": 0.15, "instruct": 0.35, "fewshot": 0.60}
 """Target sampled accuracy (temperature 1, held-out problems) at which the warm-up stops.
 
-Recipe v2, defaults (seed 0, batch 128, lr 1e-3), ``OMP_NUM_THREADS=1``, 2-core machine at load
-average ~4-5: instruct stops at step 650 (sampled 0.372 +- 0.038, greedy 0.40) in 3.0 min.
-Base (v2, 2026-12-03, ``nice``-d at load average 5-7): step 175 (sampled 0.205, greedy 0.27) in 68.5 s.
-(Recipe v1 measured base at step 150 (0.16 / 0.23), instruct at 700, fewshot at 1675, ~0.24
-CPU-seconds a step; fewshot was not re-measured for v2.) The held-out SE is ~0.04
-(100 problems x 4 samples). On a loaded machine, 2 torch threads ran ~10x slower than 1
-(1.5-5 s a step against ~0.3 s): set ``OMP_NUM_THREADS=1`` when other jobs share the cores."""
+The shipped models (seed 0, defaults, one torch thread, 2026-12-03; ``ugrpo/data/tiny/README.md``): base stopped at
+step 150 (sampled 0.160 +- 0.025, greedy 0.21) in 35 s, instruct at step 775 (0.385 +- 0.039, greedy 0.44) in
+2.8 min; fewshot reached the 3000-step cap below its target (0.422 +- 0.042 at step 3000, greedy 0.48; its peak was
+0.56 at step 2150) in 10.5 min. The same code and seed stopped instruct at step 650 and at step 675 on two other
+machines (float32 kernels differ between CPUs), hence the shipped weights. The held-out SE is ~0.04 (100 problems x
+4 samples). On a loaded machine, 2 torch threads ran ~10x slower than 1 (1.5-5 s a step against ~0.3 s): set
+``OMP_NUM_THREADS=1`` when other jobs share the cores."""
 
 _SIZES: dict[str, int] = {"1m": 128, "4m": 256}
 

@@ -1,17 +1,19 @@
-"""The cache of built-in tiny models: ``tiny:<name>`` -> a folder, built once on first use.
+"""``tiny:<name>`` -> a folder: the shipped warm models, and the cache of ``tiny:random``.
 
 ``tiny:base``, ``tiny:instruct`` and ``tiny:fewshot`` are the tiny model warmed up by
-:func:`ugrpo.lm.pretrain.pretrain_tiny` to the sampled accuracies of :data:`ugrpo.lm.tiny.STRENGTHS`
-(minutes on a CPU, once); ``tiny:random`` is the same model with its random initial weights (seed 0,
-no warm-up: built in seconds; its rewards on arithmetic are almost always 0, so it checks the
-plumbing, not the paper's claims: ``ugrpo reproduce --scale smoke`` uses it).
+:func:`ugrpo.lm.pretrain.pretrain_tiny` to the sampled accuracies of :data:`ugrpo.lm.tiny.STRENGTHS`;
+they ship with the package (:mod:`ugrpo.lm.tiny_shipped`) and are never built at run time.
+``tiny:random`` is the same model with its random initial weights (seed 0, no warm-up: built in
+seconds on first use; its rewards on arithmetic are almost always 0, so it checks the plumbing, not
+the paper's claims: ``ugrpo reproduce --scale smoke`` uses it).
 
-Where: ``<root>/tiny/<name>-<CACHE_VERSION>`` with root = ``cache_dir``, else ``$UGRPO_CACHE``, else
-``~/.cache/ugrpo``. A build runs into a temporary folder ``.<name>-<CACHE_VERSION>.*.tmp`` next to it
-and is renamed into place under an exclusive file lock (``<name>-<CACHE_VERSION>.lock``): a second
-process waits for the first and then reuses its model; no process ever sees a half-written folder. A
-build killed outright (``kill -9``, a lost machine) leaves its temporary folder behind; the next build
-of that name removes it (it holds the lock, so no other build of that name can be running).
+Where ``tiny:random`` is cached: ``<root>/tiny/random-<CACHE_VERSION>`` with root = ``cache_dir``,
+else ``$UGRPO_CACHE``, else ``~/.cache/ugrpo``. A build runs into a temporary folder
+``.random-<CACHE_VERSION>.*.tmp`` next to it and is renamed into place under an exclusive file lock
+(``random-<CACHE_VERSION>.lock``): a second process waits for the first and then reuses its model;
+no process ever sees a half-written folder. A build killed outright (``kill -9``, a lost machine)
+leaves its temporary folder behind; the next build removes it (it holds the lock, so no other build
+of that name can be running).
 
 Imports run one way: :mod:`ugrpo.lm.tiny` <- :mod:`ugrpo.lm.pretrain` <- this module.
 """
@@ -29,22 +31,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ugrpo.lm import pretrain
-from ugrpo.lm.tiny import STRENGTHS
+from ugrpo.lm.tiny_shipped import SHIPPED_NAMES, shipped_model_path
 
-__all__ = ["CACHE_VERSION", "TINY_NAMES", "BUILD_TIME", "cache_root", "tiny_model_path", "build_all"]
+__all__ = ["CACHE_VERSION", "TINY_NAMES", "cache_root", "tiny_model_path"]
 
 CACHE_VERSION = "v2"
-"""Bump when the tiny model, tokenizer, task or warm-up recipe changes (invalidates caches).
-v2: the warm-up stream is one draw with repeats per step (``pretrain._training_batch``), not draws of 64 distinct."""
+"""Bump when the tiny model or tokenizer changes (invalidates the cached ``tiny:random``)."""
 
-TINY_NAMES: tuple[str, ...] = ("random", *STRENGTHS)
-"""Every ``tiny:<name>`` the cache knows, fastest build first."""
-
-BUILD_TIME: dict[str, str] = {"random": "a few seconds", "base": "about 1 minute", "instruct": "about 3 minutes",
-                              "fewshot": "about 15 minutes"}
-"""Rough build time on 2 CPU cores with ``OMP_NUM_THREADS=1`` (measured: instruct 650 steps in 3.0 min, base 175
-steps in 68.5 s; fewshot scaled from its v1 step count, :data:`ugrpo.lm.pretrain.EXPECTED_STEPS`); longer on busy
-cores."""
+TINY_NAMES: tuple[str, ...] = ("random", *SHIPPED_NAMES)
+"""Every ``tiny:<name>``: ``random`` (cached, built in seconds) and the shipped warm models."""
 
 
 def _stderr(msg: str) -> None:
@@ -61,19 +56,23 @@ def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
 
 def tiny_model_path(strength: str = "instruct", cache_dir: str | os.PathLike | None = None, *,
                     log: Callable[[str], None] | None = None) -> Path:
-    """The folder of the cached tiny model ``tiny:<strength>``; built on first use (see the module docstring).
+    """The folder of ``tiny:<strength>``: the shipped model (no build), or the cached ``tiny:random``.
 
-    A build says first what it builds, where, and roughly how long it takes, then shows the warm-up's progress
-    bar, then how long it took; ``log`` receives those lines (default: stderr).
+    ``tiny:random`` is built on first use (a few seconds); the build says what it builds and where, then how long
+    it took; ``log`` receives those lines (default: stderr).
 
     Raises
     ------
     ValueError
         An unknown name.
+    FileNotFoundError
+        A shipped model's folder is incomplete (:func:`ugrpo.lm.tiny_shipped.shipped_model_path`).
     """
     if strength not in TINY_NAMES:
         raise ValueError(f"unknown tiny model strength {strength!r}; choose one of {', '.join(TINY_NAMES)} "
                          "(e.g. 'tiny:instruct')")
+    if strength in SHIPPED_NAMES:
+        return shipped_model_path(strength)
     log = log or _stderr
     root = cache_root(cache_dir) / "tiny"
     final = root / f"{strength}-{CACHE_VERSION}"
@@ -88,37 +87,17 @@ def tiny_model_path(strength: str = "instruct", cache_dir: str | os.PathLike | N
             shutil.rmtree(final)
         _remove_stale(root, strength, log)
         tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{strength}-{CACHE_VERSION}.", suffix=".tmp"))
-        log(f"building tiny:{strength} ({_what(strength)}; first use only, {BUILD_TIME[strength]} on 2 CPU cores) "
-            f"into {final}. The cache folder is $UGRPO_CACHE (default ~/.cache/ugrpo); "
-            "`ugrpo pretrain-tiny --all` builds every tiny model ahead of time.")
+        log(f"building tiny:{strength} (random weights, no warm-up; first use only, a few seconds) into {final}. "
+            "The cache folder is $UGRPO_CACHE (default ~/.cache/ugrpo).")
         t0 = time.perf_counter()
-        result = None
         try:
-            if strength == "random":
-                _build_random(tmp)
-            else:
-                result = pretrain.pretrain_tiny(tmp, strength=strength, seed=0, progress=True)
+            _build_random(tmp)
             os.rename(tmp, final)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        short = ("" if getattr(result, "reached_target", True) else
-                 f"; its sampled accuracy reached {result.sampled_accuracy:.3f}, short of the "
-                 f"{result.target_accuracy:.2f} target, at the {result.steps}-step cap")
-        log(f"built tiny:{strength} in {_duration(time.perf_counter() - t0)}{short}")
+        log(f"built tiny:{strength} in {_duration(time.perf_counter() - t0)}")
     return final
-
-
-def build_all(cache_dir: str | os.PathLike | None = None, *,
-              log: Callable[[str], None] | None = None) -> dict[str, Path]:
-    """Build (or find) every ``tiny:<name>`` of :data:`TINY_NAMES`; returns name -> folder (``pretrain-tiny --all``)."""
-    return {name: tiny_model_path(name, cache_dir, log=log) for name in TINY_NAMES}
-
-
-def _what(name: str) -> str:
-    if name == "random":
-        return "random weights, no warm-up"
-    return f"warmed up on arithmetic until its sampled accuracy reaches {STRENGTHS[name]:.2f}"
 
 
 def _duration(seconds: float) -> str:

@@ -44,7 +44,9 @@ from .exact_mse import (
     hoeffding_split,
     minibatch_mse,
     policy_moments,
+    prompt_error,
     prompt_mse,
+    uniform_mse,
 )
 from .planner import GroupSizePlan, bound, candidate_groups, plan_group_size
 from .ustat import HoeffdingParts, grpo_kernel, hoeffding_decomposition, pairwise_ustatistic
@@ -55,7 +57,7 @@ __all__ = [
     "policy_gradient", "prompt_gradients",
     "HoeffdingParts", "grpo_kernel", "hoeffding_decomposition", "pairwise_ustatistic",
     "ESTIMATORS", "EstimatorName", "PolicyMoments", "PromptMoments", "hoeffding_split", "minibatch_mse",
-    "policy_moments", "prompt_mse",
+    "policy_moments", "prompt_error", "prompt_mse", "uniform_mse",
     "MIN_PILOT_GROUP", "Estimate", "VarianceComponents", "estimate_components", "point_estimates", "gaussian_sketch",
     "GroupSizePlan", "bound", "candidate_groups", "plan_group_size",
     "GapLimit", "estimator_covariance", "gap_limit", "gap_weights", "identifiable_subspace", "lyapunov_covariance",

@@ -12,19 +12,23 @@ chosen baseline, the denominator is the sample std around the *full* group mean 
 given ``ddof`` (paper: ddof=1). A group whose rewards are all equal has std 0: what it gets
 is the explicit ``zero_std`` policy, and such groups are always counted.
 
+The computation lives in :func:`ugrpo.stats.ragged.compute_ragged_advantages` (groups of any sizes); every function
+here checks its ``(B, G)`` input, calls it with B equal groups of G and reshapes back, which gives the dense
+results bit for bit (equal groups reduce on the ``(B, G)`` view).
+
 Formulas: docs/math.md section 1 (M1-M4).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Literal
 
 import torch
 from torch import Tensor
 
 from ugrpo.stats.estimators import EstimatorName
+from ugrpo.stats.ragged import AdvantageResult, _advantages, _all_equal, _check_options
 
 __all__ = [
     "BaselineName",
@@ -65,6 +69,27 @@ def _check_rewards(rewards: Tensor, *, min_group: int = 1) -> None:
         )
 
 
+def _dense(rewards: Tensor, baseline: str, values: Tensor | None = None, *, scale: str = "none", ddof: int = 1,
+           eps: float = 1e-6, zero_std: str = "zero") -> AdvantageResult:
+    """The ragged implementation on B equal groups of G (checked input), reshaped back to (B, G)."""
+    B, G = rewards.shape
+    r = _advantages(rewards.reshape(-1), None, G, baseline, values, scale, ddof, eps, zero_std)
+    return AdvantageResult(advantages=r.advantages.view(B, G), zero_std=r.zero_std, n_zero_std=r.n_zero_std)
+
+
+def _check_values(rewards: Tensor, values) -> Tensor:
+    if not isinstance(values, Tensor):
+        values = torch.as_tensor(values, dtype=rewards.dtype)
+    if values.shape != rewards.shape[:1]:
+        raise ValueError(
+            f"values must have shape (B,) = ({rewards.shape[0]},) to match rewards {tuple(rewards.shape)}; "
+            f"got {tuple(values.shape)}"
+        )
+    if not torch.isfinite(values).all():
+        raise ValueError("values (the oracle V(x)) contain non-finite entries")
+    return values.to(rewards.dtype)
+
+
 def vanilla_advantages(rewards: Tensor) -> Tensor:
     """A = Z: no baseline (Table 1, vanilla minibatch REINFORCE).
 
@@ -78,7 +103,7 @@ def vanilla_advantages(rewards: Tensor) -> Tensor:
     tensor([[1., 0.]])
     """
     _check_rewards(rewards)
-    return rewards.clone()
+    return _dense(rewards, "vanilla").advantages
 
 
 def loo_advantages(rewards: Tensor) -> Tensor:
@@ -97,8 +122,7 @@ def loo_advantages(rewards: Tensor) -> Tensor:
     tensor([[ 1.0000, -0.5000, -0.5000]])
     """
     _check_rewards(rewards, min_group=2)
-    G = rewards.shape[1]
-    return (rewards - rewards.mean(dim=1, keepdim=True)) * (G / (G - 1))
+    return _dense(rewards, "grpo").advantages
 
 
 def mean_advantages(rewards: Tensor) -> Tensor:
@@ -113,7 +137,7 @@ def mean_advantages(rewards: Tensor) -> Tensor:
     tensor([[ 0.5000, -0.5000]])
     """
     _check_rewards(rewards, min_group=2)
-    return rewards - rewards.mean(dim=1, keepdim=True)
+    return _dense(rewards, "grpo_mean").advantages
 
 
 def oracle_advantages(rewards: Tensor, values: Tensor) -> Tensor:
@@ -125,16 +149,7 @@ def oracle_advantages(rewards: Tensor, values: Tensor) -> Tensor:
     values : (B,) tensor, the true (or independently estimated) value of each prompt
     """
     _check_rewards(rewards)
-    if not isinstance(values, Tensor):
-        values = torch.as_tensor(values, dtype=rewards.dtype)
-    if values.shape != rewards.shape[:1]:
-        raise ValueError(
-            f"values must have shape (B,) = ({rewards.shape[0]},) to match rewards {tuple(rewards.shape)}; "
-            f"got {tuple(values.shape)}"
-        )
-    if not torch.isfinite(values).all():
-        raise ValueError("values (the oracle V(x)) contain non-finite entries")
-    return rewards - values.to(rewards.dtype).unsqueeze(1)
+    return _dense(rewards, "oracle", _check_values(rewards, values)).advantages
 
 
 BASELINES: dict[str, Callable[..., Tensor]] = {
@@ -151,28 +166,7 @@ def zero_std_groups(rewards: Tensor, *, atol: float = 0.0) -> Tensor:
     These groups have zero sample std; TRL logs their fraction as ``frac_reward_zero_std``.
     """
     _check_rewards(rewards)
-    spread = rewards.max(dim=1).values - rewards.min(dim=1).values
-    return spread <= atol
-
-
-@dataclass(frozen=True)
-class AdvantageResult:
-    """Advantages of one batch and what happened to its degenerate groups.
-
-    Attributes
-    ----------
-    advantages : (B, G) tensor
-    zero_std : (B,) bool tensor, groups whose rewards were all equal
-    n_zero_std : number of such groups (always counted, whatever ``zero_std`` policy)
-    """
-
-    advantages: Tensor
-    zero_std: Tensor
-    n_zero_std: int
-
-    @property
-    def frac_zero_std(self) -> float:
-        return self.n_zero_std / max(1, self.zero_std.numel())
+    return _all_equal(rewards.reshape(-1), None, rewards.shape[1], atol)
 
 
 def compute_advantages(
@@ -209,32 +203,18 @@ def compute_advantages(
     -------
     AdvantageResult
     """
-    if baseline not in BASELINES:
-        raise ValueError(f"unknown baseline {baseline!r}; choose one of {sorted(BASELINES)}")
-    if scale not in ("none", "std"):
-        raise ValueError(f"unknown scale {scale!r}; choose 'none' or 'std'")
-    if zero_std not in ("zero", "eps", "unscaled"):
-        raise ValueError(f"unknown zero_std policy {zero_std!r}; choose 'zero', 'eps' or 'unscaled'")
-    if eps < 0:
-        raise ValueError(f"eps must be >= 0, got {eps}")
+    _check_options(baseline, scale, zero_std, eps)
     if baseline == "oracle":
         if values is None:
             raise ValueError("baseline='oracle' needs values=V(x) of shape (B,)")
-        adv = oracle_advantages(rewards, values)
+        _check_rewards(rewards)
+        values = _check_values(rewards, values)
     else:
-        adv = BASELINES[baseline](rewards)
-    mask = zero_std_groups(rewards)
+        _check_rewards(rewards, min_group=2 if baseline in ("grpo", "grpo_mean") else 1)
     if scale == "std":
         G = rewards.shape[1]
         if G - ddof < 1:
             raise ValueError(f"std scaling with ddof={ddof} needs G > ddof, got G = {G}")
-        std = rewards.std(dim=1, correction=ddof, keepdim=True)  # (B, 1), around the full mean
-        scaled = adv / (std + eps)
-        if zero_std == "zero":
-            scaled = torch.where(mask.unsqueeze(1), torch.zeros_like(scaled), scaled)
-        elif zero_std == "unscaled":
-            scaled = torch.where(mask.unsqueeze(1), adv, scaled)
-        elif eps == 0:
+        if zero_std == "eps" and eps == 0:
             raise ValueError("zero_std='eps' with eps=0 divides by zero on all-equal groups; set eps > 0")
-        adv = scaled
-    return AdvantageResult(advantages=adv, zero_std=mask, n_zero_std=int(mask.sum()))
+    return _dense(rewards, baseline, values, scale=scale, ddof=ddof, eps=eps, zero_std=zero_std)

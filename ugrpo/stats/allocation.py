@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .exact_mse import PromptMoments
+from .exact_mse import PromptMoments, prompt_error, uniform_mse
 
 __all__ = [
     "RULES",
@@ -39,9 +39,6 @@ __all__ = [
     "dp_allocation",
     "allocate",
     "best_uniform",
-    "bernoulli_stats",
-    "history_stats",
-    "beta_moments",
     "prediction_quality",
 ]
 
@@ -126,20 +123,6 @@ def _as_stats(moments: PromptStats | Sequence[PromptMoments]) -> PromptStats:
     return PromptStats.from_moments(list(moments))
 
 
-def prompt_error(c2: np.ndarray, c3: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """f_b(G_b) = c2_b/G_b + c3_b/(G_b(G_b-1)), the exact per-prompt MSE of the LOO estimate (M9, M33).
-
-    Examples
-    --------
-    >>> prompt_error(np.array([1.0]), np.array([2.0]), np.array([2]))
-    array([1.5])
-    """
-    G = np.asarray(sizes, dtype=np.float64)
-    if (G < 2).any():
-        raise ValueError(f"the leave-one-out estimate needs G_b >= 2 for every prompt; got sizes {sizes.tolist()}")
-    return np.asarray(c2) / G + np.asarray(c3) / (G * (G - 1))
-
-
 def predicted_mse(sizes: Sequence[int] | np.ndarray | Allocation, moments: PromptStats | Sequence[PromptMoments],
                   *, c1: float = 0.0) -> float:
     """c1/B + (1/B^2) sum_b f_b(G_b): the exact MSE of the minibatch LOO estimate given the batch (M33).
@@ -156,10 +139,13 @@ def predicted_mse(sizes: Sequence[int] | np.ndarray | Allocation, moments: Promp
     >>> predicted_mse([2, 2], st, c1=1.0)
     1.25
     """
-    G = np.asarray(sizes.sizes if isinstance(sizes, Allocation) else sizes)
+    G = np.asarray(sizes.sizes if isinstance(sizes, Allocation) else sizes, dtype=np.float64)
     st = _as_stats(moments)
     if G.shape != (len(st),):
         raise ValueError(f"sizes has shape {G.shape} but there are {len(st)} prompts; give one G_b per prompt")
+    if (G < 2).any():
+        raise ValueError(f"the leave-one-out estimate needs G_b >= 2 for every prompt; got sizes "
+                         f"{G.astype(int).tolist()}")
     B = len(st)
     return float(c1 / B + prompt_error(st.c2, st.c3, G).sum() / B**2)
 
@@ -172,7 +158,7 @@ def rule_table(rule: str, stats: PromptStats, g_min: int, g_max: int) -> np.ndar
     G = np.arange(g_min, g_max + 1, dtype=np.float64)[None, :]
     p = stats.value[:, None]
     if rule == "ustat":
-        return stats.c2[:, None] / G + stats.c3[:, None] / (G * (G - 1))
+        return prompt_error(stats.c2[:, None], stats.c3[:, None], G)
     if rule == "vip":
         return p * (1 - p) / (G - 1)
     if rule == "knapsack":
@@ -341,86 +327,10 @@ def best_uniform(c1: float, c2: float, c3: float, budget: int, *, g_min: int = 2
     cands = [G for G in range(max(2, g_min), min(budget, g_max) + 1) if budget % G == 0]
     if not cands:
         raise ValueError(f"no group size in [{g_min}, {g_max}] divides the budget {budget}")
-    mses = [(c1 + c2 / G + c3 / (G * (G - 1))) * G / budget for G in cands]
+    mses = [uniform_mse(c1, c2, c3, budget, G) for G in cands]
     i = int(np.argmin(mses))
     return cands[i], float(mses[i])
 
-
-
-def bernoulli_stats(p_moments: tuple[np.ndarray, np.ndarray, np.ndarray], m1: np.ndarray, m0: np.ndarray,
-                    g2: np.ndarray) -> PromptStats:
-    """Per-prompt (p, c2, c3) for Bernoulli rewards from E p^k (k = 1, 2, 3) and E[||W||^2 | Z = z] (M38).
-
-    With m_z = E[||W||^2 | Z = z]: E||W (Z - p)||^2 = p(1-p)^2 m1 + (1-p) p^2 m0 and
-    E||W||^2 Var(Z) = (p m1 + (1-p) m0) p(1-p); both are polynomials in p, so their posterior means need only
-    E p, E p^2, E p^3. c2 = E||W(Z-p)||^2 - ||g||^2 (clipped at 0), c3 = E||W||^2 Var(Z) + ||g||^2.
-    """
-    e1, e2, e3 = p_moments
-    e_w2v2 = m1 * (e1 - 2 * e2 + e3) + m0 * (e2 - e3)
-    m2_var = m1 * (e2 - e3) + m0 * (e1 - 2 * e2 + e3)
-    return PromptStats(value=e1, c2=np.clip(e_w2v2 - g2, 0.0, None), c3=m2_var + g2, g_norm2=g2)
-
-
-def history_stats(visits: np.ndarray, samples: np.ndarray, successes: np.ndarray, w2_success: np.ndarray,
-                  w2_failure: np.ndarray, t0_sum: np.ndarray, *, prior_a: float = 1.0, prior_b: float = 1.0,
-                  shrink: float = 4.0) -> PromptStats:
-    """Per-prompt moments predicted from earlier visits (docs/math.md M38); every argument is (P,).
-
-    Parameters
-    ----------
-    visits : visits of each prompt (groups drawn for it)
-    samples : samples drawn for it over all visits (n_x)
-    successes : rewards summed over those samples (s_x; Bernoulli rewards)
-    w2_success, w2_failure : sums of ||W||^2 over its samples with Z = 1 and with Z = 0
-    t0_sum : sum over its visits of the unbiased per-visit estimate of ||g(x)||^2 (M14)
-    prior_a, prior_b : the Beta prior on p (posterior Beta(a + s_x, b + n_x - s_x))
-    shrink : pseudo-count kappa pulling m_z and ||g(x)||^2 toward the pooled values of all prompts (with no
-        samples of reward z anywhere, m_z is pooled over both rewards; with no history at all it is 1, so every
-        prompt gets the same positive c2, c3 and the allocation is as even as the budget allows)
-
-    Returns
-    -------
-    PromptStats with the posterior means of p, c2(x), c3(x) and the shrunk ||g(x)||^2.
-
-    Examples
-    --------
-    >>> z = np.zeros(2)
-    >>> st = history_stats(z, z, z, z, z, z)  # no history: the prior, E p(1-p) = 1/6 > 0
-    >>> st.value.tolist(), bool(st.c2[0] == st.c2[1] > 0)
-    ([0.5, 0.5], True)
-    """
-    if min(prior_a, prior_b) <= 0 or shrink < 0:
-        raise ValueError(f"the Beta prior needs a, b > 0 and shrink >= 0; got {prior_a}, {prior_b}, {shrink}")
-    k1 = np.asarray(successes, dtype=np.float64)
-    k0 = np.asarray(samples, dtype=np.float64) - k1
-    s1, s0, t0s = (np.asarray(v, dtype=np.float64) for v in (w2_success, w2_failure, t0_sum))
-    visits = np.asarray(visits, dtype=np.float64)
-    n_all = k1.sum() + k0.sum()
-    pool = (s1.sum() + s0.sum()) / n_all if n_all > 0 else 1.0  # no history at all: any common scale
-    pool1 = s1.sum() / k1.sum() if k1.sum() > 0 else pool
-    pool0 = s0.sum() / k0.sum() if k0.sum() > 0 else pool
-    pool_g = max(t0s.sum() / max(visits.sum(), 1.0), 0.0)
-    kap = shrink
-    if kap > 0:
-        m1, m0 = (s1 + kap * pool1) / (k1 + kap), (s0 + kap * pool0) / (k0 + kap)
-        g2 = (t0s + kap * pool_g) / (visits + kap)
-    else:
-        m1 = np.where(k1 > 0, s1 / np.maximum(k1, 1), pool1)
-        m0 = np.where(k0 > 0, s0 / np.maximum(k0, 1), pool0)
-        g2 = np.where(visits > 0, t0s / np.maximum(visits, 1), pool_g)
-    return bernoulli_stats(beta_moments(prior_a + k1, prior_b + k0), m1, m0, np.clip(g2, 0.0, None))
-
-
-def beta_moments(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(E p, E p^2, E p^3) of Beta(a, b); E p(1-p) = E p - E p^2 (M38).
-
-    >>> [float(m[0]) for m in beta_moments(np.array([1.0]), np.array([1.0]))]  # uniform: 1/2, 1/3, 1/4
-    [0.5, 0.3333333333333333, 0.25]
-    """
-    e1 = a / (a + b)
-    e2 = e1 * (a + 1) / (a + b + 1)
-    e3 = e2 * (a + 2) / (a + b + 2)
-    return e1, e2, e3
 
 
 def prediction_quality(pred: PromptStats, true: PromptStats) -> dict:

@@ -29,6 +29,8 @@ from scipy import optimize
 from scipy import stats as sps
 from torch import Tensor
 
+from ugrpo.stats.exact_mse import prompt_error
+
 __all__ = [
     "Convention", "Subspace", "identifiable_subspace", "lyapunov_covariance", "GapLimit", "gap_limit",
     "gap_weights", "weighted_chi2_cdf", "weighted_chi2_quantile", "weighted_chi2_sample",
@@ -395,7 +397,7 @@ def estimator_covariance(pc: PromptCovariances, estimator: str, B: int, G: int) 
         per = pc.sigma_oracle / G
     else:
         ggt = pc.g_x[:, :, None] * pc.g_x[:, None, :]
-        per = pc.sigma_oracle / G + (pc.e_wwt * pc.var_z[:, None, None] + ggt) / (G * (G - 1))
+        per = prompt_error(pc.sigma_oracle, pc.e_wwt * pc.var_z[:, None, None] + ggt, G)
         if estimator == "grpo_mean":
             per = per * ((G - 1) / G) ** 2
     within = torch.einsum("p,pde->de", f, per)

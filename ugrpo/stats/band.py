@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .exact_mse import uniform_mse
 from .intervals import Interval
 
 __all__ = ["DEFAULT_TOLERANCE", "BandResult", "bound_table", "near_optimal_band", "bootstrap_band",
@@ -49,7 +50,7 @@ def bound_table(consts: np.ndarray, N: int, cands: Sequence[int]) -> np.ndarray:
     """bound(c, G) = c1 G/N + c2/N + c3/(N(G-1)) for rows of constants (R, 3), clipped at 0: (R, n_candidates)."""
     c = np.maximum(np.atleast_2d(np.asarray(consts, dtype=float)), 0.0)
     g = np.asarray(cands, dtype=float)[None, :]
-    return (c[:, :1] * g + c[:, 1:2] + c[:, 2:3] / (g - 1)) / N
+    return uniform_mse(c[:, :1], c[:, 1:2], c[:, 2:3], N, g)
 
 
 def near_optimal_band(c1: float, c2: float, c3: float, N: int, cands: Sequence[int],

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .exact_mse import prompt_error, uniform_mse
+
 __all__ = ["HistoryPosterior", "Certificate", "history_posterior", "fit_beta_prior", "draw_moments", "certificate"]
 
 
@@ -121,7 +123,7 @@ def history_posterior(idx: np.ndarray, visits: np.ndarray, samples: np.ndarray, 
     ----------
     idx : (B,) the drawn prompts
     visits, samples, successes, w2_success, w2_failure, t0_sum : (P,) the history sums of
-        :func:`ugrpo.stats.allocation.history_stats`
+        :func:`ugrpo.stats.history.history_stats`
     w4_success, w4_failure, t0_sq : (P,) sums of z ||W||^4, (1 - z) ||W||^4 and of squared per-visit T0; without
         them m_z and ||g||^2 are held at their per-prompt (or pooled) means
     prior_a, prior_b : the Beta prior of p (:func:`fit_beta_prior` gives the empirical-Bayes one)
@@ -174,13 +176,13 @@ def draw_moments(post: HistoryPosterior, rng: np.random.Generator, D: int) -> tu
 def _within(c2: np.ndarray, c3: np.ndarray, G: np.ndarray) -> np.ndarray:
     """(1/B^2) sum_b f_b(G_b) over the last axis (M33)."""
     G = np.asarray(G, dtype=np.float64)
-    return (c2 / G + c3 / (G * (G - 1))).sum(-1) / c2.shape[-1] ** 2
+    return prompt_error(c2, c3, G).sum(-1) / c2.shape[-1] ** 2
 
 
 def _best_uniform(c1: np.ndarray, c2: np.ndarray, c3: np.ndarray, N: int, cands: np.ndarray) -> np.ndarray:
     """(D, K) full MSE of uniform G for each candidate: (c1 + c2/G + c3/(G(G-1))) G / N (M11)."""
     G = cands[None, :].astype(np.float64)
-    return (c1[:, None] + c2[:, None] / G + c3[:, None] / (G * (G - 1))) * G / N
+    return uniform_mse(c1[:, None], c2[:, None], c3[:, None], N, G)
 
 
 def certificate(post: HistoryPosterior, sizes: np.ndarray, group_size: int, plug_c2: np.ndarray,

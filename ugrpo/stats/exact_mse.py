@@ -4,6 +4,10 @@ The paper states Theorem 2 and Proposition 3 up to O(E||W||^2 / G^2); the formul
 the exact finite-G versions (docs/math.md eqs. M8-M13), checked in the tests by exact
 enumeration of all outcomes of small softmax bandits.
 
+* the per-prompt error of the leave-one-out estimate, f(G) = c2/G + c3/(G(G-1)): :func:`prompt_error` (M9, M33),
+  and the minibatch MSE with one G at N = B G samples, the Theorem 7 bound: :func:`uniform_mse` (M11, M21); the
+  one home of both formulas (every planner, allocation rule and certificate calls them; tests/test_architecture.py
+  checks that f is written nowhere else)
 * per prompt: :func:`prompt_mse` (M8-M10)
 * prompt averages: :func:`policy_moments` -> :class:`PolicyMoments` (M13)
 * minibatch of B prompts: :func:`minibatch_mse` (M11 for the unbiased estimators, M12 for
@@ -30,12 +34,13 @@ __all__ = [
     "ESTIMATORS",
     "PromptMoments",
     "PolicyMoments",
+    "prompt_error",
+    "uniform_mse",
     "prompt_mse",
     "policy_moments",
     "minibatch_mse",
     "hoeffding_split",
 ]
-
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,39 @@ class PolicyMoments:
     c2_vanilla: float
     mean_g_norm2: float
     g_norm2: float
+
+
+def prompt_error(c2, c3, G):
+    """f(G) = c2/G + c3/(G(G-1)): the exact per-prompt MSE of the leave-one-out estimate with G samples (M9, M33).
+
+    The one definition of this formula in the package. Floats, numpy arrays or torch tensors, broadcast
+    elementwise (e.g. c2, c3 of shape (B,) with sizes G_b (B,), or (B, 1) against candidates (1, K), or matrices
+    for the covariance of :func:`ugrpo.stats.asymptotics.estimator_covariance`); needs G >= 2 (not checked here).
+
+    Examples
+    --------
+    >>> prompt_error(1.0, 2.0, 2)
+    1.5
+    >>> import numpy as np
+    >>> prompt_error(np.array([1.0]), np.array([2.0]), np.array([2]))
+    array([1.5])
+    """
+    return c2 / G + c3 / (G * (G - 1))
+
+
+def uniform_mse(c1, c2, c3, N, G):
+    """(c1 + f(G)) G / N = c1/B + c2/(BG) + c3/(BG(G-1)) with B = N/G: the minibatch MSE of the LOO estimate with
+    one group size G at N samples (paper Thm 7 / eq. (11) with the exact residual; docs/math.md M11, M21).
+
+    Floats, numpy arrays or torch tensors, broadcast like :func:`prompt_error`; G may be non-integer (the continuous
+    bound). :func:`ugrpo.stats.planner.bound` is the checked public form.
+
+    Examples
+    --------
+    >>> uniform_mse(1.0, 2.0, 4.0, 10, 5)
+    0.8
+    """
+    return (c1 + prompt_error(c2, c3, G)) * G / N
 
 
 def _check_estimator(estimator: str, G: int) -> None:
@@ -146,7 +184,7 @@ def _prompt_mse(tr_cov_wz: float, tr_sigma: float, c3: float, g_norm2: float, es
         return tr_cov_wz / G
     if estimator == "oracle":
         return tr_sigma / G
-    grpo = tr_sigma / G + c3 / (G * (G - 1))
+    grpo = prompt_error(tr_sigma, c3, G)
     if estimator == "grpo":
         return grpo
     return ((G - 1) / G) ** 2 * grpo + g_norm2 / G**2
@@ -270,7 +308,7 @@ def hoeffding_split(c1: float, c2: float, c3: float, B: int, G: int) -> dict[str
     if B < 1 or G < 2:
         raise ValueError(f"the split needs B >= 1 and G >= 2, got B = {B}, G = {G}")
     oracle_part = c1 / B + c2 / (B * G)
-    residual = c3 / (B * G * (G - 1))
+    residual = prompt_error(0.0, c3, G) / B
     total = oracle_part + residual
     return {"G": G, "oracle_part": oracle_part, "residual": residual, "total": total,
             "residual_share": residual / total if total > 0 else None}

@@ -15,9 +15,10 @@ import torch
 from torch import Tensor
 
 from ugrpo.stats.advantages import compute_advantages
-from ugrpo.stats.allocation import PromptStats, history_stats
+from ugrpo.stats.allocation import PromptStats
 from ugrpo.stats.components import prompt_terms, reduce_scores
 from ugrpo.stats.estimators import ESTIMATORS
+from ugrpo.stats.history import history_stats
 from ugrpo.stats.intervals import clip_interval, normal_interval
 from ugrpo.stats.ragged import ragged_advantages, ragged_prompt_gradients, ragged_t0
 
@@ -241,7 +242,7 @@ def history_prompt_stats(scores: Tensor, rewards: Tensor, *, prior_a: float = 1.
     ----------
     scores : (P, V, h, k) sketched scores of the history samples (h >= 2)
     rewards : (P, V, h) Bernoulli rewards
-    prior_a, prior_b, shrink : see :func:`ugrpo.stats.allocation.history_stats`
+    prior_a, prior_b, shrink : see :func:`ugrpo.stats.history.history_stats`
     """
     if scores.ndim != 4 or rewards.shape != scores.shape[:3] or scores.shape[2] < 2:
         raise ValueError(f"need history scores (P, V, h, k) and rewards (P, V, h) with h >= 2; got "

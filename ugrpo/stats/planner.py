@@ -34,7 +34,7 @@ import numpy as np
 
 from .band import DEFAULT_TOLERANCE, bootstrap_band, near_optimal_band, pilot_size_needed
 from .components import VarianceComponents
-from .exact_mse import PolicyMoments
+from .exact_mse import PolicyMoments, uniform_mse
 
 __all__ = ["GroupSizePlan", "bound", "candidate_groups", "plan_group_size", "group_cost"]
 
@@ -51,7 +51,7 @@ def bound(c1: float, c2: float, c3: float, N: int, G: float) -> float:
         raise ValueError(f"budget N must be > 0, got N = {N}")
     if G <= 1:
         raise ValueError(f"group size G must be > 1 (the residual term has G - 1 in the denominator), got G = {G}")
-    return c1 * G / N + c2 / N + c3 / (N * (G - 1))
+    return uniform_mse(c1, c2, c3, N, G)
 
 
 def candidate_groups(N: int, *, min_g: int = 2, max_g: int | None = None) -> list[int]:
@@ -155,8 +155,8 @@ def _continuous(c1: float, c3: float) -> float:
 
 
 def _argmins(c1: np.ndarray, c3: np.ndarray, cands: np.ndarray) -> np.ndarray:
-    """Argmin over candidates of c1 G + c3/(G-1) (c2 and 1/N do not move it), one per row."""
-    obj = c1[:, None] * cands[None, :] + np.maximum(c3, 0.0)[:, None] / (cands[None, :] - 1)
+    """Argmin over candidates of the bound at c2 = 0 (c2 does not move it), one per row."""
+    obj = uniform_mse(c1[:, None], 0.0, np.maximum(c3, 0.0)[:, None], 1.0, cands[None, :])
     return cands[np.argmin(obj, axis=1)]
 
 

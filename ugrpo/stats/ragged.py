@@ -4,9 +4,17 @@ Representation: ``rewards`` (n,) and ``scores`` (n, D) hold prompt 0's G_0 sampl
 ``sizes`` (B,) long holds G_b, with n = sum_b G_b. Every function is vectorised with segment sums
 (``index_add``), no Python loop over prompts; with equal sizes they equal the dense ``(B, G)`` functions of
 :mod:`ugrpo.stats.advantages`, :mod:`ugrpo.stats.estimator` and :mod:`ugrpo.stats.ustat`.
+
+This module is THE implementation of advantages for groups of any sizes (:func:`compute_ragged_advantages`:
+every baseline, std scaling with ``ddof``/``eps`` and the three ``zero_std`` policies, the all-equal count); the
+dense API of :mod:`ugrpo.stats.advantages` reshapes to flat, calls it with equal sizes and reshapes back. When
+every G_b is the same G, the group reductions (mean, std, max/min) run on the ``(B, G)`` view, so equal groups get
+the dense results bit for bit; unequal groups use segment sums.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -14,7 +22,10 @@ from torch import Tensor
 __all__ = [
     "segment_ids",
     "segment_sum",
+    "AdvantageResult",
+    "compute_ragged_advantages",
     "ragged_advantages",
+    "ragged_all_equal",
     "ragged_prompt_gradients",
     "ragged_policy_gradient",
     "ragged_hoeffding",
@@ -24,6 +35,7 @@ __all__ = [
 ]
 
 _MIN_GROUP = {"vanilla": 1, "oracle": 1, "grpo": 2, "grpo_mean": 2}
+ZERO_STD_POLICIES: tuple[str, ...] = ("zero", "eps", "unscaled")
 
 
 def _check_sizes(sizes: Tensor, n: int, *, min_group: int = 1) -> Tensor:
@@ -76,12 +88,105 @@ def dense_to_ragged(x: Tensor) -> tuple[Tensor, Tensor]:
     return x.reshape((B * G,) + tuple(x.shape[2:])), torch.full((B,), G, dtype=torch.int64)
 
 
-def ragged_advantages(rewards: Tensor, sizes: Tensor, *, baseline: str = "grpo",
-                      values: Tensor | None = None) -> Tensor:
-    """Advantages A = Z - C on ragged groups (paper eq. (4), Table 1; docs/math.md M1-M3, M37).
+def _equal_size(sizes: Tensor) -> int | None:
+    """G when every group has G samples (the reductions then run on the (B, G) view, as the dense API does)."""
+    G = int(sizes[0])
+    return G if bool((sizes == G).all()) else None
+
+
+def _all_equal(rewards: Tensor, sizes: Tensor | None, G: int | None, atol: float = 0.0) -> Tensor:
+    """(B,) bool: max - min of the group's rewards <= atol."""
+    if G is not None:
+        v = rewards.view(-1, G)
+        return v.max(dim=1).values - v.min(dim=1).values <= atol
+    ids = segment_ids(sizes)
+    lo = torch.full((sizes.numel(),), float("inf"), dtype=rewards.dtype, device=rewards.device)
+    hi = torch.full((sizes.numel(),), -float("inf"), dtype=rewards.dtype, device=rewards.device)
+    return hi.scatter_reduce(0, ids, rewards, "amax") - lo.scatter_reduce(0, ids, rewards, "amin") <= atol
+
+
+@dataclass(frozen=True)
+class AdvantageResult:
+    """Advantages of one batch and what happened to its degenerate groups.
+
+    Attributes
+    ----------
+    advantages : (B, G) tensor from the dense :func:`ugrpo.stats.advantages.compute_advantages`, flat (n,) from
+        :func:`compute_ragged_advantages`
+    zero_std : (B,) bool tensor, groups whose rewards were all equal
+    n_zero_std : number of such groups (always counted, whatever ``zero_std`` policy)
+    """
+
+    advantages: Tensor
+    zero_std: Tensor
+    n_zero_std: int
+
+    @property
+    def frac_zero_std(self) -> float:
+        return self.n_zero_std / max(1, self.zero_std.numel())
+
+
+def _advantages(rewards: Tensor, sizes: Tensor | None, G: int | None, baseline: str, values: Tensor | None,
+                scale: str, ddof: int, eps: float, zero_std: str) -> AdvantageResult:
+    """The computation of :func:`compute_ragged_advantages` on checked input. ``G``: the common group size, or None
+    for unequal ``sizes``; with G the samples are the (B, G) view and a per-group (B,) value broadcasts over its
+    row, exactly the dense code, else they stay flat and a per-group value is indexed by each sample's group."""
+    centre = baseline in ("grpo", "grpo_mean") or scale == "std"
+    if G is not None:
+        z = rewards.view(-1, G)
+        rows = lambda x: x.unsqueeze(1)  # noqa: E731
+        mean = z.mean(dim=1) if centre else None
+    else:
+        ids, g = segment_ids(sizes), sizes.to(rewards.dtype)
+        z = rewards
+        rows = lambda x: x[ids]  # noqa: E731
+        mean = segment_sum(rewards, sizes) / g if centre else None
+    if baseline == "vanilla":
+        adv = z.clone()
+    elif baseline == "oracle":
+        adv = z - rows(values)
+    else:
+        adv = z - rows(mean)
+        if baseline == "grpo":  # Z_i - Zbar^(-i) = G_b/(G_b-1) (Z_i - Zbar_b), M2
+            adv = adv * (G / (G - 1)) if G is not None else adv * rows(g / (g - 1))
+    mask = _all_equal(rewards, sizes, G)
+    if scale == "std":  # Algorithm 2: the sample std around the full group mean, divisor G_b - ddof (M4)
+        if G is not None:
+            std = z.std(dim=1, correction=ddof)
+        else:
+            std = (segment_sum((rewards - rows(mean)) ** 2, sizes) / (g - ddof)).sqrt()
+        scaled = adv / rows(std + eps)
+        if zero_std == "zero":
+            scaled = torch.where(rows(mask), torch.zeros_like(scaled), scaled)
+        elif zero_std == "unscaled":
+            scaled = torch.where(rows(mask), adv, scaled)
+        adv = scaled
+    return AdvantageResult(advantages=adv.reshape(-1), zero_std=mask, n_zero_std=int(mask.sum()))
+
+
+def _check_options(baseline: str, scale: str, zero_std: str, eps: float) -> None:
+    if baseline not in _MIN_GROUP:
+        raise ValueError(f"unknown baseline {baseline!r}; choose one of {sorted(_MIN_GROUP)}")
+    if scale not in ("none", "std"):
+        raise ValueError(f"unknown scale {scale!r}; choose 'none' or 'std'")
+    if zero_std not in ZERO_STD_POLICIES:
+        raise ValueError(f"unknown zero_std policy {zero_std!r}; choose 'zero', 'eps' or 'unscaled'")
+    if eps < 0:
+        raise ValueError(f"eps must be >= 0, got {eps}")
+
+
+def compute_ragged_advantages(rewards: Tensor, sizes: Tensor, *, baseline: str = "grpo",
+                              values: Tensor | None = None, scale: str = "none", ddof: int = 1, eps: float = 1e-6,
+                              zero_std: str = "zero") -> AdvantageResult:
+    """Advantages A = Z - C on ragged groups, optional std scaling, explicit zero-std handling (paper eq. (4),
+    Table 1, Algorithm 2; docs/math.md M1-M4, M37).
 
     ``grpo``: Z_i - Zbar^(-i) = G_b/(G_b-1) (Z_i - Zbar_b) (M2, with each prompt's own G_b);
     ``grpo_mean``: Z_i - Zbar_b; ``vanilla``: Z_i; ``oracle``: Z_i - V(x_b) with ``values`` (B,).
+    ``scale="std"`` divides prompt b's advantages by s_b + eps, s_b the std of its G_b rewards around their full
+    mean with divisor G_b - ``ddof``; an all-equal group (s_b = 0) gets what ``zero_std`` says: ``zero`` -> 0,
+    ``eps`` -> numerator / eps (TRL/verl), ``unscaled`` -> the unscaled advantage. All-equal groups are counted
+    whatever the scale. Std scaling is biased per prompt (docs/allocation.md A5).
 
     Parameters
     ----------
@@ -89,23 +194,21 @@ def ragged_advantages(rewards: Tensor, sizes: Tensor, *, baseline: str = "grpo",
     sizes : (B,) group sizes, sum = n
     baseline : ``vanilla``, ``grpo``, ``grpo_mean`` or ``oracle``
     values : (B,) V(x_b), required for ``oracle``
+    scale, ddof, eps, zero_std : as in :func:`ugrpo.stats.advantages.compute_advantages` (every G_b > ddof)
 
     Returns
     -------
-    (n,) tensor
+    AdvantageResult with flat (n,) advantages
 
     Examples
     --------
-    >>> ragged_advantages(torch.tensor([1.0, 0.0, 1.0, 0.0, 0.0]), torch.tensor([2, 3]))
-    tensor([ 1.0000, -1.0000,  1.0000, -0.5000, -0.5000])
+    >>> r = compute_ragged_advantages(torch.tensor([1.0, 0.0, 1.0, 1.0, 1.0]), torch.tensor([2, 3]), scale="std")
+    >>> r.advantages, r.n_zero_std
+    (tensor([ 1.4142, -1.4142,  0.0000,  0.0000,  0.0000]), 1)
     """
-    if baseline not in _MIN_GROUP:
-        raise ValueError(f"unknown baseline {baseline!r}; choose one of {sorted(_MIN_GROUP)}")
+    _check_options(baseline, scale, zero_std, eps)
     _check_rewards(rewards)
     sizes = _check_sizes(sizes, rewards.numel(), min_group=_MIN_GROUP[baseline])
-    if baseline == "vanilla":
-        return rewards.clone()
-    ids = segment_ids(sizes)
     if baseline == "oracle":
         if values is None:
             raise ValueError("baseline='oracle' needs values=V(x_b) of shape (B,)")
@@ -113,10 +216,38 @@ def ragged_advantages(rewards: Tensor, sizes: Tensor, *, baseline: str = "grpo",
         if values.shape != sizes.shape:
             raise ValueError(f"values must have shape ({sizes.numel()},), one V(x) per prompt; "
                              f"got {tuple(values.shape)}")
-        return rewards - values[ids]
-    g = sizes.to(rewards.dtype)
-    centred = rewards - (segment_sum(rewards, sizes) / g)[ids]
-    return centred * (g / (g - 1))[ids] if baseline == "grpo" else centred
+    if scale == "std":
+        if int(sizes.min()) - ddof < 1:
+            b = int((sizes - ddof < 1).nonzero()[0])
+            raise ValueError(f"std scaling with ddof={ddof} needs G_b > ddof for every prompt; prompt {b} has "
+                             f"G_b = {int(sizes[b])}")
+        if zero_std == "eps" and eps == 0:
+            raise ValueError("zero_std='eps' with eps=0 divides by zero on all-equal groups; set eps > 0")
+    return _advantages(rewards, sizes, _equal_size(sizes), baseline, values, scale, ddof, eps, zero_std)
+
+
+def ragged_advantages(rewards: Tensor, sizes: Tensor, *, baseline: str = "grpo", values: Tensor | None = None,
+                      scale: str = "none", ddof: int = 1, eps: float = 1e-6, zero_std: str = "zero") -> Tensor:
+    """The (n,) advantages of :func:`compute_ragged_advantages` (paper eq. (4), Table 1; docs/math.md M1-M4, M37).
+
+    Examples
+    --------
+    >>> ragged_advantages(torch.tensor([1.0, 0.0, 1.0, 0.0, 0.0]), torch.tensor([2, 3]))
+    tensor([ 1.0000, -1.0000,  1.0000, -0.5000, -0.5000])
+    """
+    return compute_ragged_advantages(rewards, sizes, baseline=baseline, values=values, scale=scale, ddof=ddof,
+                                     eps=eps, zero_std=zero_std).advantages
+
+
+def ragged_all_equal(rewards: Tensor, sizes: Tensor, *, atol: float = 0.0) -> Tensor:
+    """(B,) bool: the groups whose rewards are all equal (max - min <= atol); they have zero sample std.
+
+    >>> ragged_all_equal(torch.tensor([1.0, 1.0, 0.0, 1.0, 0.0]), torch.tensor([2, 3]))
+    tensor([ True, False])
+    """
+    _check_rewards(rewards)
+    sizes = _check_sizes(sizes, rewards.numel())
+    return _all_equal(rewards, sizes, _equal_size(sizes), atol)
 
 
 def _check_scores(scores: Tensor, n: int) -> None:
@@ -198,7 +329,7 @@ def ragged_t0(rewards: Tensor, scores: Tensor, sizes: Tensor) -> Tensor:
 def ragged_reward_spread(rewards: Tensor, sizes: Tensor) -> tuple[Tensor, Tensor]:
     """((B,) bool: the group's rewards are all equal, (B,) unbiased within-group variance; 0 for G_b = 1).
 
-    The ragged form of :func:`ugrpo.stats.advantages.zero_std_groups` (atol 0) and the per-group sample variance.
+    The all-equal test of :func:`ragged_all_equal` and the per-group sample variance.
 
     Examples
     --------
@@ -210,6 +341,4 @@ def ragged_reward_spread(rewards: Tensor, sizes: Tensor) -> tuple[Tensor, Tensor
     ids = segment_ids(sizes)
     mean = segment_sum(rewards, sizes) / sizes.to(rewards.dtype)
     ss = segment_sum((rewards - mean[ids]) ** 2, sizes)
-    lo = torch.full((sizes.numel(),), float("inf"), dtype=rewards.dtype).scatter_reduce(0, ids, rewards, "amin")
-    hi = torch.full((sizes.numel(),), -float("inf"), dtype=rewards.dtype).scatter_reduce(0, ids, rewards, "amax")
-    return lo == hi, ss / (sizes - 1).clamp_min(1).to(rewards.dtype)
+    return _all_equal(rewards, sizes, _equal_size(sizes)), ss / (sizes - 1).clamp_min(1).to(rewards.dtype)

@@ -1,4 +1,4 @@
-"""Prompt sets and verifiers: arithmetic (paper section 5.1), GSM8K, MATH, custom JSONL tasks.
+"""Prompt sets and verifiers: arithmetic (paper section 5.1), GSM8K, MATH, custom JSONL tasks, GSM-Symbolic.
 
 Public API::
 
@@ -21,6 +21,7 @@ from ugrpo.tasks.base import (
 )
 from ugrpo.tasks.custom import CustomTask
 from ugrpo.tasks.gsm8k import GSM8KTask
+from ugrpo.tasks.gsm_symbolic import GSMSymbolicTask
 from ugrpo.tasks.loading import BadRow, RowError
 from ugrpo.tasks.math_task import MathTask
 from ugrpo.tasks.registry import TASK_NAMES, get_task
@@ -34,6 +35,7 @@ __all__ = [
     "BadRow",
     "CustomTask",
     "GSM8KTask",
+    "GSMSymbolicTask",
     "MathTask",
     "OptionError",
     "RowError",

@@ -16,12 +16,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ugrpo.stats.advantages import compute_advantages
 from ugrpo.stats.allocation import allocate
 from ugrpo.stats.certificate import certificate
-from ugrpo.stats.ragged import ragged_advantages, ragged_reward_spread
+from ugrpo.stats.history import PromptHistory, check_unit_rewards
+from ugrpo.stats.ragged import compute_ragged_advantages, ragged_reward_spread
 from ugrpo.train.config import TrainConfig
-from ugrpo.train.history import PromptHistory, check_unit_rewards
 
 __all__ = ["Allocator", "row_weights", "step_advantages"]
 
@@ -39,18 +38,15 @@ def row_weights(sizes: Tensor, mean_size: int) -> Tensor:
 def step_advantages(cfg: TrainConfig, rollout, rewards: Tensor, values) -> tuple[Tensor, int]:
     """((N_local,) float32 advantages times the row weight Gbar/G_b, all-equal group count) (docs/allocation.md).
 
-    Equal groups take the dense path of :func:`compute_advantages` (every option, weight 1: the plain trainer);
-    ragged groups take :func:`ragged_advantages` (each prompt's own G_b in its LOO mean) times Gbar/G_b, so the
-    loss's usual 1/(B Gbar) sum is (1/B) sum_b (1/G_b) sum_g A_bg W_bg (M32-M33).
+    One path for equal and ragged groups: :func:`compute_ragged_advantages` with every option of the config (each
+    prompt's own G_b in its LOO mean and its std; equal groups reduce on the (B, G) view, so the plain trainer's
+    advantages are the dense ones bit for bit) times Gbar/G_b (1 for equal groups), so the loss's usual
+    1/(B Gbar) sum is (1/B) sum_b (1/G_b) sum_g A_bg W_bg (M32-M33).
     """
-    if not rollout.ragged:
-        adv = compute_advantages(rewards.view(-1, rollout.group_size), baseline=cfg.baseline, values=values,
-                                 scale=cfg.scale, ddof=cfg.ddof, eps=cfg.eps, zero_std=cfg.zero_std)
-        return adv.advantages.reshape(-1).float(), adv.n_zero_std  # row b*G+g
     sizes = rollout.group_sizes
-    adv = ragged_advantages(rewards, sizes, baseline=cfg.baseline, values=values)  # (N_local,)
-    zero, _ = ragged_reward_spread(rewards, sizes)
-    return (adv * row_weights(sizes, cfg.budget.group_size)).float(), int(zero.sum())
+    adv = compute_ragged_advantages(rewards, sizes, baseline=cfg.baseline, values=values, scale=cfg.scale,
+                                    ddof=cfg.ddof, eps=cfg.eps, zero_std=cfg.zero_std)  # (N_local,), row b*G+g
+    return (adv.advantages * row_weights(sizes, cfg.budget.group_size)).float(), adv.n_zero_std
 
 
 class Allocator:
@@ -64,6 +60,18 @@ class Allocator:
         self.history = PromptHistory(n_prompts)
         self.uses_scores = self.al.rule == "ustat"
         self.c1: tuple[float, float, float] | None = None  # the G* monitor's latest c1 (estimate, low, high)
+
+    def restore(self, ckpt) -> None:
+        """Replace the history by the one saved in checkpoint folder ``ckpt`` as ``history.json`` (checksummed;
+        ResumeError if absent, ValueError if it does not fit this run's prompts)."""
+        from ugrpo.errors import ResumeError
+        from ugrpo.train.checkpoint import read_extra
+
+        data = read_extra(ckpt, "history.json")
+        if data is None:
+            raise ResumeError(f"--resume: checkpoint {ckpt} has no history.json, but allocation.rule needs the "
+                              "per-prompt history; start a new run with a new --out")
+        self.history = PromptHistory.from_json(data, self.history.P, f"{ckpt}/history.json")
 
     @property
     def uniform(self) -> bool:

@@ -8,7 +8,7 @@ left by such a kill is removed by the next save). Contents:
   model under full fine-tuning, the adapter under LoRA)
 * ``optimizer.pt``, ``scheduler.pt``
 * ``rng-rank{r}.pt``      python, numpy and torch (and CUDA) RNG states of each process
-* ``history.json``        the per-prompt allocation history (:mod:`ugrpo.train.history`; runs with
+* ``history.json``        the per-prompt allocation history (:mod:`ugrpo.stats.history`; runs with
   ``allocation.rule`` other than uniform only), plain JSON
 * ``state.json``          ``{"step": K, "world_size": W, "sha256": {file: digest}}``, written last
 

@@ -3,7 +3,9 @@
 Both use the first ``eval.n_problems`` problems of ``task.eval_problems()``; processes split
 them and the sums are reduced. The pass@1 samples of problem i use the same seeds at every
 evaluation (common random numbers), so a change of ``eval_pass1`` between steps comes from
-the policy, not from fresh sampling noise.
+the policy, not from fresh sampling noise. The pass@1 samples go through the trainer's one "sample, then
+score" (:func:`ugrpo.train.rollout.sample_and_score`); greedy decoding is its own thing (argmax ``generate``, one
+completion per problem, no seeds and no Rollout).
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ugrpo.lm.sampling import sample_groups
 from ugrpo.tasks.base import Problem, score
+from ugrpo.train.config import TrainConfig
 from ugrpo.train.distributed import DistContext, reduce_sum, shard
+from ugrpo.train.rollout import sample_and_score
 
-__all__ = ["EvalResult", "evaluate", "greedy_completions", "eval_seed"]
+__all__ = ["EvalResult", "evaluate", "eval_metrics", "greedy_completions", "eval_seed"]
 
 
 @dataclass(frozen=True)
@@ -101,11 +104,9 @@ def evaluate(
         sums[3] += sc.n_unscorable
     if probs and pass1_samples > 0:
         k = pass1_samples
-        ro = sample_groups(
-            model, tokenizer, texts, k, seeds=[eval_seed(seed, i) for i in mine], temperature=temperature,
-            top_p=top_p, max_new_tokens=max_new_tokens, batch_size=batch_size,
-        )
-        sc = score(task, ro.texts, [p for p in probs for _ in range(k)])
+        sc = sample_and_score(model, tokenizer, task, probs, texts, k, [eval_seed(seed, i) for i in mine],
+                              temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
+                              batch_size=batch_size).score
         sums[1] += sum(sc.rewards)
         sums[2] += len(sc.rewards)
         sums[3] += sc.n_unscorable
@@ -117,3 +118,15 @@ def evaluate(
         n_problems=n,
         n_unscorable=int(bad),
     )
+
+
+def eval_metrics(cfg: TrainConfig, model, tokenizer, task, problems: Sequence[Problem], prompts: Sequence[str],
+                 ctx: DistContext) -> dict:
+    """The trainer's held-out evaluation (:func:`evaluate` with the run's settings) as metrics-row keys."""
+    ev = evaluate(
+        model, tokenizer, task, problems, prompts, greedy=cfg.eval.greedy, pass1_samples=cfg.eval.pass1_samples,
+        temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p, max_new_tokens=cfg.sampling.max_new_tokens,
+        batch_size=cfg.eval.batch_size, seed=cfg.seed, ctx=ctx,
+    )
+    return {"eval_accuracy": ev.accuracy, "eval_pass1": ev.pass1, "eval_n_unscorable": ev.n_unscorable,
+            "eval_n_problems": ev.n_problems}

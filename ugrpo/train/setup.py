@@ -1,19 +1,94 @@
-"""What the loop builds before step 1: prompt-length checks, optimizer, schedule, reference policy."""
+"""What the loop builds before step 1: policy, task, prompt-length checks, optimizer, schedule, reference policy."""
 
 from __future__ import annotations
 
 import copy
 import math
+import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 
+from ugrpo.lm.loading import LoraSettings, context_length, format_prompt, load_policy
 from ugrpo.lm.sampling import Rollout
 from ugrpo.tasks.base import Problem
+from ugrpo.tasks.registry import get_task
 from ugrpo.train.config import OptimConfig, TrainConfig
+from ugrpo.train.distributed import DistContext, broadcast_params
 from ugrpo.train.update import rollout_logprobs
 
-__all__ = ["check_prompt_lengths", "make_optimizer", "make_scheduler", "lr_factor", "Reference"]
+__all__ = ["RunObjects", "build_run", "check_prompt_lengths", "make_optimizer", "make_scheduler", "lr_factor",
+           "Reference"]
+
+
+@dataclass(frozen=True)
+class RunObjects:
+    """What a run trains with, built once before step 1 (:func:`build_run`)."""
+
+    model: torch.nn.Module
+    tokenizer: object
+    task: object
+    train_problems: list
+    train_prompts: list[str]
+    """the formatted prompt text of each train problem"""
+    eval_problems: list
+    eval_prompts: list[str]
+    skipped: int
+    """train problems dropped as too long (``task.long_prompts=skip``)"""
+    reference: Reference | None
+    """pi_ref of the KL term (``loss.kl_coef > 0``)"""
+    params: list
+    """the trainable parameters"""
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    loaded_at: float
+    """``time.time()`` once the model was loaded (a first-use tiny-model build is not training time)"""
+
+
+def build_run(cfg: TrainConfig, ctx: DistContext) -> RunObjects:
+    """Load the policy (same initial weights on every process), the task and its prompts (too-long train prompts
+    handled by ``task.long_prompts``, eval prompts must fit), the reference policy, the optimizer and schedule."""
+    device = _device(cfg, ctx)
+    lora = LoraSettings(cfg.model.lora_r, cfg.model.lora_alpha, cfg.model.lora_dropout,
+                        cfg.model.lora_targets) if cfg.model.lora_r else None
+    policy = load_policy(cfg.model.name, lora=lora, dtype=cfg.model.dtype, device=device, seed=cfg.seed)
+    loaded_at = time.time()
+    model, tok = policy.model, policy.tokenizer
+    broadcast_params(model, ctx)
+    task = get_task(cfg.task.name, **cfg.task.options)
+    fmt = lambda p: format_prompt(tok, p.prompt, chat=cfg.model.chat)  # noqa: E731
+    train_problems, skipped = check_prompt_lengths(
+        task.train_problems(), fmt, tok, context_length(model), cfg.sampling.max_new_tokens, cfg.task.long_prompts,
+        "train"
+    )
+    eval_problems: list = []
+    if cfg.eval.n_problems and (cfg.eval.greedy or cfg.eval.pass1_samples):
+        eval_problems, _ = check_prompt_lengths(
+            task.eval_problems()[: cfg.eval.n_problems], fmt, tok, context_length(model), cfg.sampling.max_new_tokens,
+            "error", "eval"
+        )
+    train_prompts = [fmt(p) for p in train_problems]
+    eval_prompts = [fmt(p) for p in eval_problems]
+    reference = Reference.build(cfg, model, device) if cfg.loss.kl_coef > 0 else None
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = make_optimizer(cfg.optim, params)
+    scheduler = make_scheduler(cfg.optim, optimizer, cfg.steps)
+    B = cfg.budget.prompts_per_step
+    if cfg.allocation.rule == "dynamic" and ctx.world_size > 1:
+        raise ValueError("allocation.rule=dynamic runs in one process only (several processes are not implemented); "
+                         "launch without torchrun or choose another allocation.rule")
+    if B < ctx.world_size:
+        raise ValueError(f"B = N/G = {B} prompts per step cannot be shared by {ctx.world_size} processes; raise N or "
+                         "lower G")
+    return RunObjects(model, tok, task, train_problems, train_prompts, eval_problems, eval_prompts, skipped,
+                      reference, params, optimizer, scheduler, loaded_at)
+
+
+def _device(cfg: TrainConfig, ctx: DistContext) -> torch.device:
+    if cfg.model.device != "auto":
+        return torch.device(cfg.model.device)
+    return torch.device(f"cuda:{ctx.local_rank}") if torch.cuda.is_available() else torch.device("cpu")
 
 
 def check_prompt_lengths(

@@ -1,4 +1,5 @@
-"""The trainer's per-step bookkeeping: the metrics row, the console line, metrics repair, non-finite guards.
+"""The trainer's per-step bookkeeping: the metrics row and its log, the console line, metrics repair, non-finite
+guards.
 
 Helpers of :mod:`ugrpo.train.loop`, kept apart so the loop reads top to bottom.
 """
@@ -6,6 +7,7 @@ Helpers of :mod:`ugrpo.train.loop`, kept apart so the loop reads top to bottom.
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -16,8 +18,8 @@ from ugrpo.runs import repair_metrics
 from ugrpo.train.distributed import gather_objects
 from ugrpo.train.monitor import console_column
 
-__all__ = ["step_metrics", "repair_run_metrics", "nonfinite_message", "check_finite_weights", "fmt_value",
-           "line", "tensorboard"]
+__all__ = ["step_metrics", "finish_row", "MetricsLog", "repair_run_metrics", "nonfinite_message",
+           "check_finite_weights", "fmt_value", "line", "tensorboard"]
 
 
 def step_metrics(step, rewards, n_groups, n_zero_std, sc, rollout, updates, lr, ctx) -> dict:
@@ -60,6 +62,43 @@ def step_metrics(step, rewards, n_groups, n_zero_std, sc, rollout, updates, lr, 
         "first_error": next((p["first_error"] for p in parts if p["first_error"]), None),
         "_tokens": float(lengths.sum()),
     }
+
+
+def finish_row(row: dict, *, alloc: dict, samples_cum: int, t0: float, t_sample: float, t_sketch: float | None,
+               oracle_samples: int, monitored: dict, n_nonfinite: int) -> dict:
+    """Complete a :func:`step_metrics` row in place, in metrics.jsonl's key order: the cumulative samples and the
+    allocation keys, the timings (``t0``: the step's start; ``t_sketch``: ``ustat``'s sketch seconds, else None),
+    the oracle's extra samples, the G* monitor's keys and the count of dropped non-finite updates."""
+    row.update(samples_cum=samples_cum, **alloc)
+    if t_sketch is not None:
+        row["s_alloc_sketch"] = t_sketch
+    row["s_per_step"] = time.time() - t0
+    row["s_sampling"] = t_sample
+    row["tokens_per_s"] = row.pop("_tokens") / max(row["s_per_step"], 1e-9)
+    row["oracle_samples"] = oracle_samples
+    row.update(monitored)
+    row["n_nonfinite_updates"] = n_nonfinite
+    return row
+
+
+class MetricsLog:
+    """Rank 0's metrics.jsonl rows and their numbers as TensorBoard scalars (when installed); other ranks: nothing."""
+
+    def __init__(self, run, out: Path) -> None:
+        self.run = run
+        self.writer = tensorboard(out) if run is not None else None
+
+    def __call__(self, row: dict) -> None:
+        if self.run is not None:
+            self.run.append_metrics(row)
+            if self.writer is not None:
+                for k, v in row.items():
+                    if isinstance(v, (int, float)) and k != "step":
+                        self.writer.add_scalar(k, v, row["step"])
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
 
 
 def repair_run_metrics(out: Path, start: int) -> None:

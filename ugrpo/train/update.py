@@ -27,7 +27,7 @@ from ugrpo.train.config import TrainConfig
 from ugrpo.train.distributed import DistContext, all_reduce_grads, reduce_sum
 from ugrpo.train.loss import policy_loss
 
-__all__ = ["UpdateStats", "rollout_logprobs", "global_denominator", "update_on_rows"]
+__all__ = ["UpdateStats", "rollout_logprobs", "global_denominator", "update_on_rows", "step_updates"]
 
 
 @dataclass(frozen=True)
@@ -167,3 +167,29 @@ def update_on_rows(
     tokens = max(tokens, 1.0)
     return UpdateStats(loss=loss, kl=kl, clip_frac=clipped / tokens, ratio_mean=ratio / tokens, grad_norm=grad_norm,
                        skipped=skipped)
+
+
+def step_updates(model, params: Sequence[torch.nn.Parameter], optimizer: torch.optim.Optimizer, rollout: Rollout,
+                 position: Tensor, advantages: Tensor, *, reference, cfg: TrainConfig,
+                 ctx: DistContext) -> list[UpdateStats]:
+    """The step's updates: one on the whole batch (Algorithm 1) or m on disjoint prompt minibatches with the token
+    ratio pi/pi_old (Algorithm 2, ``minibatches = m``).
+
+    ``position`` (B_local,) is each local group's place in [0, B) of the batch: minibatch j holds the groups at
+    positions [j B/m, (j+1) B/m). ``reference`` (a :class:`ugrpo.train.setup.Reference` or None) gives the KL
+    term's log-probs, taken like pi_old's before the first update.
+    """
+    mb, T = cfg.budget.micro_batch, cfg.sampling.temperature
+    logp_ref = reference.logprobs(model, rollout, T, mb) if reference else None
+    logp_old = rollout_logprobs(model, rollout, temperature=T, micro_batch=mb) if cfg.algorithm == 2 else None
+    updates = []
+    Bm = cfg.budget.prompts_per_step // cfg.minibatches
+    owner = position[rollout.prompt_index]  # (N_local,) place in the batch of each row's group
+    for j in range(cfg.minibatches):  # Algorithm 1: m = 1, the whole batch
+        mb_rows = torch.nonzero((owner >= j * Bm) & (owner < (j + 1) * Bm)).squeeze(1)
+        denom = global_denominator(cfg, rollout, mb_rows, Bm * cfg.budget.group_size, ctx)  # Bm * Gbar rows (seq_*)
+        updates.append(update_on_rows(
+            model, params, optimizer, rollout, mb_rows, advantages, logp_old=logp_old, logp_ref=logp_ref,
+            denominator=denom, cfg=cfg, ctx=ctx,
+        ))
+    return updates

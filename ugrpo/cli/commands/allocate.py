@@ -16,7 +16,9 @@ from ugrpo.experiments.common import command_line
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--env", required=True, help="env JSON written by `ugrpo make-env`, or builtin:demo")
     p.add_argument("--budget", type=int, required=True, help="N samples per step (the same for every rule)")
-    p.add_argument("--rules", default="uniform,vip,knapsack,ustat", help="comma-separated rules")
+    from ugrpo.stats.allocation import RULES
+
+    p.add_argument("--rules", default=",".join(RULES), help="comma-separated rules")
     p.add_argument("--seed", type=int, default=0, help="seed of the drawn batches and the simulated history")
     p.add_argument("--batches", type=int, default=2000, help="drawn prompt batches (samples table)")
     p.add_argument("--token-batches", type=int, default=100, help="drawn prompt batches (tokens table)")

@@ -34,8 +34,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--temperature", type=float, default=1.0, help="with --model: sampling temperature")
     p.add_argument("--max-new-tokens", type=int, default=8, help="with --model: completion length cap")
     p.add_argument("--chat", action="store_true", help="with --model: wrap prompts in the chat template")
+    from ugrpo.stats.allocation import RULES
+
     p.add_argument("--allocation", default=None, metavar="RULES", help="with --model: compare per-prompt allocation "
-                   "rules at equal samples N = B x G, comma-separated among uniform,vip,knapsack,ustat (one study per "
+                   f"rules at equal samples N = B x G, comma-separated among {','.join(RULES)} (one study per "
                    "G of --groups below --g-max; docs/lm-mse.md R8-R10)")
     p.add_argument("--g-min", type=int, default=2, help="with --allocation: smallest G_b")
     p.add_argument("--g-max", type=int, default=None, help="with --allocation: largest G_b (default and at most: "

@@ -84,9 +84,12 @@ def configure(p: argparse.ArgumentParser) -> None:
                    "steps)")
     p.add_argument("--out", required=True, help="run folder (resumed if it holds a sweep with the same settings)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    from ugrpo.stats.allocation import RULES
+    from ugrpo.train.config import ALLOCATION_RULES
+
     p.add_argument("--allocation", default=None, metavar="RULE[,RULE...]", help="per-prompt G_b rules at equal N. "
-                   "With --env: uniform,vip,knapsack,ustat, exact gap vs samples per rule (docs/math.md M44); with "
-                   "--config: uniform,vip,knapsack,ustat,dynamic, one training run per (N, G, rule, seed) with "
+                   f"With --env: {','.join(RULES)}, exact gap vs samples per rule (docs/math.md M44); with "
+                   f"--config: {','.join(ALLOCATION_RULES)}, one training run per (N, G, rule, seed) with "
                    "allocation.rule set, held-out accuracy vs samples spent (docs/lm-sweep.md)")
     moments = {"history": "false", "exact": "true"}[alloc("moments")]
     p.add_argument("--allocation-moments", default=None, help="with --allocation: true = exact per-prompt "

@@ -25,6 +25,7 @@ import torch
 from ugrpo.experiments.plan.pilot_io import MIN_PILOT_GROUP, Pilot
 from ugrpo.runs import RunDir, to_jsonable
 from ugrpo.stats.budget import check_divides
+from ugrpo.stats.exact_mse import uniform_mse
 from ugrpo.stats.intervals import ESTIMATE_KEYS
 
 __all__ = ["PlanConfig", "plan_experiment", "sample_pilot", "exact_planner", "run_plan"]
@@ -162,7 +163,7 @@ def _bootstrap_band(replicates: torch.Tensor, N: int, groups: Sequence[int]) -> 
         return [(None, None)] * len(groups)
     out = []
     for G in groups:
-        vals = reps[:, 0] * G / N + reps[:, 1] / N + reps[:, 2] / (N * (G - 1))
+        vals = uniform_mse(reps[:, 0], reps[:, 1], reps[:, 2], N, G)
         q = torch.quantile(vals, torch.tensor([0.025, 0.975], dtype=vals.dtype))
         out.append((float(q[0]), float(q[1])))
     return out

@@ -5,7 +5,7 @@ with a Student-t 95% interval cut at 0, the best G per (N, checkpoint) and the p
 c2, c3 at theta0). The paper measures an LLM's test accuracy; here the exact gap, so the only noise is over seeds.
 
 Rules axis (``--allocation RULE[,RULE...]``, :class:`AllocSweepConfig`): per-prompt group sizes at equal budget.
-For each rule and seed, :func:`ugrpo.envs.sgd_alloc.run_algorithm1_alloc` trains from theta0 with the same N
+For each rule and seed, :func:`ugrpo.envs.algorithm1.run_algorithm1_alloc` trains from theta0 with the same N
 samples per step, the same B prompts per step, steps, lr and schedule; the exact gap J* - J(theta) is recorded
 at the checkpoints (samples spent = checkpoint * N). ``uniform`` gives every prompt G_u: the --groups value
 when one is given, otherwise the G among --groups (dividing N) with the smallest exact MSE M11 at theta0; the
@@ -30,6 +30,7 @@ from tqdm.auto import tqdm
 from ugrpo.experiments.sweep import DEFAULT_GROUPS, DEFAULT_SEEDS, check_checkpoints, default_checkpoints
 from ugrpo.runs import RunDir
 from ugrpo.stats.budget import check_divides
+from ugrpo.stats.exact_mse import uniform_mse
 from ugrpo.stats.intervals import t_interval, welch_half_width
 
 __all__ = ["AllocSweepConfig", "uniform_group", "run_alloc_sweep", "aggregate_alloc", "samples_to_reach",
@@ -93,7 +94,7 @@ def run_sweep(env, cfg: SweepConfig, run: RunDir, *, progress: bool = True) -> l
     The missing seeds of one (N, G) run together through ``run_algorithm1_batch`` (its row s
     equals ``run_algorithm1(seed=s)``); a row per seed is appended when the cell finishes.
     """
-    from ugrpo.envs.sgd import run_algorithm1_batch
+    from ugrpo.envs.algorithm1 import run_algorithm1_batch
 
     seeds = range(cfg.seed, cfg.seed + cfg.seeds)
     done = {(r["budget"], r["G"], r["seed"]): r for r in run.metrics() if "budget" in r}
@@ -223,7 +224,7 @@ class AllocSweepConfig:
     shrink: float = 4.0
 
     def __post_init__(self) -> None:
-        from ugrpo.envs.sgd_alloc import MOMENTS
+        from ugrpo.envs.algorithm1 import MOMENTS
         from ugrpo.stats.allocation import RULES
 
         bad = [r for r in self.rules if r not in RULES]
@@ -254,7 +255,7 @@ def uniform_group(env, cfg: AllocSweepConfig) -> tuple[int, int]:
         G = cands[0]
     else:
         pm = env.exact(env.theta0, sigma=False).policy_moments
-        G = min(cands, key=lambda G: (pm.c1 + pm.c2 / G + pm.c3 / (G * (G - 1))) * G / N)
+        G = min(cands, key=lambda G: uniform_mse(pm.c1, pm.c2, pm.c3, N, G))
     B = N // G
     if N < B * cfg.g_min:
         raise ValueError(f"budget N = {N} is below B * g_min = {B} * {cfg.g_min} (B = N / G_u, G_u = {G}); "
@@ -267,7 +268,7 @@ def uniform_group(env, cfg: AllocSweepConfig) -> tuple[int, int]:
 
 def run_alloc_sweep(env, cfg: AllocSweepConfig, run: RunDir, *, progress: bool = True) -> tuple[list[dict], int]:
     """Every missing (rule, seed); returns (all per-run rows in rule/seed order, B)."""
-    from ugrpo.envs.sgd_alloc import HistoryPrior, run_algorithm1_alloc
+    from ugrpo.envs.algorithm1 import HistoryPrior, run_algorithm1_alloc
 
     G_u, B = uniform_group(env, cfg)
     seeds = range(cfg.seed, cfg.seed + cfg.seeds)

@@ -31,14 +31,16 @@ from typing import Any
 import numpy as np
 
 from ugrpo.experiments.sweep.env import samples_to_reach
+from ugrpo.stats.allocation import RULES
 from ugrpo.stats.intervals import TOO_SMALL, t_interval
+from ugrpo.train.config import ALLOCATION_RULES
 
 __all__ = ["LM_RULES", "FALLBACK", "GOAL_RATIO", "check_rules", "eval_points", "curve", "first_reach",
            "reach_ratio", "bootstrap_ratio", "compare_rules", "allocation_section"]
 
-LM_RULES = ("uniform", "vip", "knapsack", "ustat", "dynamic")
+LM_RULES = ALLOCATION_RULES
 """rules of ``ugrpo train --allocation.rule`` (docs/math.md M33-M36; ``dynamic`` is DAPO's resample-until-full)"""
-FIXED_SPEND = ("uniform", "vip", "knapsack", "ustat")
+FIXED_SPEND = RULES
 """rules that spend exactly N samples every step (so ``step * N`` is their samples spent)"""
 FALLBACK = "step x N"
 """``samples_source`` of a run whose metrics.jsonl has no ``samples_cum`` (a trainer before per-step sample counts)"""

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ugrpo.stats.allocation import RULES
 from ugrpo.stats.budget import check_divides
 from ugrpo.stats.estimators import ESTIMATORS, GROUP_BASELINES, EstimatorName
 
@@ -37,8 +38,9 @@ __all__ = [
     "TrainConfig",
 ]
 
-ALLOCATION_RULES: tuple[str, ...] = ("uniform", "vip", "knapsack", "ustat", "dynamic")
-"""``allocation.rule`` choices (docs/allocation.md); ``uniform`` is the plain trainer, one G for every prompt"""
+ALLOCATION_RULES: tuple[str, ...] = RULES + ("dynamic",)
+"""``allocation.rule`` choices (docs/allocation.md): the rules of :data:`ugrpo.stats.allocation.RULES` (``uniform`` is
+the plain trainer, one G for every prompt) and DAPO's ``dynamic``"""
 UNBIASED_RAGGED_BASELINES: tuple[str, ...] = ("grpo", "vanilla", "oracle")
 """baselines whose per-prompt estimate stays unbiased for g(x) whatever G_b is (docs/allocation.md)"""
 
@@ -390,9 +392,10 @@ class TrainConfig:
             raise ValueError(f"{where} needs a baseline whose per-prompt estimate is unbiased for any G_b: one of "
                              f"{list(UNBIASED_RAGGED_BASELINES)}; got baseline={self.baseline} (the full group mean "
                              "scales prompt b's gradient by (G_b - 1)/G_b, which then differs between prompts)")
-        if self.scale != "none":
-            raise ValueError(f"{where} supports scale=none only (std scaling with ragged groups is not "
-                             "implemented); set --scale none or --allocation.rule uniform")
+        if self.scale == "std" and g_min - self.ddof < 1:
+            raise ValueError(f"{where} with scale=std and ddof={self.ddof} needs allocation.g_min > {self.ddof} "
+                             f"(each prompt's std divides by G_b - ddof); got g_min={g_min}: raise "
+                             "--allocation.g-min or lower --ddof")
         if self.monitor_every and g_min < 4:
             raise ValueError(f"{where} with the G* monitor (monitor_every={self.monitor_every}) needs allocation.g_min "
                              f">= 4 (the monitor reads the first g_min samples of every prompt, and the c2/c3 "

@@ -1,6 +1,8 @@
-"""Per-prompt history of a training run: what an allocation rule knows before a step (docs/allocation.md, M38).
+"""Per-prompt history: what an allocation rule knows before a step (docs/allocation.md, docs/math.md M38, M45).
 
-For each of the P train prompts, sums over its earlier visits (numpy float64 arrays of shape (P,)):
+One :class:`PromptHistory` serves the trainer (:mod:`ugrpo.train.alloc`, saved in checkpoints), the synthetic
+Algorithm 1 runs (:mod:`ugrpo.envs.algorithm1`, one per seed) and the simulated history of ``ugrpo allocate``.
+For each of the P prompts, sums over its earlier visits (numpy float64 arrays of shape (P,)):
 
 * ``visits``      groups drawn for it
 * ``samples``     samples drawn for it (n_x)
@@ -10,9 +12,11 @@ For each of the P train prompts, sums over its earlier visits (numpy float64 arr
   step's score sketch; ``vip``/``knapsack`` measure no scores, so these stay 0)
 * ``t0_sum``      sum over visits of the unbiased per-visit estimate of ||g(x)||^2 (M14, from the sketch)
 
-:func:`ugrpo.stats.allocation.history_stats` turns them into the Beta posterior on p and shrunk score moments.
-Every process updates the history with the GLOBAL rewards of a step, so all compute the same allocation. The
-history is saved in every checkpoint as JSON (``history.json``) and restored on ``--resume``.
+:func:`history_stats` turns them into the Beta posterior on p and shrunk score moments (M38; the Bernoulli
+polynomials :func:`bernoulli_stats`, the Beta moments :func:`beta_moments`), :meth:`PromptHistory.posterior` into
+the certificate's empirical-Bayes posterior (M45). In the trainer every process updates the history with the GLOBAL
+rewards of a step, so all compute the same allocation; it is saved in every checkpoint as JSON (``history.json``,
+:meth:`PromptHistory.to_json`) and restored on ``--resume`` (:meth:`ugrpo.train.alloc.Allocator.restore`).
 """
 
 from __future__ import annotations
@@ -20,13 +24,14 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ugrpo.stats.allocation import PromptStats, beta_moments, history_stats
+from ugrpo.stats.allocation import PromptStats
 from ugrpo.stats.certificate import HistoryPosterior, fit_beta_prior, history_posterior
 from ugrpo.stats.ragged import ragged_t0, segment_sum
 
-__all__ = ["PromptHistory", "check_unit_rewards"]
+__all__ = ["FIELDS", "PromptHistory", "check_unit_rewards", "history_stats", "bernoulli_stats", "beta_moments"]
 
 FIELDS: tuple[str, ...] = ("visits", "samples", "successes", "w2_success", "w2_failure", "t0_sum")
+"""the sums :func:`history_stats` reads, in its argument order"""
 # second-moment sums for the certificate's posterior (stats/certificate.py, M45): sums of z ||W||^4,
 # (1 - z) ||W||^4 and of the squared per-visit T0; absent from older history.json files (then they would cover
 # only the steps after the resume, so the certificate holds m_z and ||g||^2 fixed for the rest of that run)
@@ -110,20 +115,9 @@ class PromptHistory:
         return {"n_prompts": self.P, "second_moments": self.second, **{k: v.tolist() for k, v in self.sums.items()}}
 
     @classmethod
-    def from_checkpoint(cls, ckpt, n_prompts: int) -> PromptHistory:
-        """The history saved in checkpoint folder ``ckpt`` as ``history.json`` (checksummed; ResumeError if absent)."""
-        from ugrpo.errors import ResumeError
-        from ugrpo.train.checkpoint import read_extra
-
-        data = read_extra(ckpt, "history.json")
-        if data is None:
-            raise ResumeError(f"--resume: checkpoint {ckpt} has no history.json, but allocation.rule needs the "
-                              "per-prompt history; start a new run with a new --out")
-        return cls.from_json(data, n_prompts, f"{ckpt}/history.json")
-
-    @classmethod
     def from_json(cls, data: dict, n_prompts: int, where: str) -> PromptHistory:
-        """The inverse of :meth:`to_json`; a ValueError naming ``where`` if it does not fit ``n_prompts``."""
+        """The inverse of :meth:`to_json`; a ValueError naming ``where`` if it does not fit ``n_prompts`` (the file
+        is read by the trainer, :meth:`ugrpo.train.alloc.Allocator.restore`)."""
         saved = data.get("n_prompts") if isinstance(data, dict) else None
         if saved != n_prompts:
             raise ValueError(f"{where}: the allocation history is for {saved} train prompts but this run has "
@@ -138,3 +132,79 @@ class PromptHistory:
                 raise ValueError(f"{where}: field {k!r} of the allocation history is not {n_prompts} finite numbers")
             h.sums[k] = v
         return h
+
+
+def bernoulli_stats(p_moments: tuple[np.ndarray, np.ndarray, np.ndarray], m1: np.ndarray, m0: np.ndarray,
+                    g2: np.ndarray) -> PromptStats:
+    """Per-prompt (p, c2, c3) for Bernoulli rewards from E p^k (k = 1, 2, 3) and E[||W||^2 | Z = z] (M38).
+
+    With m_z = E[||W||^2 | Z = z]: E||W (Z - p)||^2 = p(1-p)^2 m1 + (1-p) p^2 m0 and
+    E||W||^2 Var(Z) = (p m1 + (1-p) m0) p(1-p); both are polynomials in p, so their posterior means need only
+    E p, E p^2, E p^3. c2 = E||W(Z-p)||^2 - ||g||^2 (clipped at 0), c3 = E||W||^2 Var(Z) + ||g||^2.
+    """
+    e1, e2, e3 = p_moments
+    e_w2v2 = m1 * (e1 - 2 * e2 + e3) + m0 * (e2 - e3)
+    m2_var = m1 * (e2 - e3) + m0 * (e1 - 2 * e2 + e3)
+    return PromptStats(value=e1, c2=np.clip(e_w2v2 - g2, 0.0, None), c3=m2_var + g2, g_norm2=g2)
+
+
+def history_stats(visits: np.ndarray, samples: np.ndarray, successes: np.ndarray, w2_success: np.ndarray,
+                  w2_failure: np.ndarray, t0_sum: np.ndarray, *, prior_a: float = 1.0, prior_b: float = 1.0,
+                  shrink: float = 4.0) -> PromptStats:
+    """Per-prompt moments predicted from earlier visits (docs/math.md M38); every argument is (P,).
+
+    Parameters
+    ----------
+    visits : visits of each prompt (groups drawn for it)
+    samples : samples drawn for it over all visits (n_x)
+    successes : rewards summed over those samples (s_x; Bernoulli rewards)
+    w2_success, w2_failure : sums of ||W||^2 over its samples with Z = 1 and with Z = 0
+    t0_sum : sum over its visits of the unbiased per-visit estimate of ||g(x)||^2 (M14)
+    prior_a, prior_b : the Beta prior on p (posterior Beta(a + s_x, b + n_x - s_x))
+    shrink : pseudo-count kappa pulling m_z and ||g(x)||^2 toward the pooled values of all prompts (with no
+        samples of reward z anywhere, m_z is pooled over both rewards; with no history at all it is 1, so every
+        prompt gets the same positive c2, c3 and the allocation is as even as the budget allows)
+
+    Returns
+    -------
+    PromptStats with the posterior means of p, c2(x), c3(x) and the shrunk ||g(x)||^2.
+
+    Examples
+    --------
+    >>> z = np.zeros(2)
+    >>> st = history_stats(z, z, z, z, z, z)  # no history: the prior, E p(1-p) = 1/6 > 0
+    >>> st.value.tolist(), bool(st.c2[0] == st.c2[1] > 0)
+    ([0.5, 0.5], True)
+    """
+    if min(prior_a, prior_b) <= 0 or shrink < 0:
+        raise ValueError(f"the Beta prior needs a, b > 0 and shrink >= 0; got {prior_a}, {prior_b}, {shrink}")
+    k1 = np.asarray(successes, dtype=np.float64)
+    k0 = np.asarray(samples, dtype=np.float64) - k1
+    s1, s0, t0s = (np.asarray(v, dtype=np.float64) for v in (w2_success, w2_failure, t0_sum))
+    visits = np.asarray(visits, dtype=np.float64)
+    n_all = k1.sum() + k0.sum()
+    pool = (s1.sum() + s0.sum()) / n_all if n_all > 0 else 1.0  # no history at all: any common scale
+    pool1 = s1.sum() / k1.sum() if k1.sum() > 0 else pool
+    pool0 = s0.sum() / k0.sum() if k0.sum() > 0 else pool
+    pool_g = max(t0s.sum() / max(visits.sum(), 1.0), 0.0)
+    kap = shrink
+    if kap > 0:
+        m1, m0 = (s1 + kap * pool1) / (k1 + kap), (s0 + kap * pool0) / (k0 + kap)
+        g2 = (t0s + kap * pool_g) / (visits + kap)
+    else:
+        m1 = np.where(k1 > 0, s1 / np.maximum(k1, 1), pool1)
+        m0 = np.where(k0 > 0, s0 / np.maximum(k0, 1), pool0)
+        g2 = np.where(visits > 0, t0s / np.maximum(visits, 1), pool_g)
+    return bernoulli_stats(beta_moments(prior_a + k1, prior_b + k0), m1, m0, np.clip(g2, 0.0, None))
+
+
+def beta_moments(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(E p, E p^2, E p^3) of Beta(a, b); E p(1-p) = E p - E p^2 (M38).
+
+    >>> [float(m[0]) for m in beta_moments(np.array([1.0]), np.array([1.0]))]  # uniform: 1/2, 1/3, 1/4
+    [0.5, 0.3333333333333333, 0.25]
+    """
+    e1 = a / (a + b)
+    e2 = e1 * (a + 1) / (a + b + 1)
+    e3 = e2 * (a + 2) / (a + b + 2)
+    return e1, e2, e3

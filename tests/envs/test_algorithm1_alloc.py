@@ -1,17 +1,15 @@
-"""Algorithm 1 with per-prompt G_b (ugrpo.envs.sgd_alloc, docs/math.md M32, M44): equal G_b = the dense run,
+"""Algorithm 1 with per-prompt G_b (ugrpo.envs.algorithm1, docs/math.md M32, M44): equal G_b = the dense run,
 the ragged step gradient = the dense one on the same samples, unbiasedness (exact enumeration and seeded Monte
-Carlo), the history sums, and bad settings."""
+Carlo), and bad settings (the history sums: tests/stats/test_history.py)."""
 
 import itertools
 
-import numpy as np
 import pytest
 import torch
 
 from ugrpo.envs import builtin_env, random_env, run_algorithm1_batch
-from ugrpo.envs.sgd_alloc import HistoryPrior, PromptHistory, ragged_step_gradient, run_algorithm1_alloc, sample_ragged
+from ugrpo.envs.algorithm1 import ragged_step_gradient, run_algorithm1_alloc, sample_ragged
 from ugrpo.stats.advantages import compute_advantages
-from ugrpo.stats.allocation import history_stats
 from ugrpo.stats.estimator import prompt_gradients
 
 
@@ -102,31 +100,6 @@ def test_one_full_step_is_unbiased_for_the_exact_gradient(rule, moments):
     se = ghat.std(0) / S**0.5
     assert ((ghat.mean(0) - g).abs() <= 4 * se + 1e-12).all()
     assert res.mean_max_G.max() > 3  # the rule did not hand out a uniform G = 3
-
-
-def test_history_sums_match_a_hand_count():
-    env = _tiny_env()
-    W = env.score_table()
-    h = PromptHistory(S=1, P=2)
-    prompts, sizes = torch.tensor([[1, 0, 1]]), torch.tensor([[2, 3, 2]])
-    acts = [(1, 1.0), (0, 0.0), (0, 1.0), (1, 1.0), (1, 0.0), (0, 1.0), (0, 1.0)]
-    owner = [1, 1, 0, 0, 0, 1, 1]
-    rewards = torch.tensor([z for _, z in acts], dtype=torch.float64)
-    scores = torch.stack([W[x, a] for x, (a, _) in zip(owner, acts)])
-    h.update(prompts, sizes, rewards, scores)
-    w2 = (scores**2).sum(1)
-    assert h.sums["visits"].tolist() == [1.0, 2.0]
-    assert h.sums["samples"].tolist() == [3.0, 4.0]
-    assert h.sums["successes"].tolist() == [2.0, 3.0]
-    torch.testing.assert_close(h.sums["w2_success"], torch.stack([w2[2] + w2[3], w2[0] + w2[5] + w2[6]]))
-    # per visit, T0 = (||sum z W||^2 - sum z^2 ||W||^2) / (G (G-1)) (M14)
-    t_first = ((scores[0] * 1).pow(2).sum() - w2[0]) / 2
-    t_last = ((scores[5] + scores[6]).pow(2).sum() - w2[5] - w2[6]) / 2
-    torch.testing.assert_close(h.sums["t0_sum"][1], t_first + t_last)
-    st = h.stats(0, HistoryPrior())
-    assert st.value.tolist() == pytest.approx([(1 + 2) / (2 + 3), (1 + 3) / (2 + 4)])
-    empty = history_stats(*(np.zeros(2) for _ in range(6)))
-    assert empty.c2[0] == empty.c2[1] > 0 and empty.c3[0] == empty.c3[1] > 0  # no history: even, not starved
 
 
 @pytest.mark.parametrize("kwargs,match", [
