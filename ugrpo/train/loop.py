@@ -39,6 +39,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ugrpo.errors import NonFiniteError, ResumeError
+from ugrpo.fileio import naming
 from ugrpo.lm.loading import LoraSettings, context_length, format_prompt, load_policy
 from ugrpo.lm.sampling import sample_groups
 from ugrpo.runlock import claim, release
@@ -356,8 +357,9 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, *, resume: bool, on_st
     check_finite_weights(params, cfg.steps, out)
     if run is not None:
         run.write_results(result)
-        model.save_pretrained(out / "final_model", safe_serialization=True)
-        tok.save_pretrained(out / "final_model")
+        with naming(out / "final_model"):  # a full disk under transformers' writers names the folder
+            model.save_pretrained(out / "final_model", safe_serialization=True)
+            tok.save_pretrained(out / "final_model")
         follow_umask(out / "final_model")
         from ugrpo.report.train_report import write_report
 
