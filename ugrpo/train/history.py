@@ -17,6 +17,8 @@ history is saved in every checkpoint as JSON (``history.json``) and restored on 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import torch
 
@@ -114,11 +116,13 @@ class PromptHistory:
         """The history saved in checkpoint folder ``ckpt`` as ``history.json`` (checksummed; ResumeError if absent)."""
         from ugrpo.errors import ResumeError
         from ugrpo.train.checkpoint import read_extra
+        from ugrpo.train.resume import check_history_json
 
         data = read_extra(ckpt, "history.json")
         if data is None:
             raise ResumeError(f"--resume: checkpoint {ckpt} has no history.json, but allocation.rule needs the "
                               "per-prompt history; start a new run with a new --out")
+        check_history_json(data, n_prompts, Path(ckpt) / "history.json", FIELDS, SECOND)  # names file, field, fix
         return cls.from_json(data, n_prompts, f"{ckpt}/history.json")
 
     @classmethod
