@@ -62,11 +62,18 @@ def _read_object(path: Path) -> dict | None:
 
 
 def finished_results(folder: str | os.PathLike) -> dict | None:
-    """``results.json`` of a run that finished (its report written, no :data:`UNFINISHED` marker), else None."""
+    """``results.json`` of a run that finished (its report written, no :data:`UNFINISHED` marker), else None.
+
+    A damaged ``results.json`` (not JSON, not an object) is no finished run either: the run is done again and the
+    file rewritten, as for a run that stopped part way.
+    """
     folder = Path(folder)
     if is_unfinished(folder):
         return None
-    return _read_object(folder / "results.json")
+    try:
+        return _read_object(folder / "results.json")
+    except RunFolderError:
+        return None
 
 
 def read_jsonl(path: str | os.PathLike) -> Iterator[dict]:

@@ -339,15 +339,20 @@ READERS = [  # every "is this run done?" check sees no result in a folder marked
 ]
 
 
+@pytest.mark.parametrize("damaged", [False, True], ids=["unfinished", "damaged-results"])
 @pytest.mark.parametrize(("read", "expected"), READERS)
-def test_issue24_item2_a_folder_marked_unfinished_is_not_done_for_any_reader(tmp_path, read, expected):
-    folder = _stopped_part_way(tmp_path / "run")
-    assert (folder / "UNFINISHED").exists() and (folder / "results.json").exists()
-    assert read(folder) == expected
+def test_issue24_item2_a_folder_marked_unfinished_is_not_done_for_any_reader(tmp_path, read, expected, damaged):
     from ugrpo.runs import RunDir
 
-    RunDir(folder).write_report("# done\n")  # the report, the last file: finished
-    assert not (folder / "UNFINISHED").exists() and read(folder) not in (None, "restart")
+    folder = _stopped_part_way(tmp_path / "run")
+    assert (folder / "UNFINISHED").exists() and (folder / "results.json").exists()
+    if damaged:  # finished, but results.json torn afterwards: not a finished run either (done again)
+        RunDir(folder).write_report("# done\n")
+        (folder / "results.json").write_text('{"steps": 4, "ro')
+    assert read(folder) == expected
+    if not damaged:
+        RunDir(folder).write_report("# done\n")  # the report, the last file: finished
+        assert not (folder / "UNFINISHED").exists() and read(folder) not in (None, "restart")
 
 
 def _train_with_config(text: str):

@@ -139,10 +139,7 @@ def hashed_config(cfg) -> dict:
 def finished_result(out: Path, steps: int) -> dict | None:
     """``results.json`` of a run in ``out`` that finished (:func:`ugrpo.runs.finished_results`) after ``steps``
     steps, else None; its ``out_dir`` is ``out`` (a run folder copied elsewhere reports where it is now)."""
-    try:
-        res = finished_results(out)
-    except ValueError:  # a damaged results.json: the run is finished again from its last checkpoint
-        return None
+    res = finished_results(out)  # None for a damaged results.json too: finished again from the last checkpoint
     if res is None or res.get("steps") != steps:
         return None
     return {**res, "out_dir": str(out)}
