@@ -207,7 +207,7 @@ def _fig4(cfg: ReproduceConfig, plan: ScalePlan, out: Path, progress: bool, log:
     done = {}
     for label, model in plan.fig4_models:
         rd = RunDir(out / "fig4" / label)
-        if rd.read_results() is not None:
+        if rd.finished_results() is not None:
             log(f"fig4/{label}: finished earlier, skipped")
             done[label] = "skipped"
             continue
@@ -248,7 +248,7 @@ def _thm8(cfg: ReproduceConfig, plan: ScalePlan, out: Path, progress: bool) -> s
     from ugrpo.report.gap_report import write_gap_outputs
 
     rd = RunDir(out / "thm8")
-    if rd.read_results() is not None:
+    if rd.finished_results() is not None:
         return "skipped"
     gc = GapConfig(seed=cfg.seed, **plan.thm8)
     rd.write_config({**asdict(gc), "checkpoints": gc.checkpoints, "command": "gap", "part": "reproduce thm8"})
@@ -260,10 +260,9 @@ def _thm8(cfg: ReproduceConfig, plan: ScalePlan, out: Path, progress: bool) -> s
 
 def _read(folder: Path) -> dict | None:
     """A part's results.json, or None when it has not finished (no folder is created)."""
-    import json
+    from ugrpo.runs import finished_results
 
-    p = folder / "results.json"
-    return json.loads(p.read_text()) if p.is_file() else None
+    return finished_results(folder)
 
 
 def run_reproduce(cfg: ReproduceConfig, *, progress: bool = True, log: Callable[[str], None] = print) -> dict:

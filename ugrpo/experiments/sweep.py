@@ -127,7 +127,7 @@ def sweep_experiment(cfg: SweepConfig, out: str, *, argv: Sequence[str] | None =
 
     env = resolve_env(cfg.env)
     rd = RunDir(out)
-    check_resume(rd.read_config(), cfg, out)
+    check_resume(rd.read_config("sweep"), cfg, out)  # a folder of another command is refused as such
     rd.write_config({**asdict(cfg), "command": "sweep", "argv": None if argv is None else list(argv)})
     try:
         runs = run_sweep(env, cfg, rd, progress=progress)

@@ -187,7 +187,7 @@ def sweep_allocation(env, cfg: AllocSweepConfig, out: str, argv: Sequence[str] |
     from ugrpo.report.alloc_sweep_report import write_alloc_sweep_outputs
 
     rd = RunDir(out)
-    old = rd.read_config()
+    old = rd.read_config("sweep")  # a folder of another command is refused as such
     new = json.loads(json.dumps({**asdict(cfg), "command": "sweep", "mode": "allocation"}))  # tuples as lists
     if old is not None:
         keys = [k for k in new if k not in ("seeds", "rules") and old.get(k) != new[k]]

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ugrpo.report.markdown import count, fmt
-from ugrpo.runs import RunDir, atomic_write_text
+from ugrpo.runs import RunDir
 
 __all__ = ["write_report", "html_table", "inline_png"]
 
@@ -164,5 +164,4 @@ def write_report(root: RunDir, results: dict, parts: dict, paper_table2: Mapping
     h += _fig4(out, summ) + _fig5(out, parts) + _table2(out, parts, paper_table2) + _thm8(out, summ, parts)
     secs = {k: round(v, 1) for k, v in results["seconds"].items()}
     h.append(f"<p>Seconds per part this call: {html.escape(str(secs))}</p></body></html>")
-    atomic_write_text(root.file("report.html"), "\n".join(h) + "\n")
-    return root.file("report.html")
+    return root.write_report("\n".join(h) + "\n", name="report.html")  # the last file: the folder is finished

@@ -43,6 +43,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ugrpo.errors import NonFiniteError, ResumeError
+from ugrpo.fileio import naming
 from ugrpo.runlock import claim, release
 from ugrpo.runs import RunDir, follow_umask, read_jsonl
 from ugrpo.train.alloc import Allocator, step_advantages
@@ -286,8 +287,9 @@ def _observe(allocator: Allocator, batch: StepRollout, sizes: np.ndarray, sketch
 def _write_final(run: RunDir, result: TrainResult, s: RunObjects, log: MetricsLog) -> None:
     """Rank 0 at the end: results.json, the final model with its tokenizer, report.md; the metrics log closed."""
     run.write_results(result)
-    s.model.save_pretrained(run.path / "final_model", safe_serialization=True)
-    s.tokenizer.save_pretrained(run.path / "final_model")
+    with naming(run.path / "final_model"):  # a full disk under transformers' writers names the folder
+        s.model.save_pretrained(run.path / "final_model", safe_serialization=True)
+        s.tokenizer.save_pretrained(run.path / "final_model")
     follow_umask(run.path / "final_model")
     from ugrpo.report.train_report import write_report
 
