@@ -3,7 +3,8 @@
 A resume continues the same optimisation: every field that changes what a step computes must
 equal the saved ``config.json``. Only the fields in :data:`RESUMABLE` may differ (how long to run,
 how often to evaluate, log and checkpoint); ``steps`` may change only under a constant lr schedule
-(a decaying schedule is a function of ``steps``) and never below the checkpoint's step.
+(a decaying schedule is a function of ``steps``) and never below the checkpoint's step. A field added to the schema
+after the run started (absent from its ``config.json``) is no change while it keeps its default.
 """
 
 from __future__ import annotations
@@ -43,9 +44,13 @@ def check_resume_config(saved: dict | None, cfg, out: Path) -> None:
     if saved is None:
         return
     new = to_jsonable(asdict(cfg))
+    newer = {k for k, _ in _leaves(new)} - {k for k, _ in _leaves(to_jsonable(saved))}  # fields the run predates
+    defaults = dict(_leaves(to_jsonable(asdict(type(cfg)()))))
     for field, old, value in config_diff(saved, new):
         if field in RESUMABLE and field != "steps":
             continue
+        if field in newer and value == defaults.get(field):
+            continue  # added to the schema after the run started, at its default: what the run did all along
         if field == "steps" and new["optim"]["scheduler"] == "constant":
             continue
         why = (f"optim.scheduler={new['optim']['scheduler']} decays over steps, so steps cannot change"
