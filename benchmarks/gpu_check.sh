@@ -6,7 +6,7 @@
 # Parts, each under its own timeout (the smaller of its budget and what is left of UGRPO_GPU_CHECK_BUDGET seconds,
 # 470 by default), so one part that fails or hangs still leaves the others' results:
 #   preflight   versions, the GPU, whether vllm and trl import
-#   make-model  a random Qwen2.5-0.5B-shaped model + ugrpo's character tokenizer (benchmarks/bench_gpu.py)
+#   make-model  a random Qwen2.5-0.5B-shaped model + ugrpo's character tokenizer (benchmarks/gpu_parts.py)
 #   gen         tokens/s of sampling.backend hf vs vllm at N = 256 completions of 256 tokens; the seeds contract
 #               measured on the real engine
 #   train_step  one `ugrpo train` step (N = 128, G = 8, 128 tokens, bf16, backend vllm; median of steps 2-4)
@@ -99,29 +99,29 @@ json.dump(info, open(sys.argv[1], "w"), indent=1)
 print(info)
 EOF
 
-part make-model 60 "$PY" benchmarks/bench_gpu.py make-model --model "$MODEL" || {
+part make-model 60 "$PY" benchmarks/gpu_parts.py make-model --model "$MODEL" || {
   echo "no model: nothing else can run"
-  "$PY" benchmarks/bench_gpu.py merge --out "$OUT" --merged "$MERGED"
+  "$PY" benchmarks/gpu_parts.py merge --out "$OUT" --merged "$MERGED"
   exit 1
 }
 
-part gen 120 "$PY" benchmarks/bench_gpu.py gen --model "$MODEL" --out "$OUT" --prompts "$B_GEN" --group-size "$G" \
+part gen 120 "$PY" benchmarks/gpu_parts.py gen --model "$MODEL" --out "$OUT" --prompts "$B_GEN" --group-size "$G" \
   --max-new-tokens "$T_GEN" --repeats 2 $NOVLLM_FLAG
 
 TRAIN=(--model.name "$MODEL" --task.name arithmetic --budget.samples-per-step $((B_TRAIN * G)) --budget.group-size "$G"
   --budget.micro-batch 32 --sampling.backend "$BACKEND" --optim.lr 1e-6 --seed 0 --log-every 1 --eval.n-problems 0)
 part train_step_run 90 "$PY" -m ugrpo.cli train --out "$WORK/runs/train_step" "${TRAIN[@]}" --steps 4 \
   --sampling.max-new-tokens "$T_TRAIN" --model.dtype bfloat16
-part train_step 20 "$PY" benchmarks/bench_gpu.py collect --run "$WORK/runs/train_step" --part-name train_step \
+part train_step 20 "$PY" benchmarks/gpu_parts.py collect --run "$WORK/runs/train_step" --part-name train_step \
   --out "$OUT" --warmup 1
 
-part trl 120 "$PY" benchmarks/bench_gpu.py trl --model "$MODEL" --out "$OUT" --prompts "$B_TRAIN" --group-size "$G" \
+part trl 120 "$PY" benchmarks/gpu_parts.py trl --model "$MODEL" --out "$OUT" --prompts "$B_TRAIN" --group-size "$G" \
   --max-new-tokens "$T_TRAIN" --steps 4 --warmup 1 --lr 1e-6 $NOVLLM_FLAG
 
 part ustat_run 120 "$PY" -m ugrpo.cli train --out "$WORK/runs/ustat" "${TRAIN[@]}" --steps "$USTAT_STEPS" \
   --allocation ustat --sampling.max-new-tokens "$T_USTAT" --model.dtype float32 --sampling.vllm-dtype bfloat16 \
   --eval.n-problems 32 --eval.pass1-samples 0 --eval.every 0
-part ustat 20 "$PY" benchmarks/bench_gpu.py collect --run "$WORK/runs/ustat" --part-name ustat --out "$OUT" --warmup 1
+part ustat 20 "$PY" benchmarks/gpu_parts.py collect --run "$WORK/runs/ustat" --part-name ustat --out "$OUT" --warmup 1
 
-"$PY" benchmarks/bench_gpu.py merge --out "$OUT" --merged "$MERGED"
+"$PY" benchmarks/gpu_parts.py merge --out "$OUT" --merged "$MERGED"
 echo "total $(($(date +%s) - START)) s; results: $MERGED"

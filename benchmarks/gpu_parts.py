@@ -1,4 +1,5 @@
-"""The parts of the one-GPU check (issue 25); ``benchmarks/gpu_check.sh`` runs each under its own timeout.
+"""The parts of the one-GPU check (issue 25); ``benchmarks/gpu_check.sh`` runs each under its own timeout (the file
+is not named ``bench_*``: ``make bench``, which runs those on CPUs, leaves it out).
 
 Nothing is downloaded: ``make-model`` builds a Qwen2 model with the shape of Qwen2.5-0.5B (hidden 896, 24 layers,
 14 heads, 2 kv heads, MLP 4864, vocabulary 151936, rope theta 1e6, tied embeddings: the values of Qwen2.5-0.5B's
