@@ -166,3 +166,15 @@ def test_request_seed_leaves_room_for_the_children():
     seeds = [request_seed(s) for s in range(1000)]
     assert all(0 <= s < 2**62 for s in seeds) and len(set(seeds)) == 1000
     assert request_seed(5) == request_seed(5)
+
+
+def test_lora_with_modules_to_save_is_refused_before_the_engine_is_touched(fake_vllm, model, tokenizer):
+    from peft import LoraConfig, get_peft_model
+
+    peft_model = get_peft_model(copy.deepcopy(model), LoraConfig(r=2, target_modules=["q_proj"],
+                                                                 modules_to_save=["norm"]))
+    eng = build_engine(peft_model, tokenizer, gpu_memory=0.3)
+    with pytest.raises(UserError, match="modules_to_save"):
+        eng.sync_weights(peft_model)
+    assert fake_vllm.LLM.instances[-1].model.loads == [] and eng.syncs == 0
+    eng.close()

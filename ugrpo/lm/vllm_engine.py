@@ -99,18 +99,17 @@ def request_seed(seed: int) -> int:
 
 def named_weights(model) -> Iterator[tuple[str, Tensor]]:
     """(Hugging Face parameter name, tensor) of the policy as vLLM's ``load_weights`` reads a checkpoint; a peft
-    LoRA model gives its merged weights (module docstring), the training model is left as it is."""
+    LoRA model gives its merged weights (module docstring), one layer at a time, the training model left as it is.
+    A LoRA model with ``modules_to_save`` raises :class:`~ugrpo.errors.UserError` before the first tensor."""
     if not hasattr(model, "get_base_model"):
         for name, p in model.named_parameters():
             yield name, p.detach()
         return
     base = model.get_base_model()
+    _check_pushable(model)
     lora = {name: mod for name, mod in base.named_modules() if hasattr(mod, "get_delta_weight")
             and hasattr(mod, "base_layer")}
     for name, p in base.named_parameters():
-        if "modules_to_save" in name or "original_module" in name:
-            raise UserError(f"sampling.backend=vllm: the LoRA model has a modules_to_save copy ({name}), which the "
-                            "weight push does not handle; train without modules_to_save or use sampling.backend=hf")
         owner, _, leaf = name.rpartition(".")
         if ".lora_" in f".{name}":
             continue  # adapter matrices: merged into their base weight below
@@ -119,6 +118,17 @@ def named_weights(model) -> Iterator[tuple[str, Tensor]]:
             yield f"{layer}.{leaf}", _merged(lora[layer], p) if leaf == "weight" else p.detach()
         else:
             yield name, p.detach()
+
+
+def _check_pushable(model) -> None:
+    """A peft model with ``modules_to_save`` copies is refused (the push would need their names mapped)."""
+    if not hasattr(model, "get_base_model"):
+        return
+    names = (n for n, _ in model.get_base_model().named_parameters())
+    saved = next((n for n in names if "modules_to_save" in n or "original_module" in n), None)
+    if saved is not None:
+        raise UserError(f"sampling.backend=vllm: the LoRA model has a modules_to_save copy ({saved}), which the "
+                        "weight push does not handle; train without modules_to_save or use sampling.backend=hf")
 
 
 @torch.no_grad()
@@ -156,12 +166,22 @@ class VLLMEngine:
         """weight pushes so far"""
 
     def sync_weights(self, model) -> int:
-        """Push the policy's current weights into the engine (merged under LoRA); returns how many tensors."""
-        weights = list(named_weights(model))
-        self.llm.apply_model(lambda engine_model: engine_model.load_weights(weights))
+        """Push the policy's current weights into the engine (merged under LoRA); returns how many tensors.
+
+        The tensors stream into vLLM's ``load_weights`` (in-process, nothing is pickled), so a LoRA push holds one
+        merged layer at a time."""
+        pushed = [0]
+
+        def counted():
+            for item in named_weights(model):
+                pushed[0] += 1
+                yield item
+
+        _check_pushable(model)  # before the engine is touched
+        self.llm.apply_model(lambda engine_model: engine_model.load_weights(counted()))
         self.llm.reset_prefix_cache()  # cached prompt keys/values belong to the old weights
         self.syncs += 1
-        return len(weights)
+        return pushed[0]
 
     def sample_groups(self, tokenizer, prompts: Sequence[str], group_size: int | Sequence[int], *,
                       seeds: Sequence[int], temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 16,
