@@ -86,3 +86,25 @@ def small_disk(tmp_path):
             runlock.release(folder)  # a command keeps its folder's lock open until the process ends
         if subprocess.run(["umount", str(mnt)], capture_output=True).returncode:
             subprocess.run(["umount", "-l", str(mnt)], capture_output=True)  # still busy: detach it anyway
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch):
+    """tests/fakes/vllm importable as ``vllm`` for one test (the real one does not run without CUDA), with
+    ugrpo's CUDA-device check bypassed: the fake engine runs on the CPU. Everything is restored afterwards."""
+    import sys
+    from pathlib import Path
+
+    from ugrpo.lm import vllm_engine
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent / "fakes"))
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "unset")  # restored to its value before the test...
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING")  # ...and absent during it: build_engine sets it
+    monkeypatch.delitem(sys.modules, "vllm", raising=False)
+    import vllm
+
+    assert vllm.__version__.endswith("+fake"), vllm.__file__
+    monkeypatch.setattr(vllm_engine, "_device_problem", lambda device: None)
+    monkeypatch.setattr(vllm.LLM, "instances", [])
+    yield vllm
+    sys.modules.pop("vllm", None)

@@ -8,7 +8,8 @@ how often to evaluate, log and checkpoint); ``steps`` may change only under a co
 The run's manifest (``run.json``, :mod:`ugrpo.runlock`) holds a hash of the config without the
 :data:`RESUMABLE` fields, written when the run started. A resume compares it too: a ``config.json``
 edited since the start is refused, and a folder that lost ``config.json`` resumes only with the
-run's own config (the same hash), never with another one.
+run's own config (the same hash), never with another one. A field added to the schema
+after the run started (absent from its ``config.json``) is no change while it keeps its default.
 """
 
 from __future__ import annotations
@@ -60,9 +61,13 @@ def check_resume_config(saved: dict | None, cfg, out: Path) -> None:
             _check_without_config(cfg, out, manifest["config_hash"])
         return
     new = to_jsonable(asdict(cfg))
+    newer = {k for k, _ in _leaves(new)} - {k for k, _ in _leaves(to_jsonable(saved))}  # fields the run predates
+    defaults = dict(_leaves(to_jsonable(asdict(type(cfg)()))))
     for field, old, value in config_diff(saved, new):
         if field in RESUMABLE and field != "steps":
             continue
+        if field in newer and value == defaults.get(field):
+            continue  # added to the schema after the run started, at its default: what the run did all along
         if field == "steps" and new["optim"]["scheduler"] == "constant":
             continue
         why = (f"optim.scheduler={new['optim']['scheduler']} decays over steps, so steps cannot change"
