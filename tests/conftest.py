@@ -53,3 +53,58 @@ def tiny_model_dir(tmp_path_factory, tokenizer) -> str:
     build_tiny_model(tokenizer, seed=0, max_position_embeddings=64).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return str(folder)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real disk that fills up: ``small_disk(n_bytes)`` mounts a tmpfs of that size at ``tmp_path / "disk"`` and
+    returns the folder; calling it again resizes it (e.g. to free space). Unmounted after the test. Needs root and
+    ``mount`` (the test is skipped otherwise; the injected-ENOSPC tests cover the same paths everywhere)."""
+    import shutil
+    import subprocess
+
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a small tmpfs needs root")
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    mounted: list[int] = []
+
+    def mount(n_bytes: int):
+        argv = (["mount", "-o", f"remount,size={int(n_bytes)}", str(mnt)] if mounted else
+                ["mount", "-t", "tmpfs", "-o", f"size={int(n_bytes)}", "tmpfs", str(mnt)])
+        done = subprocess.run(argv, capture_output=True, text=True)
+        if done.returncode:
+            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+        mounted.append(int(n_bytes))
+        return mnt
+
+    yield mount
+    if mounted:
+        from ugrpo import runlock
+
+        for folder in [k for k in runlock._HELD if k.startswith(os.path.realpath(mnt))]:
+            runlock.release(folder)  # a command keeps its folder's lock open until the process ends
+        if subprocess.run(["umount", str(mnt)], capture_output=True).returncode:
+            subprocess.run(["umount", "-l", str(mnt)], capture_output=True)  # still busy: detach it anyway
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch):
+    """tests/fakes/vllm importable as ``vllm`` for one test (the real one does not run without CUDA), with
+    ugrpo's CUDA-device check bypassed: the fake engine runs on the CPU. Everything is restored afterwards."""
+    import sys
+    from pathlib import Path
+
+    from ugrpo.lm import vllm_engine
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent / "fakes"))
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "unset")  # restored to its value before the test...
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING")  # ...and absent during it: build_engine sets it
+    monkeypatch.delitem(sys.modules, "vllm", raising=False)
+    import vllm
+
+    assert vllm.__version__.endswith("+fake"), vllm.__file__
+    monkeypatch.setattr(vllm_engine, "_device_problem", lambda device: None)
+    monkeypatch.setattr(vllm.LLM, "instances", [])
+    yield vllm
+    sys.modules.pop("vllm", None)

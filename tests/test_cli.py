@@ -219,3 +219,28 @@ def test_no_third_party_progress_bars_or_warnings(tiny_model_dir, tmp_path, caps
     third = [w for w in caught if issubclass(w.category, (FutureWarning, DeprecationWarning))
              and any(m in str(w.filename) for m in ("transformers", "torch", "trl", "accelerate", "peft"))]
     assert not third, [str(w.message) for w in third]
+
+
+ABBREVIATED = [  # (command line with a shortened flag, the one error line's text): nothing runs, exit 2
+    pytest.param(["train", "--resum", "--budget.group_size", "6"],
+                 "ugrpo train: error: unrecognized argument --resum: did you mean --resume?", id="train-resum"),
+    pytest.param(["train", "--allocation.rul", "ustat", "--budget.group_size", "6"],
+                 "ugrpo train: error: unknown config key 'allocation.rul' in the command-line overrides; did you mean "
+                 "allocation.rule", id="train-allocation.rul"),
+    pytest.param(["mse", "--env", "builtin:demo", "--groups", "2", "--batch", "4", "--rep", "2"],
+                 "error: unrecognized arguments: --rep 2", id="mse-rep"),
+    pytest.param(["plan", "--env", "builtin:demo", "--pilot-batch", "8", "--pilot-group", "4", "--budget", "32",
+                  "--n-bo", "50"], "error: unrecognized arguments: --n-bo 50", id="plan-n-bo"),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), ABBREVIATED)
+def test_issue24_item5_flags_are_never_abbreviated(tmp_path, capsys, argv, message):
+    out = tmp_path / "run"
+    try:
+        rc = main([*argv, "--out", str(out)])
+    except SystemExit as e:  # argparse's own error: usage, then one error line
+        rc = e.code
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err, err
+    assert not out.exists()

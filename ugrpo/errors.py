@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["UserError", "RunFolderError", "ResumeError", "NonFiniteError", "CheckpointError", "check_allocation"]
+__all__ = ["UserError", "RunFolderError", "ResumeError", "NonFiniteError", "CheckpointError", "DiskFullError",
+           "check_allocation"]
 
 
 class UserError(Exception):
@@ -29,6 +30,10 @@ class NonFiniteError(UserError):
 
 class CheckpointError(UserError):
     """No intact checkpoint to resume from (every one failed its checksum or could not be read)."""
+
+
+class DiskFullError(UserError):
+    """A write ran out of disk space or quota; the message names the file, what is intact and how to go on."""
 
 
 def memory_bytes() -> int | None:

@@ -7,6 +7,10 @@
 * The lock is an exclusive ``flock`` on ``.lock`` held for the life of the process (or until
   :func:`release`): the kernel drops it on any exit, kill -9 included, so a lock left by a dead
   process is never in the way; the file names the last holder (pid, host, command) for the error.
+* A damaged manifest (not UTF-8, not JSON, no ``command`` / ``config_hash``) is an error naming the file; a
+  command refuses another command's folder (:func:`check_owner`) before it reads any of its files.
+* :data:`UNFINISHED` marks a folder whose command has not written its report yet (:mod:`ugrpo.runs`); the
+  refusal of another config calls such a folder an unfinished run.
 """
 
 from __future__ import annotations
@@ -21,13 +25,16 @@ from pathlib import Path
 from typing import Any
 
 from ugrpo.errors import RunFolderError
-from ugrpo.fileio import atomic_write_json, to_jsonable
+from ugrpo.fileio import atomic_write_json, read_json, to_jsonable
 
-__all__ = ["MANIFEST", "FORMAT", "config_hash", "claim", "release", "read_manifest", "holds_lock", "make_folder"]
+__all__ = ["MANIFEST", "FORMAT", "config_hash", "claim", "release", "read_manifest", "holds_lock", "make_folder",
+           "check_owner"]
 
 MANIFEST = "run.json"
 LOCK = ".lock"
 FORMAT = 1
+UNFINISHED = "UNFINISHED"
+"""Marker file of a folder whose command has not finished writing it (written and removed by :mod:`ugrpo.runs`)."""
 RUN_FILES = ("config.json", "metrics.jsonl", "results.json", "report.md")
 """Files that mark a folder as holding a run's outputs."""
 NOT_HASHED = ("argv", "command", "part", "workers", "ray", "progress", "no_progress")
@@ -52,14 +59,29 @@ def config_hash(config: Any, ignore: Iterable[str] = ()) -> str:
 
 
 def read_manifest(folder: str | os.PathLike) -> dict | None:
+    """The manifest of ``folder`` (None if it has none); a damaged one is a RunFolderError naming the file."""
     p = Path(folder) / MANIFEST
     if not p.exists():
         return None
+    fix = f"it records which command and config own {Path(folder)}: restore it from a copy, or choose a new --out"
     try:
-        m = json.loads(p.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise RunFolderError(f"{p} is not a readable run manifest ({e}); choose a new --out") from e
-    return m if isinstance(m, dict) else None
+        m = read_json(p)
+    except (OSError, ValueError) as e:
+        raise RunFolderError(f"{e}; {fix}") from None
+    if not isinstance(m, dict) or not isinstance(m.get("command"), str) or not isinstance(m.get("config_hash"), str):
+        raise RunFolderError(f"{p} is not a ugrpo run manifest (it needs \"command\" and \"config_hash\" strings, "
+                             f"got {json.dumps(m)[:80]}); {fix}")
+    return m
+
+
+def check_owner(folder: str | os.PathLike, command: str) -> None:
+    """Refuse ``folder`` when its manifest names another command (before anything reads its files as ours)."""
+    m = read_manifest(folder)
+    if m is not None and m["command"] != command:
+        raise RunFolderError(
+            f"{folder} belongs to a 'ugrpo {m['command']}' run; 'ugrpo {command}' will not write into it: "
+            "choose a new --out"
+        )
 
 
 def make_folder(folder: str | os.PathLike) -> Path:
@@ -172,13 +194,12 @@ def _check(folder: Path, command: str, h: str, *, resume: bool, exclusive: bool)
                 f"{folder} already holds {', '.join(present)} without a run manifest ({MANIFEST}: written by another "
                 f"tool or an older ugrpo); choose a new --out"
             )
-    elif m.get("command") != command:
-        raise RunFolderError(
-            f"{folder} belongs to a 'ugrpo {m.get('command')}' run; 'ugrpo {command}' will not write into it: "
-            "choose a new --out"
-        )
-    elif not resume and (exclusive or (m.get("config_hash") != h and _has_results(folder))):
-        what = "a run" if m.get("config_hash") == h else "a run with another config"
+    elif m["command"] != command:
+        check_owner(folder, command)
+    elif not resume and (exclusive or (m["config_hash"] != h and _has_results(folder))):
+        what = "a run" if m["config_hash"] == h else "a run with another config"
+        if (folder / UNFINISHED).exists():
+            what = "an unfinished r" + what[3:]
         raise RunFolderError(
             f"{folder} already holds {what} of 'ugrpo {command}'; choose a new --out, or rerun with {again}"
         )

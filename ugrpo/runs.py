@@ -3,6 +3,12 @@
 Writers are atomic (write to a temp file, fsync, rename) so a crash or Ctrl-C never leaves a
 half-written JSON file; ``metrics.jsonl`` is appended and flushed one line at a time so the
 rows finished so far are on disk whenever the run stops.
+
+A folder says whether it is finished. The first write of a run (its config, a metrics row, its results)
+creates the marker file :data:`UNFINISHED`; writing the report (``report.md``, ``report.html``), the last file
+every command writes, removes it. A folder that holds ``results.json`` next to ``UNFINISHED`` stopped part way
+(a full disk, a kill, an error after the results): :func:`finished_results` and :meth:`RunDir.finished_results`,
+which every "is this run done?" check reads, see no result there, so the run is done again, never skipped.
 """
 
 from __future__ import annotations
@@ -14,12 +20,60 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ugrpo.fileio import atomic_write_json, atomic_write_text, file_mode, follow_umask, to_jsonable
+from ugrpo import fileio
+from ugrpo.errors import RunFolderError
+from ugrpo.fileio import (
+    atomic_write_json,
+    atomic_write_text,
+    file_mode,
+    follow_umask,
+    naming,
+    read_json,
+    read_text,
+    to_jsonable,
+)
+from ugrpo.runlock import UNFINISHED
 
 __all__ = [
     "RunDir", "to_jsonable", "atomic_write_text", "atomic_write_json", "read_jsonl", "file_mode", "repair_metrics",
-    "MetricsRepair", "follow_umask",
+    "MetricsRepair", "follow_umask", "UNFINISHED", "finished_results", "is_unfinished",
 ]
+
+FIX = "restore it from a copy, or choose a new --out"
+"""What to do about a damaged run-folder file"""
+
+
+def is_unfinished(folder: str | os.PathLike) -> bool:
+    """Whether a command started writing ``folder`` and has not written its report since."""
+    return (Path(folder) / UNFINISHED).exists()
+
+
+def _read_object(path: Path) -> dict | None:
+    """The JSON object in ``path`` (None if the file is absent); damage is a RunFolderError naming the file."""
+    if not path.exists():
+        return None
+    try:
+        data = read_json(path)
+    except (OSError, ValueError) as e:
+        raise RunFolderError(f"{e}; {FIX}") from None
+    if not isinstance(data, dict):
+        raise RunFolderError(f"{path} holds a JSON {type(data).__name__}, not an object; {FIX}")
+    return data
+
+
+def finished_results(folder: str | os.PathLike) -> dict | None:
+    """``results.json`` of a run that finished (its report written, no :data:`UNFINISHED` marker), else None.
+
+    A damaged ``results.json`` (not JSON, not an object) is no finished run either: the run is done again and the
+    file rewritten, as for a run that stopped part way.
+    """
+    folder = Path(folder)
+    if is_unfinished(folder):
+        return None
+    try:
+        return _read_object(folder / "results.json")
+    except RunFolderError:
+        return None
 
 
 def read_jsonl(path: str | os.PathLike) -> Iterator[dict]:
@@ -27,7 +81,7 @@ def read_jsonl(path: str | os.PathLike) -> Iterator[dict]:
     path = Path(path)
     if not path.exists():
         return
-    lines = path.read_text().splitlines()
+    lines = read_text(path, "move the file away, or choose a new --out").splitlines()
     for i, line in enumerate(lines):
         if not line.strip():
             continue
@@ -58,7 +112,7 @@ def repair_metrics(path: str | os.PathLike, step: int) -> MetricsRepair:
     returned so the caller can report the gap. The file is rewritten atomically.
     """
     path = Path(path)
-    lines = path.read_text().splitlines() if path.exists() else []
+    lines = read_text(path, "move the file away to resume").splitlines() if path.exists() else []
     torn = False
     by_step: dict[int, dict] = {}
     after = 0
@@ -105,47 +159,89 @@ class RunDir:
 
         self.path = make_folder(path)
         self._line_ended = False
+        self._started = False
 
     def file(self, name: str) -> Path:
         return self.path / name
 
+    def start(self) -> None:
+        """Mark the folder :data:`UNFINISHED` (once per run; every writer of run files calls it first)."""
+        if self._started and self.file(UNFINISHED).exists():
+            return
+        import socket
+        import time
+
+        atomic_write_text(self.file(UNFINISHED), (
+            f"a ugrpo command started writing this folder (pid {os.getpid()} on {socket.gethostname()}, "
+            f"{time.strftime('%Y-%m-%d %H:%M:%S')}) and has not finished: its files may be partial or stale. Run "
+            "the same command again to finish it (ugrpo train: add --resume). The command removes this file when it "
+            "writes its report.\n"))
+        self._started = True
+
+    def finish(self) -> None:
+        """Remove the :data:`UNFINISHED` marker: every file of the run is written."""
+        self.file(UNFINISHED).unlink(missing_ok=True)
+        self._started = False
+
+    @property
+    def unfinished(self) -> bool:
+        return is_unfinished(self.path)
+
     def claim(self, command: str, config: Any, **kw: Any) -> None:
-        """Lock the folder and check it is ``command``'s with this config (:func:`ugrpo.runlock.claim`)."""
+        """Lock the folder and check it is ``command``'s with this config (:func:`ugrpo.runlock.claim`); mark it
+        unfinished."""
         from ugrpo.runlock import claim
 
         claim(self.path, command, config, **kw)
+        self.start()
 
     def write_config(self, config: Any) -> None:
         """Write ``config.json``; a config naming its ``command`` claims the folder first (manifest, lock)."""
         if isinstance(config, dict) and isinstance(config.get("command"), str):
             self.claim(config["command"].split()[0], config)
+        self.start()
         atomic_write_json(self.file("config.json"), config)
 
-    def read_config(self) -> dict | None:
-        p = self.file("config.json")
-        return json.loads(p.read_text()) if p.exists() else None
+    def read_config(self, command: str | None = None) -> dict | None:
+        """``config.json`` (None if absent). With ``command``: a folder whose manifest names another command is
+        refused first (:func:`ugrpo.runlock.check_owner`), so its config is never read as ``command``'s."""
+        if command is not None:
+            from ugrpo.runlock import check_owner
+
+            check_owner(self.path, command)
+        return _read_object(self.file("config.json"))
 
     def append_metrics(self, row: dict) -> None:
-        if not self._line_ended:  # never append to a torn last line (left by a crash or a full disk)
-            _end_line(self.file("metrics.jsonl"))
-            self._line_ended = True
-        with open(self.file("metrics.jsonl"), "a") as f:
-            f.write(json.dumps(to_jsonable(row), allow_nan=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        path = self.file("metrics.jsonl")
+        self.start()
+        with naming(path):
+            if not self._line_ended:  # never append to a torn last line (left by a crash or a full disk)
+                _end_line(path)
+                self._line_ended = True
+            with open(path, "ab") as f:
+                fileio.write_chunk(f, (json.dumps(to_jsonable(row), allow_nan=False) + "\n").encode(), path)
+                f.flush()
+                os.fsync(f.fileno())
 
     def metrics(self) -> list[dict]:
         return list(read_jsonl(self.file("metrics.jsonl")))
 
     def write_results(self, results: Any) -> None:
+        self.start()
         atomic_write_json(self.file("results.json"), results)
 
     def read_results(self) -> dict | None:
-        p = self.file("results.json")
-        return json.loads(p.read_text()) if p.exists() else None
+        """``results.json`` as written, finished or not (None if absent); see :meth:`finished_results`."""
+        return _read_object(self.file("results.json"))
+
+    def finished_results(self) -> dict | None:
+        """``results.json`` of a finished run, else None (:func:`finished_results`)."""
+        return finished_results(self.path)
 
     def write_report(self, markdown: str, name: str = "report.md") -> Path:
+        """Write the report, the last file of a run: the folder is finished (:meth:`finish`)."""
         atomic_write_text(self.file(name), markdown)
+        self.finish()
         return self.file(name)
 
     def __repr__(self) -> str:

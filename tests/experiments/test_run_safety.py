@@ -246,3 +246,210 @@ def test_item13_no_credentials_forwarded_to_ray_tasks_and_reward_file_announced(
     f.write_text("def acc(completions, **kw):\n    return [1.0] * len(completions)\n")
     assert load_reward_function(f"{f}:acc")(["a"]) == [1.0]
     assert f"running the reward file {f}" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------- issue 24: the faults left after the last trial
+
+PLAN = ["plan", "--env", "builtin:demo", "--pilot-batch", "8", "--pilot-group", "4", "--budget", "32", "--n-boot", "50"]
+ALLOCATE = ["allocate", "--env", "builtin:demo", "--budget", "16", "--batches", "50", "--token-batches", "10",
+            "--no-progress"]
+FULL_DISK = [  # (command, the file at which the disk fills up)
+    pytest.param(PLAN, "report.md", id="plan-report"),
+    pytest.param(MSE, "results.json", id="mse-results"),
+    pytest.param(ALLOCATE, "allocation.png", id="allocate-plot"),
+]
+
+
+def _one_error_line(err: str) -> str:
+    lines = [x for x in err.strip().splitlines() if x.strip()]
+    assert len(lines) == 1 and "error:" in lines[0] and "Traceback" not in err, err
+    return lines[0]
+
+
+def _assert_unfinished(out):
+    from ugrpo.runs import finished_results
+
+    assert (out / "UNFINISHED").is_file() and "has not finished" in (out / "UNFINISHED").read_text()
+    assert finished_results(out) is None
+
+
+@pytest.mark.parametrize(("argv", "trigger"), FULL_DISK)
+def test_issue24_item2_a_full_disk_is_one_error_and_the_folder_says_it_is_unfinished(tmp_path, capsys, monkeypatch,
+                                                                                     argv, trigger):
+    import errno
+
+    from ugrpo import fileio
+
+    real = fileio.write_chunk
+    full = []
+
+    def write_chunk(f, data, path):  # from the first write into ``trigger`` on, the disk is full
+        if full or path.name == trigger:
+            full.append(path)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(f, data, path)
+
+    out = tmp_path / "run"
+    monkeypatch.setattr(fileio, "write_chunk", write_chunk)
+    rc, _, err = run_cli(argv + ["--out", out], capsys)
+    line = _one_error_line(err)
+    assert rc == 2 and f"No space left on device while writing {out / trigger}" in line and "--out" in line, line
+    _assert_unfinished(out)
+    assert not (out / trigger).exists() and not list(out.glob(".*.tmp"))
+    monkeypatch.undo()  # space freed: the same command finishes the folder
+    rc, _, err = run_cli(argv + ["--out", out], capsys)
+    assert rc == 0, err
+    assert not (out / "UNFINISHED").exists() and (out / "report.md").is_file() and (out / "results.json").is_file()
+
+
+@pytest.mark.parametrize("argv", [PLAN, MSE, ALLOCATE], ids=["plan", "mse", "allocate"])
+def test_issue24_item2_on_a_real_full_tmpfs(small_disk, capsys, argv):
+    disk = small_disk(40 * 1024)  # room for the config and the results, not for the plot
+    out = disk / "run"
+    rc, _, err = run_cli(argv + ["--out", out], capsys)
+    line = _one_error_line(err)
+    assert rc == 2 and f"No space left on device while writing {out}" in line, line
+    _assert_unfinished(out)
+    small_disk(4 << 20)  # space freed
+    rc, _, err = run_cli(argv + ["--out", out], capsys)
+    assert rc == 0, err
+    assert not (out / "UNFINISHED").exists() and (out / "report.md").is_file()
+
+
+def _stopped_part_way(folder):
+    """A folder whose command wrote results.json and then stopped (the report never written)."""
+    from ugrpo.runs import RunDir
+
+    rd = RunDir(folder)
+    rd.write_config({"command": "mse", "x": 1})
+    rd.write_results({"steps": 4, "rows": []})
+    return folder
+
+
+READERS = [  # every "is this run done?" check sees no result in a folder marked UNFINISHED
+    pytest.param(lambda f: __import__("ugrpo.runs", fromlist=["x"]).finished_results(f), None, id="runs"),
+    pytest.param(lambda f: __import__("ugrpo.runs", fromlist=["x"]).RunDir(f).finished_results(), None,
+                 id="RunDir"),
+    pytest.param(lambda f: __import__("ugrpo.train.resume", fromlist=["x"]).finished_result(f, 4), None,
+                 id="train-resume"),
+    pytest.param(lambda f: __import__("ugrpo.experiments.sweep.executors", fromlist=["x"]).run_state(f), "restart",
+                 id="sweep-executor"),
+    pytest.param(lambda f: __import__("ugrpo.report.composite", fromlist=["x"]).read_part(f), None,
+                 id="reproduce-part"),
+]
+
+
+@pytest.mark.parametrize("damaged", [False, True], ids=["unfinished", "damaged-results"])
+@pytest.mark.parametrize(("read", "expected"), READERS)
+def test_issue24_item2_a_folder_marked_unfinished_is_not_done_for_any_reader(tmp_path, read, expected, damaged):
+    from ugrpo.runs import RunDir
+
+    folder = _stopped_part_way(tmp_path / "run")
+    assert (folder / "UNFINISHED").exists() and (folder / "results.json").exists()
+    if damaged:  # finished, but results.json torn afterwards: not a finished run either (done again)
+        RunDir(folder).write_report("# done\n")
+        (folder / "results.json").write_text('{"steps": 4, "ro')
+    assert read(folder) == expected
+    if not damaged:
+        RunDir(folder).write_report("# done\n")  # the report, the last file: finished
+        assert not (folder / "UNFINISHED").exists() and read(folder) not in (None, "restart")
+
+
+def _train_with_config(text: str):
+    def setup(tmp_path, train_folder):
+        (train_folder / "config.json").write_text(text)
+        return ["train", "--out", train_folder, "--resume"], train_folder / "config.json"
+
+    return setup
+
+
+def _mse_with_manifest(data: bytes):
+    def setup(tmp_path, train_folder):
+        (train_folder / "run.json").write_bytes(data)
+        return MSE + ["--out", train_folder], train_folder / "run.json"
+
+    return setup
+
+
+def _binary_env(tmp_path, train_folder):
+    env = tmp_path / "env.json"
+    env.write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff")
+    return ["mse", "--env", env, "--groups", "2", "--out", tmp_path / "m"], env
+
+
+def _object_pilot(tmp_path, train_folder):
+    p = tmp_path / "pilot.npz"
+    np.savez(p, rewards=np.array([[0.5, 1.0], [0.0, None]], dtype=object))
+    return ["plan", "--pilot", p, "--budget", "16", "--out", tmp_path / "p"], f"--pilot {p}"
+
+
+def _yaml_file(content: bytes):
+    def setup(tmp_path, train_folder):
+        cfg = tmp_path / "bad.yaml"
+        cfg.write_bytes(content)
+        return ["train", "--config", cfg, "--out", tmp_path / "t"], cfg
+
+    return setup
+
+
+def _yaml_flag(tmp_path, train_folder):
+    return ["train", "--out", tmp_path / "t", "--optim.betas", "[0.9"], "--optim.betas [0.9"
+
+
+def _n_boot(n):
+    def setup(tmp_path, train_folder):
+        return [a if a != "50" else str(n) for a in PLAN] + ["--out", tmp_path / "p"], f"--n-boot {n}"
+
+    return setup
+
+
+def _sweep_into_train_run(tmp_path, train_folder):
+    (train_folder / "config.json").write_text('{"steps": 4, "optim": {"lr": 0.001}}\n')
+    return SWEEP + ["--out", train_folder], train_folder
+
+
+def _constant_rewards(tmp_path, train_folder):
+    env = tmp_path / "constant.json"
+    env.write_text(json.dumps({"kind": "softmax_bandit", "prompts": [
+        {"logits": [0, 0], "reward_mean": [0, 0]}, {"logits": [0, 1], "reward_mean": [1, 1]}]}))
+    return [a if a != "builtin:demo" else str(env) for a in ALLOCATE] + ["--out", tmp_path / "a"], f"--env {env}"
+
+
+MESSAGES = [  # (setup -> (argv, what the line must name first), what it must say, what it must not)
+    pytest.param(_train_with_config('{"optim": '), ["is not valid JSON (line 1, column 11", "restore it",
+                                                    "new --out"], [], id="corrupt-config-json"),
+    pytest.param(_mse_with_manifest(b"\xff\xfe{}"), ["is not a text file (byte 0xff at offset 0", "restore it",
+                                                     "new --out"], ["codec"], id="non-utf8-run-json"),
+    pytest.param(_mse_with_manifest(b"{}"), ["is not a ugrpo run manifest", "restore it", "new --out"],
+                 ["ugrpo None"], id="empty-run-json"),
+    pytest.param(_binary_env, ["is not a text file", "ugrpo make-env"], ["codec"], id="binary-env-file"),
+    pytest.param(_object_pilot, ["array 'rewards' holds Python objects", "array of numbers"], ["allow_pickle"],
+                 id="object-array-pilot"),
+    pytest.param(_yaml_file(b"steps: [1, 2\noptim: {lr: 1e-3\n"), [": not valid YAML (line 2, column 6"],
+                 ["<unicode string>"], id="yaml-file"),
+    pytest.param(_yaml_file(b"steps: 4\n\xff\n"), ["is not a text file", "UTF-8 YAML"], ["codec"],
+                 id="non-utf8-yaml-file"),
+    pytest.param(_yaml_flag, [": not valid YAML (line 1, column 5"], ["<unicode string>"], id="yaml-flag"),
+    pytest.param(_n_boot(0), [": the intervals on c1, c2, c3 and G*", "give --n-boot 200"], ["estimate_components"],
+                 id="n-boot-0"),
+    pytest.param(_n_boot(1), [": the intervals on c1, c2, c3 and G*", "give --n-boot 200"], ["estimate_components"],
+                 id="n-boot-1"),
+    pytest.param(_sweep_into_train_run, [" belongs to a 'ugrpo train' run", "new --out"], ["holds a sweep"],
+                 id="sweep-into-a-train-run"),
+    pytest.param(_constant_rewards, [": in every prompt the reward means are all 0 or all 1", "ugrpo make-env"],
+                 ["RuntimeWarning"], id="allocate-constant-rewards"),
+]
+
+
+@pytest.mark.parametrize(("setup", "says", "never"), MESSAGES)
+def test_issue24_items3_5_errors_name_the_file_what_is_wrong_and_the_fix(tmp_path, capsys, train_folder, setup, says,
+                                                                         never):
+    import warnings
+
+    argv, first = setup(tmp_path, train_folder)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")  # a numpy RuntimeWarning would print on stderr
+        rc, _, err = run_cli(argv, capsys)
+    line = _one_error_line(err)
+    assert rc == 2 and line.startswith(f"ugrpo {argv[0]}: error: ") and str(first) in line, line
+    assert all(s in line for s in says) and not any(s in err for s in never), line

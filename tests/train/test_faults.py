@@ -312,3 +312,199 @@ def test_issue13_item7_reports_configs_and_checkpoints_follow_the_umask(tmp_path
     ck = tmp_path / "run" / "checkpoints" / "step-2"
     assert mode(ck) == 0o755 and mode(ck / "model.safetensors") == 0o644 and mode(ck / "state.json") == 0o644
     assert not list(tmp_path.rglob("*.tmp"))  # still written through temporary files that are gone
+
+
+# ---------------------------------------------------------------------- issue 24: the faults left after the last trial
+
+
+def _cfg_file(tmp_path, cfg_dict, name="cfg.json"):
+    """A --config file (JSON is YAML) holding ``cfg_dict``."""
+    path = tmp_path / name
+    path.write_text(json.dumps(cfg_dict))
+    return path
+
+
+def _cli(argv, capsys):
+    from ugrpo import cli
+
+    rc = cli.main([str(a) for a in argv])
+    cap = capsys.readouterr()
+    return rc, cap.out, cap.err
+
+
+@pytest.fixture(scope="module")
+def stopped_runs(tiny_model_dir, task_files, tmp_path_factory):
+    """Runs stopped at step 3 (checkpoint at step 2): a constant lr, a cosine lr, and allocation.rule=vip."""
+    runs = {}
+    for name, extra in (("constant", {}), ("cosine", {"optim__scheduler": "cosine"}),
+                        ("vip", {"allocation__rule": "vip", "task__options__reward_fn": "dense_reward:varied"})):
+        d = small_config(tiny_model_dir, task_files, **extra)
+        out = tmp_path_factory.mktemp(name) / "run"
+        with pytest.raises(KeyboardInterrupt):
+            train(config_from_dict(d), out, on_step=_kill_at(3))
+        runs[name] = (d, out)
+    return runs
+
+
+def _copy(run, tmp_path):
+    dst = tmp_path / "run"
+    shutil.copytree(run, dst, ignore=shutil.ignore_patterns(".lock"))
+    return dst
+
+
+def _drop_config(run):
+    (run / "config.json").unlink()
+
+
+def _edit_config_lr(run):
+    saved = json.loads((run / "config.json").read_text())
+    saved["optim"]["lr"] = 0.05
+    (run / "config.json").write_text(json.dumps(saved))
+
+
+ITEM1 = [  # (base run, change to the folder, extra flags, exit code, fragments of the one line it prints)
+    pytest.param("constant", _drop_config, ["--optim.lr", "5e-2", "--seed", "9"], 2,
+                 ["config.json is missing", "this config is not the run's", "run.json", "new --out"],
+                 id="lost-config-other-lr-and-seed"),
+    pytest.param("constant", _edit_config_lr, ["--optim.lr", "5e-2"], 2,
+                 ["config.json does not match the run's manifest", "run.json", "edited", "new --out"],
+                 id="config-edited-to-the-new-lr"),
+    pytest.param("cosine", _drop_config, [], 2,
+                 ["config.json is missing", "optim.scheduler=cosine", "steps", "restore config.json"],
+                 id="lost-config-decaying-lr"),
+    pytest.param("constant", _drop_config, [], 0,
+                 ["config.json is missing; the config given matches the run recorded in", "resuming from step 2"],
+                 id="lost-config-same-config-resumes"),
+]
+
+
+@pytest.mark.parametrize(("base", "damage", "flags", "rc", "fragments"), ITEM1)
+def test_issue24_item1_resume_compares_the_manifest_hash_and_refuses_a_lost_config_json(
+        stopped_runs, tmp_path, capsys, base, damage, flags, rc, fragments):
+    d, stopped = stopped_runs[base]
+    run = _copy(stopped, tmp_path)
+    damage(run)
+    manifest = (run / "run.json").read_bytes()
+    got, out, err = _cli(["train", "--config", _cfg_file(tmp_path, d), "--out", run, "--resume", *flags], capsys)
+    assert got == rc, err
+    assert (run / "run.json").read_bytes() == manifest
+    if rc == 2:
+        lines = [x for x in err.splitlines() if x.strip()]
+        assert len(lines) == 1 and lines[0].startswith("ugrpo train: error: --resume:"), err
+        assert all(f in lines[0] for f in fragments), lines[0]
+        assert str(run / "config.json") in lines[0]
+        assert damage is not _drop_config or not (run / "config.json").exists()  # nothing rewritten
+    else:
+        assert all(f in out for f in fragments), out
+        assert json.loads((run / "config.json").read_text())["optim"]["lr"] == d["optim"]["lr"]
+        assert not (run / "UNFINISHED").exists() and json.loads((run / "results.json").read_text())["steps"] == 4
+
+
+def _disk_fills_at(monkeypatch, trigger):
+    """From the first write into a file whose path contains ``trigger`` on, every write fails: No space left."""
+    import errno
+
+    from ugrpo import fileio
+
+    real, full = fileio.write_chunk, []
+
+    def write_chunk(f, data, path):
+        if full or trigger in str(path):
+            full.append(path)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(f, data, path)
+
+    monkeypatch.setattr(fileio, "write_chunk", write_chunk)
+    return full
+
+
+def test_issue24_item2_a_full_disk_while_writing_a_checkpoint_is_one_error_and_the_run_resumes(
+        done_run, tmp_path, capsys, monkeypatch):
+    cfg, out_full, _ = done_run
+    d = small_config(cfg.model.name, (cfg.task.options["data_path"], cfg.task.options["eval_path"]))
+    run = tmp_path / "run"
+    argv = ["train", "--config", _cfg_file(tmp_path, d), "--out", run]
+    full = _disk_fills_at(monkeypatch, "step-4")
+    rc, _, err = _cli(argv, capsys)
+    lines = [x for x in err.splitlines() if "error:" in x]  # (the progress bar aside)
+    assert rc == 2 and len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith(f"ugrpo train: error: cannot write checkpoint {run / 'checkpoints' / 'step-4'}: ")
+    assert f"No space left on device while writing {full[0]}" in lines[0] and "model.safetensors" in lines[0]
+    assert f"the last checkpoint ({run / 'checkpoints' / 'step-2'}) is intact" in lines[0] and "--resume" in lines[0]
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-2"]  # no half checkpoint, no .tmp
+    assert (run / "UNFINISHED").exists() and not (run / "results.json").exists()
+    monkeypatch.undo()  # space freed: the same command with --resume finishes the run, exactly
+    rc, _, err = _cli(argv + ["--resume"], capsys)
+    assert rc == 0, err
+    assert not (run / "UNFINISHED").exists() and (run / "report.md").exists()
+    a = load_file(str(out_full / "checkpoints/step-4/model.safetensors"))
+    b = load_file(str(run / "checkpoints/step-4/model.safetensors"))
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=0, atol=1e-6)
+
+
+def test_issue24_item2_on_a_real_full_tmpfs_the_checkpoint_error_is_one_line(done_run, small_disk, tmp_path, capsys):
+    cfg, out_full, _ = done_run
+    size = sum(p.stat().st_size for p in (out_full / "checkpoints" / "step-2").iterdir())
+    run = small_disk(int(1.5 * size) + (256 << 10)) / "run"  # room for the step-2 checkpoint, not for step 4's
+    d = small_config(cfg.model.name, (cfg.task.options["data_path"], cfg.task.options["eval_path"]))
+    argv = ["train", "--config", _cfg_file(tmp_path, d), "--out", run]
+    rc, _, err = _cli(argv, capsys)
+    lines = [x for x in err.splitlines() if "error:" in x]
+    assert rc == 2 and len(lines) == 1 and "Traceback" not in err, err
+    step4 = run / "checkpoints" / "step-4"
+    assert f"cannot write checkpoint {step4}: No space left on device while writing" in lines[0], lines[0]
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-2"] and (run / "UNFINISHED").exists()
+    small_disk(6 * size)  # space freed
+    rc, _, err = _cli(argv + ["--resume"], capsys)
+    assert rc == 0 and not (run / "UNFINISHED").exists(), err
+
+
+def _set(key, value):
+    def edit(h):
+        h[key] = value
+        return h
+
+    return edit
+
+
+ITEM4 = [  # (edit of history.json, fragments of the error)
+    pytest.param(_set("n_prompts", 9), ["is the allocation history of 9 train prompts, but the task gives 10",
+                                        "task's data files changed", "or history.json was edited"],
+                 id="n_prompts"),
+    pytest.param(_set("visits", "x"), ["'visits' is not a list of 10 finite numbers (got str x)"], id="a-string"),
+    pytest.param(_set("samples", {"a": 1}), ["'samples' is not a list of 10 finite numbers (got dict"], id="a-dict"),
+    pytest.param(lambda h: {**h, "visits": [-1.0] + h["visits"][1:]}, ["'visits' is -1.0 for prompt 0",
+                                                                       "cannot be negative"], id="negative"),
+    pytest.param(lambda h: {**h, "successes": [s + 100 for s in h["samples"]]},
+                 ["prompt 0 has", "successes in", "rewards are in [0, 1]"], id="more-successes-than-samples"),
+    pytest.param(lambda h: [h], ["holds a JSON list, not the allocation history object"], id="a-list"),
+]
+
+
+@pytest.mark.parametrize(("edit", "fragments"), ITEM4)
+def test_issue24_item4_an_edited_history_json_with_a_recomputed_checksum_is_refused_naming_the_file(
+        stopped_runs, tmp_path, edit, fragments):
+    d, stopped = stopped_runs["vip"]
+    run = _copy(stopped, tmp_path)
+    ck = run / "checkpoints" / "step-2"
+    f = ck / "history.json"
+    f.write_text(json.dumps(edit(json.loads(f.read_text()))))
+    state = json.loads((ck / "state.json").read_text())
+    state["sha256"]["history.json"] = _sha256(f)  # the checksum recomputed: it passes
+    (ck / "state.json").write_text(json.dumps(state))
+    with pytest.raises(errors().ResumeError) as e:
+        train(config_from_dict(d), run, resume=True)
+    msg = str(e.value)
+    assert msg.startswith(str(f)) and all(x in msg for x in fragments), msg
+    assert "resume with the same task settings" not in msg
+    assert "passed its checksum" in msg and "new --out" in msg
+
+
+def test_issue24_item5_a_finished_run_copied_elsewhere_reports_where_it_is(done_run, tmp_path, capsys):
+    cfg, out, _ = done_run
+    copy = _copy(out, tmp_path)
+    assert train(cfg, copy, resume=True).out_dir == str(copy)
+    d = small_config(cfg.model.name, (cfg.task.options["data_path"], cfg.task.options["eval_path"]))
+    rc, stdout, err = _cli(["train", "--config", _cfg_file(tmp_path, d), "--out", copy, "--resume"], capsys)
+    assert rc == 0 and stdout.rstrip().endswith(f"run folder {copy}"), stdout

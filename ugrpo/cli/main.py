@@ -8,11 +8,14 @@ Error policy (every command, every depth):
 
 - a user error (:func:`user_error_message`: ``ValueError``, :class:`ugrpo.errors.UserError`, a full disk, a
   missing or unwritable path, out of memory) raised anywhere -- while parsing, or deep inside ``train()`` --
-  prints ``ugrpo <command>: error: <message>`` on one line to stderr and exits 2;
+  prints ``ugrpo <command>: error: <message>`` on one line to stderr and exits 2; a full disk names the file it
+  was writing (:mod:`ugrpo.fileio`), and the run folder says it is unfinished (:data:`ugrpo.runs.UNFINISHED`);
 - Ctrl-C exits 130; the run folder keeps what was written (a command that knows what it saved says so
   in the ``KeyboardInterrupt`` it raises);
 - anything else is a bug: Python's traceback, exit 1. ``UGRPO_DEBUG=1`` shows the traceback of user
   errors too.
+
+Flags are never abbreviated (``allow_abbrev=False``): ``--resum`` is an unknown flag, not ``--resume``.
 
 Quiet by default: no Hugging Face progress bars, no third-party FutureWarning / DeprecationWarning
 (our own progress bars stay; ``--no-progress`` hides them). Under ``torchrun`` / ``accelerate launch`` only
@@ -67,15 +70,24 @@ def user_error_message(e: BaseException) -> str | None:
     such as a missing config file).
     """
     from ugrpo.errors import UserError
+    from ugrpo.fileio import DISK_FULL, os_error_of
 
     path_errors = (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError, FileExistsError)
+    os_error = None if isinstance(e, (UserError, ValueError)) else os_error_of(e)  # a Rust writer's too
+    if os_error is not None and os_error.errno in DISK_FULL:
+        where = f" while writing {os_error.filename}" if os_error.filename else ""
+        return (f"{os.strerror(os_error.errno)}{where}: free some space (or choose an --out on another disk), then "
+                "run the same command again (ugrpo train: with --resume); a run folder left part-written says so in "
+                "its UNFINISHED file")
     if isinstance(e, (UserError, ValueError)) or type(e).__module__.startswith("yaml"):
         pass
     elif isinstance(e, MemoryError) or (isinstance(e, RuntimeError) and "can't allocate memory" in str(e)):
         return "out of memory: the inputs ask for more memory than this machine has; use smaller sizes"
-    elif not (isinstance(e, OSError) and (e.errno in FIXABLE_OS_ERRORS
-                                          or (e.errno is None and isinstance(e, path_errors)))):
+    elif not (os_error is not None and (os_error.errno in FIXABLE_OS_ERRORS
+                                        or (os_error.errno is None and isinstance(os_error, path_errors)))):
         return None
+    else:
+        e = os_error
     return " ".join(str(e).split()) or type(e).__name__
 
 
@@ -93,7 +105,7 @@ class HelpFormatter(argparse.HelpFormatter):
 
 def _build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="ugrpo",
+        prog="ugrpo", allow_abbrev=False,
         description="GRPO's policy gradient is a U-statistic: estimate, measure, and choose the group size G.",
         epilog="Environment: UGRPO_CACHE is the folder of the cached tiny:random (default ~/.cache/ugrpo; "
                "tiny:base/instruct/fewshot ship with ugrpo). UGRPO_THREADS sets the torch threads; "
@@ -101,7 +113,7 @@ def _build_parser(only: str | None = None) -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text,
+        p = sub.add_parser(name, help=help_text, description=help_text, allow_abbrev=False,
                            formatter_class=HelpFormatter)
         if name == only:
             importlib.import_module(module).configure(p)

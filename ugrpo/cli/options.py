@@ -65,9 +65,11 @@ def add_override_flags(parser: argparse.ArgumentParser, title: str, *, skip: Seq
     parser.epilog = ((parser.epilog + "\n") if parser.epilog else "") + (
         "Task options: --task.options.NAME VALUE (e.g. --task.options.prompt_style compact).")
     known = parser.parse_known_args
+    fields = {f.name for f in describe_fields()}
 
     def parse_known_args(args=None, namespace=None):
         ns, extra = known(args, namespace)
+        _check_unknown(parser, extra, fields)
         tokens: list[str] = []
         for key in [k for k in vars(ns) if k.startswith(_PREFIX)]:
             tokens += [f"--{key[len(_PREFIX):]}", getattr(ns, key)]
@@ -76,6 +78,22 @@ def add_override_flags(parser: argparse.ArgumentParser, title: str, *, skip: Seq
         return ns, []
 
     parser.parse_known_args = parse_known_args  # type: ignore[method-assign]
+
+
+def _check_unknown(parser: argparse.ArgumentParser, extra: Sequence[str], fields: set[str]) -> None:
+    """An unknown flag that is neither a config field nor dotted (``--resum``) is an argparse error naming the closest
+    flag (flags are never abbreviated: ``allow_abbrev=False`` in :mod:`ugrpo.cli.main`). A dotted one
+    (``--allocation.rul``) is left to the config loader, which names the closest config keys."""
+    import difflib
+
+    flags = [o for a in parser._actions for o in a.option_strings if o.startswith("--") and "." not in o]
+    for tok in extra:
+        name = tok[2:].split("=", 1)[0]
+        if not tok.startswith("--") or not name or "." in name or name.replace("-", "_") in fields:
+            continue  # a value, a dotted config key or a top-level field: the config loader checks them
+        close = difflib.get_close_matches(tok.split("=", 1)[0], flags, n=2, cutoff=0.75)
+        hint = f"did you mean {' or '.join(close)}?" if close else "see --help for the flags"
+        parser.error(f"unrecognized argument {tok.split('=', 1)[0]}: {hint} (flags are never abbreviated)")
 
 
 def parse_overrides(tokens: Sequence[str]) -> list[tuple[str, Any]]:

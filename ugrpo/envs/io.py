@@ -21,11 +21,13 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ugrpo.fileio import read_json
+
 from .base import SyntheticPolicy
 from .policies import LinearSoftmax, SoftmaxBandit
 
 __all__ = ["EnvFormatError", "load_env", "save_env", "env_from_dict", "env_to_dict",
-           "builtin_env", "list_builtin_envs", "KINDS", "DATA_DIR"]
+           "builtin_env", "list_builtin_envs", "check_varied_rewards", "KINDS", "DATA_DIR"]
 
 KINDS = ("softmax_bandit", "linear_softmax")
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
@@ -156,10 +158,27 @@ def load_env(path: str | os.PathLike) -> SyntheticPolicy:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such environment file; built-in ones: {list_builtin_envs()}")
     try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise EnvFormatError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+        data = read_json(path, "give the JSON file written by `ugrpo make-env`")
+    except ValueError as e:  # a binary file, or text that is not JSON: the message names the file and where
+        raise EnvFormatError(str(e)) from None
     return env_from_dict(data, source=str(path))
+
+
+def check_varied_rewards(env: SyntheticPolicy, source: str) -> None:
+    """Refuse an env in which no reward ever varies: every prompt's reward means all 0, or all 1.
+
+    Its rewards are constants, so every estimator's gradient is exactly 0 with MSE 0: there is nothing to
+    compare or allocate (the per-prompt error ratios would be 0 / 0). ``source`` names the env in the error.
+    """
+    r, mask = env.reward_mean, env.action_mask  # (P, Kmax)
+    zero = ((r == 0) | ~mask).all(dim=1)
+    one = ((r == 1) | ~mask).all(dim=1)
+    if bool((zero | one).all()):
+        raise EnvFormatError(
+            f"{source}: in every prompt the reward means are all 0 or all 1, so every reward is a constant and every "
+            "estimator's gradient is exactly 0 (MSE 0): nothing to measure or allocate; give an env in which some "
+            "prompt has a reward mean strictly between 0 and 1, or both 0 and 1 (e.g. one from `ugrpo make-env`)"
+        )
 
 
 def save_env(env: SyntheticPolicy, path: str | os.PathLike) -> None:

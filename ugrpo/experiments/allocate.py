@@ -235,11 +235,13 @@ def allocate_experiment(cfg: AllocateConfig, env_spec: str, out: str, *, argv: l
     (config.json, results.json, allocation.png, report.md); returns the results."""
     import time
 
+    from ugrpo.envs.io import check_varied_rewards
     from ugrpo.experiments.common import resolve_env
     from ugrpo.report.allocate import write_report
     from ugrpo.runs import RunDir
 
     env = resolve_env(env_spec)
+    check_varied_rewards(env, f"--env {env_spec}")
     rd = RunDir(out)
     rd.write_config({**cfg.__dict__, "env": env_spec, "command": "allocate", "argv": argv})
     t0 = time.perf_counter()

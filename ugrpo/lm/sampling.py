@@ -38,93 +38,17 @@ The sampled distribution is ``pi_theta`` tempered by ``T`` (and truncated by top
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import Tensor
 from transformers import DynamicCache, GenerationConfig, LogitsProcessor, LogitsProcessorList
 
+from ugrpo.lm.rollout import Rollout, completion_mask_from_ids, concat_rollouts, rollout_from_completions
+
+# the layout lives in ugrpo.lm.rollout; re-exported here, where callers have always imported it from
 __all__ = ["Rollout", "GumbelNoiseProcessor", "row_seed", "sample_groups", "completion_mask_from_ids", "top_p_filter",
-           "concat_rollouts"]
-
-
-@dataclass(frozen=True)
-class Rollout:
-    """The completions of ``len(prompts)`` prompts, ``group_sizes[b]`` for prompt b, in prompt-major order.
-
-    Rows ``offset_b .. offset_b + G_b - 1`` belong to prompt ``b`` (offset_b = G_0 + ... + G_{b-1}); N = sum_b G_b
-    rows in all. With equal sizes (the usual case) rows ``b*G .. b*G+G-1`` belong to prompt ``b``.
-
-    Attributes
-    ----------
-    prompt_ids : Tensor (N, P) long
-        Prompt tokens, left-padded with ``pad_token_id`` (row b*G+g repeats prompt b).
-    prompt_mask : Tensor (N, P) long
-        1 on real prompt tokens, 0 on padding.
-    completion_ids : Tensor (N, T) long
-        Generated tokens, right-padded with ``pad_token_id`` after the first EOS.
-    completion_mask : Tensor (N, T) long
-        1 up to and including the first EOS (all ones up to ``max_new_tokens`` if none).
-    texts : list[str]
-        The N completions decoded with ``skip_special_tokens=True`` (EOS and padding dropped).
-    truncated : Tensor (N,) bool
-        True where no EOS was generated within ``max_new_tokens``.
-    prompt_index : Tensor (N,) long
-        ``b`` for each row: ``prompt_index = arange(B).repeat_interleave(group_sizes)``.
-    group_size : int
-        G when every prompt has G rows; for ragged groups the rounded mean N // B (only a hint for chunking:
-        code that needs each group's size reads ``group_sizes``).
-    group_sizes : Tensor (B,) long or None
-        G_b per prompt; None (a hand-built equal-group Rollout) means ``group_size`` for every prompt.
-    """
-
-    prompt_ids: Tensor
-    prompt_mask: Tensor
-    completion_ids: Tensor
-    completion_mask: Tensor
-    texts: list[str]
-    truncated: Tensor
-    prompt_index: Tensor
-    group_size: int
-    group_sizes: Tensor | None = None
-
-    def __post_init__(self) -> None:
-        if self.group_sizes is None:
-            object.__setattr__(self, "group_sizes",
-                               torch.full((len(self.texts) // self.group_size,), self.group_size, dtype=torch.long))
-
-    @property
-    def num_prompts(self) -> int:
-        return int(self.group_sizes.numel())
-
-    @property
-    def ragged(self) -> bool:
-        """True when the prompts have different group sizes."""
-        return bool((self.group_sizes != self.group_size).any())
-
-    def first_samples(self, g: int) -> Rollout:
-        """The equal-group Rollout of every prompt's first ``g`` rows (all prompts need G_b >= g).
-
-        A prompt's first g samples are g iid draws from pi(.|x) whatever its G_b (the sizes are fixed before
-        sampling), so the result is a valid (B, g) pilot of the same prompts (docs/allocation.md).
-        """
-        if int(self.group_sizes.min()) < g:
-            raise ValueError(f"first_samples({g}): a prompt has only {int(self.group_sizes.min())} rows")
-        rows = self.first_rows(g)
-        return Rollout(self.prompt_ids[rows], self.prompt_mask[rows], self.completion_ids[rows],
-                       self.completion_mask[rows], [self.texts[i] for i in rows.tolist()], self.truncated[rows],
-                       torch.arange(self.num_prompts).repeat_interleave(g), g)
-
-    def first_rows(self, g: int) -> Tensor:
-        """(B*g,) row indices of every prompt's first ``g`` rows, prompt-major (see :meth:`first_samples`)."""
-        offsets = torch.cumsum(self.group_sizes, 0) - self.group_sizes
-        return (offsets[:, None] + torch.arange(g)[None, :]).reshape(-1)
-
-    @property
-    def completion_lengths(self) -> Tensor:
-        """(N,) number of completion tokens counted by the mask (EOS included)."""
-        return self.completion_mask.sum(dim=1)
+           "concat_rollouts", "eos_token_ids", "encode_prompts", "generate_rows", "rollout_from_completions"]
 
 
 def row_seed(seed: int, g: int) -> int:
@@ -182,7 +106,8 @@ def top_p_filter(logits: Tensor, top_p: float) -> Tensor:
     return logits.masked_fill(remove, float("-inf"))
 
 
-def _eos_ids(tokenizer, model) -> list[int]:
+def eos_token_ids(tokenizer, model) -> list[int]:
+    """The ids that end a completion: the model's ``generation_config.eos_token_id`` and the tokenizer's, sorted."""
     ids: list[int] = []
     for src in (getattr(model, "generation_config", None), tokenizer):
         e = getattr(src, "eos_token_id", None)
@@ -193,23 +118,6 @@ def _eos_ids(tokenizer, model) -> list[int]:
         raise ValueError("sample_groups: neither the tokenizer nor the model defines eos_token_id; set "
                          "tokenizer.eos_token")
     return sorted(set(ids))
-
-
-def completion_mask_from_ids(completion_ids: Tensor, eos_ids: Sequence[int]) -> tuple[Tensor, Tensor]:
-    """Mask up to and including the first EOS, and whether a row has no EOS.
-
-    Returns
-    -------
-    mask : Tensor (N, T) long
-    truncated : Tensor (N,) bool
-    """
-    is_eos = torch.isin(completion_ids, torch.tensor(list(eos_ids), device=completion_ids.device))  # (N, T)
-    has_eos = is_eos.any(dim=1)
-    T = completion_ids.shape[1]
-    first = torch.where(has_eos, is_eos.float().argmax(dim=1), torch.full_like(has_eos, T, dtype=torch.long))
-    pos = torch.arange(T, device=completion_ids.device).unsqueeze(0)  # (1, T)
-    mask = (pos <= first.unsqueeze(1)).long() if T else torch.zeros_like(completion_ids)
-    return mask, ~has_eos
 
 
 def _group_sizes(group_size: int | Sequence[int], B: int) -> list[int]:
@@ -299,27 +207,36 @@ def sample_groups(
     _check_args(prompts, group_size, seeds, temperature, top_p, max_new_tokens, batch_size)
     if tokenizer.pad_token_id is None:
         raise ValueError("sample_groups: tokenizer.pad_token_id is None; load the policy with load_policy (sets it)")
-    eos_ids = _eos_ids(tokenizer, model)
-    device = next(model.parameters()).device
+    eos_ids = eos_token_ids(tokenizer, model)
     B, sizes = len(prompts), _group_sizes(group_size, len(prompts))
-    N = sum(sizes)
+    ids, mask = encode_prompts(tokenizer, prompts, add_special_tokens=add_special_tokens)  # (B, P)
     reps = torch.tensor(sizes, dtype=torch.long)  # (B,)
+    row_seeds = [row_seed(int(seeds[b]), g) for b in range(B) for g in range(sizes[b])]
+    completion_ids = generate_rows(model, ids.repeat_interleave(reps, dim=0), mask.repeat_interleave(reps, dim=0),
+                                   row_seeds, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
+                                   eos_ids=eos_ids, pad_id=tokenizer.pad_token_id, batch_size=batch_size,
+                                   share_prompts=share_prompts)  # (N, T)
+    return rollout_from_completions(tokenizer, ids, mask, sizes, completion_ids, eos_ids)
+
+
+def encode_prompts(tokenizer, prompts: Sequence[str], *, add_special_tokens: bool = True) -> tuple[Tensor, Tensor]:
+    """(B, P) prompt ids and mask, left-padded with ``pad_token_id`` (the caller's tokenizer is not changed)."""
     enc = tokenizer(list(prompts), padding=True, return_tensors="pt", add_special_tokens=add_special_tokens)
     if tokenizer.padding_side != "left":  # re-pad on the left without touching the caller's tokenizer
         enc = _left_pad(enc["input_ids"], enc["attention_mask"], tokenizer.pad_token_id)
-    prompt_ids = enc["input_ids"].repeat_interleave(reps, dim=0)  # (N, P)
-    prompt_mask = enc["attention_mask"].repeat_interleave(reps, dim=0)  # (N, P)
-    row_seeds = [row_seed(int(seeds[b]), g) for b in range(B) for g in range(sizes[b])]
-    gen_config = GenerationConfig(
-        do_sample=False,
-        max_new_tokens=max_new_tokens,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=eos_ids,
-        num_beams=1,
-        repetition_penalty=1.0,
-        no_repeat_ngram_size=0,
-        min_new_tokens=0,
-    )
+    return enc["input_ids"], enc["attention_mask"]
+
+
+@torch.no_grad()
+def generate_rows(model, prompt_ids: Tensor, prompt_mask: Tensor, row_seeds: Sequence[int], *, temperature: float,
+                  top_p: float, max_new_tokens: int, eos_ids: Sequence[int], pad_id: int,
+                  batch_size: int | None = None, share_prompts: bool = True) -> Tensor:
+    """``(N, T)`` generated tokens of N left-padded prompt rows, row i's noise from a generator seeded
+    ``row_seeds[i]`` (module docstring); rows end at EOS or after ``max_new_tokens``, padded with ``pad_id``."""
+    N, device = prompt_ids.shape[0], next(model.parameters()).device
+    gen_config = GenerationConfig(do_sample=False, max_new_tokens=max_new_tokens, pad_token_id=pad_id,
+                                  eos_token_id=list(eos_ids), num_beams=1, repetition_penalty=1.0,
+                                  no_repeat_ngram_size=0, min_new_tokens=0)
     step = N if batch_size is None else batch_size
     was_training = model.training
     model.eval()
@@ -327,13 +244,13 @@ def sample_groups(
     # repetition_penalty=1.05), which would change the distribution: swap in a neutral one.
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     saved_config = base.generation_config
-    base.generation_config = GenerationConfig(pad_token_id=tokenizer.pad_token_id, eos_token_id=eos_ids)
+    base.generation_config = GenerationConfig(pad_token_id=pad_id, eos_token_id=list(eos_ids))
     chunks: list[Tensor] = []
     try:
         for start in range(0, N, step):
             sl = slice(start, min(start + step, N))
             ids, mask = _strip_left(prompt_ids[sl], prompt_mask[sl])
-            gens = [torch.Generator(device=device).manual_seed(s) for s in row_seeds[sl]]
+            gens = [torch.Generator(device=device).manual_seed(int(s)) for s in row_seeds[sl]]
             proc = GumbelNoiseProcessor(gens, temperature=temperature, top_p=top_p)
             ids, mask = ids.to(device), mask.to(device)
             extra = {"cache": _shared_prefill(model, ids, mask)} if share_prompts else {}
@@ -348,52 +265,12 @@ def sample_groups(
     finally:
         base.generation_config = saved_config
         model.train(was_training)
-    T = max(c.shape[1] for c in chunks)
-    completion_ids = torch.full((N, T), tokenizer.pad_token_id, dtype=torch.long)
+    completion_ids = torch.full((N, max(c.shape[1] for c in chunks)), pad_id, dtype=torch.long)
     row = 0
     for c in chunks:
         completion_ids[row:row + c.shape[0], : c.shape[1]] = c
         row += c.shape[0]
-    completion_mask, truncated = completion_mask_from_ids(completion_ids, eos_ids)
-    completion_ids = completion_ids.masked_fill(completion_mask == 0, tokenizer.pad_token_id)
-    texts = tokenizer.batch_decode(
-        [ids[m.bool()].tolist() for ids, m in zip(completion_ids, completion_mask)], skip_special_tokens=True
-    )
-    return Rollout(
-        prompt_ids=prompt_ids,
-        prompt_mask=prompt_mask,
-        completion_ids=completion_ids,
-        completion_mask=completion_mask,
-        texts=list(texts),
-        truncated=truncated,
-        prompt_index=torch.arange(B).repeat_interleave(reps),
-        group_size=N // B,
-        group_sizes=reps,
-    )
-
-
-def concat_rollouts(pieces: Sequence[tuple[Rollout, Tensor]], pad_id: int) -> Rollout:
-    """One rollout from whole groups of others: ``pieces`` = (rollout, its rows of one group), in order.
-
-    Prompts are re-padded on the left and completions on the right to the widest piece (masks say which
-    tokens are real, so log-probs and samples are unchanged).
-    """
-    P = max(int(r.prompt_ids.shape[1]) for r, _ in pieces)
-    T = max(int(r.completion_ids.shape[1]) for r, _ in pieces)
-    cols = {"prompt_ids": [], "prompt_mask": [], "completion_ids": [], "completion_mask": [], "truncated": []}
-    texts: list[str] = []
-    for r, rows in pieces:
-        p, t = r.prompt_ids.shape[1], r.completion_ids.shape[1]
-        cols["prompt_ids"].append(torch.nn.functional.pad(r.prompt_ids[rows], (P - p, 0), value=pad_id))
-        cols["prompt_mask"].append(torch.nn.functional.pad(r.prompt_mask[rows], (P - p, 0), value=0))
-        cols["completion_ids"].append(torch.nn.functional.pad(r.completion_ids[rows], (0, T - t), value=pad_id))
-        cols["completion_mask"].append(torch.nn.functional.pad(r.completion_mask[rows], (0, T - t), value=0))
-        cols["truncated"].append(r.truncated[rows])
-        texts += [r.texts[int(i)] for i in rows]
-    sizes = torch.tensor([len(rows) for _, rows in pieces], dtype=torch.long)
-    return Rollout(**{k: torch.cat(v) for k, v in cols.items()}, texts=texts,
-                   prompt_index=torch.arange(len(pieces)).repeat_interleave(sizes),
-                   group_size=int(sizes.sum()) // len(pieces), group_sizes=sizes)
+    return completion_ids
 
 
 def _shared_prefill(model, ids: Tensor, mask: Tensor) -> DynamicCache | None:

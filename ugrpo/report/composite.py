@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import base64
 import html
-import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ugrpo.report.markdown import count, fmt
-from ugrpo.runs import RunDir, atomic_write_text
+from ugrpo.runs import RunDir, finished_results
 
-__all__ = ["write_demo_report", "summary_rows", "write_reproduce_report", "read_parts", "html_table", "inline_png"]
+__all__ = ["write_demo_report", "summary_rows", "write_reproduce_report", "read_part", "read_parts", "html_table",
+           "inline_png"]
 
 STYLE = ("body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse;margin:6px 0}"
          "td,th{border:1px solid #bbb;padding:2px 6px}td.supports{background:#dfd}td.contradicts{background:#fdd}"
@@ -224,16 +224,18 @@ def _thm8(out: Path, summ: dict, parts: dict) -> list[str]:
     return h
 
 
+def read_part(folder: Path) -> dict | None:
+    """A part's results.json, or None when it has not finished (:func:`ugrpo.runs.finished_results`; no folder is
+    created)."""
+    return finished_results(folder)
+
+
 def read_parts(out: Path, fig4_labels: Sequence[str]) -> dict[str, Any]:
     """The parts' results.json contents under ``out`` ({part: results, or None when it has not finished}; Fig. 4:
     {strength: results}, None unless every strength has finished)."""
-    def read(folder: Path) -> dict | None:
-        p = folder / "results.json"
-        return json.loads(p.read_text()) if p.is_file() else None
-
-    fig4 = {lab: read(out / "fig4" / lab) for lab in fig4_labels}
+    fig4 = {lab: read_part(out / "fig4" / lab) for lab in fig4_labels}
     return {"fig4": fig4 if all(v is not None for v in fig4.values()) else None,
-            **{part: read(out / part) for part in ("fig5", "table2", "thm8")}}
+            **{part: read_part(out / part) for part in ("fig5", "table2", "thm8")}}
 
 
 def write_reproduce_report(root: RunDir, results: dict, argv: Sequence[str] | None = None) -> Path:
@@ -251,5 +253,4 @@ def write_reproduce_report(root: RunDir, results: dict, argv: Sequence[str] | No
     h += _fig4(out, summ) + _fig5(out, parts) + _table2(out, parts, paper_table2) + _thm8(out, summ, parts)
     secs = {k: round(v, 1) for k, v in results["seconds"].items()}
     h.append(f"<p>Seconds per part this call: {html.escape(str(secs))}</p></body></html>")
-    atomic_write_text(root.file("report.html"), "\n".join(h) + "\n")
-    return root.file("report.html")
+    return root.write_report("\n".join(h) + "\n", name="report.html")  # the last file: the folder is finished

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ugrpo.fileio import atomic_save
 from ugrpo.report.markdown import fmt, fmt_ci, fmt_values, header, image, md_table
 from ugrpo.report.plots import estimator_series, line_plot
 from ugrpo.runs import RunDir
@@ -308,7 +309,7 @@ def _allocation_plot(path, alloc: dict[str, Any], title: str) -> None:
                 ax.legend(fontsize=7)
         fig.suptitle(title)
         fig.tight_layout()
-        fig.savefig(path)
+        atomic_save(path, lambda f: fig.savefig(f, format=Path(path).suffix[1:]))  # a full disk names the file
     finally:
         plt.close(fig)
 

@@ -27,6 +27,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from ugrpo.fileio import atomic_save  # noqa: E402
+
 __all__ = ["Series", "Marker", "line_plot", "panel_plot"]
 
 
@@ -135,7 +137,7 @@ def line_plot(
         fig.tight_layout()
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path)
+        atomic_save(path, lambda f: fig.savefig(f, format=path.suffix[1:]))  # a full disk names the file
     finally:
         plt.close(fig)
     return path
@@ -182,7 +184,7 @@ def panel_plot(
         fig.tight_layout()
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path)
+        atomic_save(path, lambda f: fig.savefig(f, format=path.suffix[1:]))  # a full disk names the file
     finally:
         plt.close(fig)
     return path

@@ -339,6 +339,7 @@ def prediction_quality(pred: PromptStats, true: PromptStats) -> dict:
     ft = prompt_error(true.c2, true.c3, np.full(len(true), 4))
     rank = lambda v: np.argsort(np.argsort(v)).astype(float)  # noqa: E731
     spearman = float(np.corrcoef(rank(fp), rank(ft))[0, 1]) if len(ft) > 2 else None
-    ok = (fp > 0) & (ft > 0)
-    return {"spearman_f4": spearman, "median_abs_log_ratio_f4": float(np.median(np.abs(np.log(fp[ok] / ft[ok])))),
-            "mean_pred_over_true_f4": float(fp.mean() / ft.mean())}
+    ok = (fp > 0) & (ft > 0)  # a prompt whose rewards never vary has f = 0: no log ratio (None when none is left)
+    return {"spearman_f4": spearman,
+            "median_abs_log_ratio_f4": float(np.median(np.abs(np.log(fp[ok] / ft[ok])))) if ok.any() else None,
+            "mean_pred_over_true_f4": float(fp.mean() / ft.mean()) if ft.mean() > 0 else None}

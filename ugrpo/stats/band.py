@@ -37,11 +37,27 @@ import numpy as np
 from .exact_mse import uniform_mse
 from .intervals import Interval
 
-__all__ = ["DEFAULT_TOLERANCE", "BandResult", "bound_table", "near_optimal_band", "bootstrap_band",
-           "pilot_size_needed", "ratio_to_best_interval"]
+__all__ = ["DEFAULT_TOLERANCE", "MIN_N_BOOT", "check_n_boot", "BandResult", "bound_table", "near_optimal_band",
+           "bootstrap_band", "pilot_size_needed", "ratio_to_best_interval"]
 
 DEFAULT_TOLERANCE = 0.05
 """Default tolerance of the band: within 5% of the smallest predicted MSE."""
+MIN_N_BOOT = 2
+"""fewest bootstrap replicates of (c1, c2, c3) a planner's intervals and band can be computed from"""
+
+
+def check_n_boot(n_boot: int, flag: str = "--n-boot") -> None:
+    """Refuse fewer than :data:`MIN_N_BOOT` bootstrap replicates, naming the option ``flag`` that set them.
+
+    >>> check_n_boot(1)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: --n-boot 1: the intervals on c1, c2, c3 and G* ... need at least 2; give --n-boot 200 or more ...
+    """
+    if isinstance(n_boot, bool) or not isinstance(n_boot, int) or n_boot < MIN_N_BOOT:
+        raise ValueError(f"{flag} {n_boot}: the intervals on c1, c2, c3 and G* come from bootstrap replicates and need "
+                         f"at least {MIN_N_BOOT}; give {flag} 200 or more (1000 by default)")
+
 
 _FACTORS = (1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 16.0, 20.0, 24.0, 32.0, 48.0, 64.0)
 

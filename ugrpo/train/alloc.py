@@ -11,6 +11,7 @@ estimate (1/B) sum_b (1/G_b) sum_g A_bg W_bg (M32-M33).
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -18,7 +19,7 @@ from torch import Tensor
 
 from ugrpo.stats.allocation import allocate
 from ugrpo.stats.certificate import certificate
-from ugrpo.stats.history import PromptHistory, check_unit_rewards
+from ugrpo.stats.history import FIELDS, SECOND, PromptHistory, check_unit_rewards
 from ugrpo.stats.ragged import compute_ragged_advantages, ragged_reward_spread
 from ugrpo.train.config import TrainConfig
 
@@ -66,11 +67,13 @@ class Allocator:
         ResumeError if absent, ValueError if it does not fit this run's prompts)."""
         from ugrpo.errors import ResumeError
         from ugrpo.train.checkpoint import read_extra
+        from ugrpo.train.resume import check_history_json
 
         data = read_extra(ckpt, "history.json")
         if data is None:
             raise ResumeError(f"--resume: checkpoint {ckpt} has no history.json, but allocation.rule needs the "
                               "per-prompt history; start a new run with a new --out")
+        check_history_json(data, self.history.P, Path(ckpt) / "history.json", FIELDS, SECOND)  # names file, field, fix
         self.history = PromptHistory.from_json(data, self.history.P, f"{ckpt}/history.json")
 
     @property

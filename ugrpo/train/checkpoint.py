@@ -12,6 +12,9 @@ left by such a kill is removed by the next save). Contents:
   ``allocation.rule`` other than uniform only), plain JSON
 * ``state.json``          ``{"step": K, "world_size": W, "sha256": {file: digest}}``, written last
 
+A full disk (or quota) while writing is a :class:`~ugrpo.errors.DiskFullError` naming the file and the last intact
+checkpoint; nothing of the half-written one is kept.
+
 Loading is safe for files from others (run folders on shared storage): tensors come from
 safetensors or ``torch.load(weights_only=True)`` (tensors and plain containers only, never code),
 the rest is JSON. Every file's sha256 is checked first; a checkpoint that fails (a flipped byte, a
@@ -31,9 +34,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 
-from ugrpo.errors import CheckpointError, ResumeError
+from ugrpo.errors import CheckpointError, DiskFullError, ResumeError
+from ugrpo.fileio import DISK_FULL, atomic_save, atomic_write_bytes, atomic_write_text
 from ugrpo.train.distributed import DistContext, barrier, gather_objects
 
 __all__ = [
@@ -90,26 +94,48 @@ def save_checkpoint(root: Path, step: int, model, optimizer, scheduler, ctx: Dis
             shutil.rmtree(stale, ignore_errors=True)
         tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".step-{step}.", suffix=".tmp"))
         try:
-            tensors = {n: p.detach().cpu().contiguous().clone() for n, p in _trainable(model).items()}
-            save_file(tensors, str(tmp / "model.safetensors"))
-            torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-            torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
-            for r, state in enumerate(rngs):
-                torch.save(state, tmp / f"rng-rank{r}.pt")
-            for name, data in (extra or {}).items():
-                (tmp / name).write_text(json.dumps(data) + "\n")
-            sums = {p.name: _sha256(p) for p in sorted(tmp.iterdir())}
-            state = {"step": step, "world_size": ctx.world_size, "sha256": sums}
-            (tmp / "state.json").write_text(json.dumps(state, indent=1) + "\n")
-            follow_umask(tmp)  # mkdtemp makes 0700 and safetensors 0600: follow the umask like any file
+            _write_files(tmp, step, model, optimizer, scheduler, rngs, extra or {}, ctx)
+            follow_umask(tmp)  # mkdtemp makes 0700: follow the umask like any file
             if final.exists():
                 shutil.rmtree(final)
             os.rename(tmp, final)
-        except BaseException:
+        except BaseException as e:
             shutil.rmtree(tmp, ignore_errors=True)
+            if isinstance(e, OSError) and e.errno in DISK_FULL:
+                last = latest_checkpoint(root)
+                raise DiskFullError(
+                    f"cannot write checkpoint {final}: {e.strerror} while writing {e.filename}; nothing of it was "
+                    f"kept, and the last checkpoint ({last or 'none yet'}) is intact: free some space, then continue "
+                    "with the same command and --resume"
+                ) from e
             raise
     barrier(ctx)
     return final
+
+
+def _write_files(folder: Path, step: int, model, optimizer, scheduler, rngs: list, extra: dict[str, dict],
+                 ctx: DistContext) -> None:
+    """Every file of the checkpoint into ``folder``, ``state.json`` (the checksums) last; each through
+    :func:`ugrpo.fileio.atomic_save`, so a full disk is an ``OSError`` naming the file, whatever the writer."""
+    tensors: dict[str, torch.Tensor] = {}
+    storages: set[int] = set()
+    for n, p in _trainable(model).items():  # one copy (the serialised bytes); a shared storage gets its own
+        t = p.detach().cpu().contiguous()
+        tensors[n] = t.clone() if t.untyped_storage().data_ptr() in storages else t
+        storages.add(t.untyped_storage().data_ptr())
+    data = save(tensors)
+    del tensors
+    atomic_write_bytes(folder / "model.safetensors", data)
+    del data
+    atomic_save(folder / "optimizer.pt", lambda f: torch.save(optimizer.state_dict(), f))
+    atomic_save(folder / "scheduler.pt", lambda f: torch.save(scheduler.state_dict(), f))
+    for r, state in enumerate(rngs):
+        atomic_save(folder / f"rng-rank{r}.pt", lambda f, s=state: torch.save(s, f))
+    for name, content in extra.items():
+        atomic_write_text(folder / name, json.dumps(content) + "\n")
+    sums = {p.name: _sha256(p) for p in sorted(folder.iterdir())}
+    state = {"step": step, "world_size": ctx.world_size, "sha256": sums}
+    atomic_write_text(folder / "state.json", json.dumps(state, indent=1) + "\n")
 
 
 def checkpoints(root: Path) -> list[Path]:

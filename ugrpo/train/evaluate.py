@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ugrpo.lm.sampling import eos_token_ids
 from ugrpo.tasks.base import Problem, score
 from ugrpo.train.config import TrainConfig
 from ugrpo.train.distributed import DistContext, reduce_sum, shard
@@ -40,19 +41,10 @@ def eval_seed(seed: int, index: int) -> int:
     return int(np.random.SeedSequence([int(seed), int(index), 7919]).generate_state(1)[0])
 
 
-def _eos_ids(model, tokenizer) -> list[int]:
-    ids = set()
-    for src in (getattr(model, "generation_config", None), tokenizer):
-        e = getattr(src, "eos_token_id", None)
-        if e is not None:
-            ids.update([e] if isinstance(e, int) else e)
-    return sorted(ids)
-
-
 @torch.no_grad()
 def greedy_completions(model, tokenizer, prompts: Sequence[str], *, max_new_tokens: int, batch_size: int) -> list[str]:
     """Greedy (argmax) completions, decoded without special tokens, cut at the first EOS."""
-    eos = _eos_ids(model, tokenizer)
+    eos = eos_token_ids(tokenizer, model)
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -91,22 +83,25 @@ def evaluate(
     batch_size: int,
     seed: int,
     ctx: DistContext,
+    engine=None,
 ) -> EvalResult:
-    """Greedy accuracy and sampled pass@1 on ``problems`` (``prompts`` = their formatted text)."""
+    """Greedy accuracy and sampled pass@1 on ``problems`` (``prompts`` = their formatted text); with ``engine``
+    (``sampling.backend=vllm``) both are decoded by the engine, else by ``model``."""
     mine = shard(len(problems), ctx)
     probs = [problems[i] for i in mine]
     texts = [prompts[i] for i in mine]
     sums = [0.0, 0.0, 0.0, 0.0]  # greedy reward sum, sampled reward sum, n sampled, unscorable
     if probs and greedy:
-        sc = score(task, greedy_completions(model, tokenizer, texts, max_new_tokens=max_new_tokens,
-                                            batch_size=batch_size), probs)
+        done = (greedy_completions(model, tokenizer, texts, max_new_tokens=max_new_tokens, batch_size=batch_size)
+                if engine is None else engine.greedy_completions(tokenizer, texts, max_new_tokens=max_new_tokens))
+        sc = score(task, done, probs)
         sums[0] += sum(sc.rewards)
         sums[3] += sc.n_unscorable
     if probs and pass1_samples > 0:
         k = pass1_samples
         sc = sample_and_score(model, tokenizer, task, probs, texts, k, [eval_seed(seed, i) for i in mine],
                               temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
-                              batch_size=batch_size).score
+                              batch_size=batch_size, engine=engine).score
         sums[1] += sum(sc.rewards)
         sums[2] += len(sc.rewards)
         sums[3] += sc.n_unscorable
@@ -121,12 +116,12 @@ def evaluate(
 
 
 def eval_metrics(cfg: TrainConfig, model, tokenizer, task, problems: Sequence[Problem], prompts: Sequence[str],
-                 ctx: DistContext) -> dict:
+                 ctx: DistContext, engine=None) -> dict:
     """The trainer's held-out evaluation (:func:`evaluate` with the run's settings) as metrics-row keys."""
     ev = evaluate(
         model, tokenizer, task, problems, prompts, greedy=cfg.eval.greedy, pass1_samples=cfg.eval.pass1_samples,
         temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p, max_new_tokens=cfg.sampling.max_new_tokens,
-        batch_size=cfg.eval.batch_size, seed=cfg.seed, ctx=ctx,
+        batch_size=cfg.eval.batch_size, seed=cfg.seed, ctx=ctx, engine=engine,
     )
     return {"eval_accuracy": ev.accuracy, "eval_pass1": ev.pass1, "eval_n_unscorable": ev.n_unscorable,
             "eval_n_problems": ev.n_problems}

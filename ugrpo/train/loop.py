@@ -43,6 +43,8 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ugrpo.errors import NonFiniteError, ResumeError
+from ugrpo.fileio import naming
+from ugrpo.lm.vllm_engine import require_vllm
 from ugrpo.runlock import claim, release
 from ugrpo.runs import RunDir, follow_umask, read_jsonl
 from ugrpo.train.alloc import Allocator, step_advantages
@@ -53,7 +55,7 @@ from ugrpo.train.evaluate import eval_metrics
 from ugrpo.train.monitor import TrainMonitor
 from ugrpo.train.resume import check_resume_config, finished_result, hashed_config
 from ugrpo.train.rollout import Sampler, StepRollout, choose_prompts, prompt_seed
-from ugrpo.train.setup import RunObjects, build_run
+from ugrpo.train.setup import RunObjects, build_run, run_device
 from ugrpo.train.steplog import (
     MetricsLog,
     check_finite_weights,
@@ -111,6 +113,8 @@ def train(
     """
     out = Path(out_dir)
     ctx = init_distributed()
+    if cfg.sampling.backend == "vllm":  # vLLM missing, or no CUDA: say so before anything is written
+        require_vllm(run_device(cfg, ctx))
     if ctx.is_main:
         claim(out, "train", hashed_config(cfg), resume=resume, exclusive=True)
     try:
@@ -141,7 +145,7 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, *, resume: bool, on_st
     s = build_run(cfg, ctx)  # policy, task and prompts, reference, optimizer and schedule
     model, tok, params, optimizer, scheduler = s.model, s.tokenizer, s.params, s.optimizer, s.scheduler
     B = cfg.budget.prompts_per_step
-    sampler = Sampler(model, tok, s.task, s.train_problems, s.train_prompts, cfg, ctx)
+    sampler = Sampler(model, tok, s.task, s.train_problems, s.train_prompts, cfg, ctx, s.engine)
     allocator = Allocator(cfg, len(s.train_problems))  # G_b per prompt (uniform: G for all) and the history
     start, initial, logged = _restore(cfg, out, s, allocator, run, ctx) if resume else (0, {}, [])
     samples_cum = next((r["samples_cum"] for r in reversed(logged) if "samples_cum" in r),
@@ -154,7 +158,9 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, *, resume: bool, on_st
         allocator.note_monitor(r)
     monitor = (TrainMonitor.from_config(cfg, warned=any("monitor_warning" in r for r in logged))
                if cfg.monitor_every else None)
-    run_eval = lambda: eval_metrics(cfg, model, tok, s.task, s.eval_problems, s.eval_prompts, ctx)  # noqa: E731
+    run_eval = lambda: eval_metrics(cfg, model, tok, s.task, s.eval_problems, s.eval_prompts, ctx,  # noqa: E731
+                                    engine=s.engine)
+    sampler.sync_weights()  # backend vllm: the engine gets the (initial or restored) weights
 
     # ---------------------------------------------------------------- step 0: evaluate before any update
     if start == 0:
@@ -185,6 +191,7 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, *, resume: bool, on_st
         # ------------------------------------------------------------ 5. update(s): Algorithm 1, or 2 (m minibatches)
         updates = step_updates(model, params, optimizer, batch.rollout, batch.position, advantages,
                                reference=s.reference, cfg=cfg, ctx=ctx)
+        sampler.sync_weights()  # backend vllm: the next samples (and this step's eval) come from the updated policy
         lr = scheduler.get_last_lr()[0]
         scheduler.step()
         n_nonfinite = sum(u.skipped for u in updates)  # updates dropped: NaN/inf loss or gradient
@@ -227,6 +234,8 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, *, resume: bool, on_st
     check_finite_weights(params, cfg.steps, out)
     if run is not None:
         _write_final(run, result, s, log)
+    if s.engine is not None:
+        s.engine.close()
     destroy(ctx)
     return result
 
@@ -286,8 +295,9 @@ def _observe(allocator: Allocator, batch: StepRollout, sizes: np.ndarray, sketch
 def _write_final(run: RunDir, result: TrainResult, s: RunObjects, log: MetricsLog) -> None:
     """Rank 0 at the end: results.json, the final model with its tokenizer, report.md; the metrics log closed."""
     run.write_results(result)
-    s.model.save_pretrained(run.path / "final_model", safe_serialization=True)
-    s.tokenizer.save_pretrained(run.path / "final_model")
+    with naming(run.path / "final_model"):  # a full disk under transformers' writers names the folder
+        s.model.save_pretrained(run.path / "final_model", safe_serialization=True)
+        s.tokenizer.save_pretrained(run.path / "final_model")
     follow_umask(run.path / "final_model")
     from ugrpo.report.train import write_report
 

@@ -16,6 +16,11 @@
 * the **oracle** baseline's ``oracle_samples`` extra samples per prompt (:meth:`Sampler.oracle_values`, seed
   stream 1), whose mean reward estimates V(x).
 
+Who draws: ``sampling.backend=hf`` the policy itself (:func:`ugrpo.lm.sampling.sample_groups`); ``vllm`` a colocated
+vLLM engine (:mod:`ugrpo.lm.vllm_engine`, one request per prompt with ``n = G_b``) that :meth:`Sampler.sync_weights`
+refreshes before step 1 and after every update. Both return the same :class:`~ugrpo.lm.rollout.Rollout`; what
+follows (log-probs recomputed by the training model, scores, advantages) does not know which one drew it.
+
 Multi-process: a step's prompts are sharded (:func:`ugrpo.train.distributed.shard`), each process samples its own
 share; a dynamic round's rewards are gathered so every process selects the same groups, and each process keeps
 its own selected groups (their number may differ between processes: the loss divides by the global count B G, so
@@ -68,11 +73,13 @@ class Scored:
 
 def sample_and_score(model, tok, task, problems: Sequence, prompts: Sequence[str], sizes: int | Sequence[int],
                      seeds: Sequence[int], *, temperature: float, top_p: float, max_new_tokens: int,
-                     batch_size: int | None) -> Scored:
+                     batch_size: int | None, engine=None) -> Scored:
     """``sizes[b]`` (or ``sizes``) completions of prompt b (text ``prompts[b]``, seed ``seeds[b]``), each scored
-    against ``problems[b]`` by the task's verifier."""
-    ro = sample_groups(model, tok, list(prompts), sizes, seeds=list(seeds), temperature=temperature, top_p=top_p,
-                       max_new_tokens=max_new_tokens, batch_size=batch_size)
+    against ``problems[b]`` by the task's verifier; drawn by ``engine`` (a :class:`ugrpo.lm.vllm_engine.VLLMEngine`,
+    ``sampling.backend=vllm``) when given, else by ``model`` with Hugging Face ``generate``. Same Rollout either way."""
+    kw = {"seeds": list(seeds), "temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens}
+    ro = (sample_groups(model, tok, list(prompts), sizes, batch_size=batch_size, **kw) if engine is None
+          else engine.sample_groups(tok, list(prompts), sizes, **kw))
     sc = score(task, ro.texts, [p for p, g in zip(problems, ro.group_sizes.tolist()) for _ in range(g)])
     return Scored(ro, sc, torch.tensor(sc.rewards, dtype=torch.float64))
 
@@ -119,13 +126,22 @@ class Sampler:
     prompts: list[str]
     cfg: TrainConfig
     ctx: DistContext
+    engine: object | None = None
+    """``sampling.backend=vllm``: the colocated engine that draws the samples (None: ``model`` does, with HF)"""
 
     def draw(self, idx: Sequence[int], sizes: int | Sequence[int], seeds: Sequence[int]) -> Scored:
         """:func:`sample_and_score` on train prompts ``idx`` with the run's sampling settings."""
         s = self.cfg.sampling
         return sample_and_score(self.model, self.tok, self.task, [self.problems[i] for i in idx],
                                 [self.prompts[i] for i in idx], sizes, seeds, temperature=s.temperature, top_p=s.top_p,
-                                max_new_tokens=s.max_new_tokens, batch_size=self.cfg.budget.micro_batch or None)
+                                max_new_tokens=s.max_new_tokens, batch_size=self.cfg.budget.micro_batch or None,
+                                engine=self.engine)
+
+    def sync_weights(self) -> None:
+        """``sampling.backend=vllm``: push the policy's current weights into the engine (before step 1, after every
+        update); the HF backend samples from the policy itself and has nothing to sync."""
+        if self.engine is not None:
+            self.engine.sync_weights(self.model)
 
     def step(self, step: int, idx: np.ndarray, sizes: np.ndarray) -> StepRollout:
         """The batch of ``step``: G_b completions of prompt ``idx[b]`` (``sizes`` (B,)), or the dynamic rounds."""

@@ -1,4 +1,5 @@
-"""What the loop builds before step 1: policy, task, prompt-length checks, optimizer, schedule, reference policy."""
+"""What the loop builds before step 1: policy, task, prompt-length checks, optimizer, schedule, reference policy, and
+(``sampling.backend=vllm``) the colocated vLLM engine."""
 
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ from ugrpo.train.config import OptimConfig, TrainConfig
 from ugrpo.train.distributed import DistContext, broadcast_params
 from ugrpo.train.update import rollout_logprobs
 
-__all__ = ["RunObjects", "build_run", "check_prompt_lengths", "make_optimizer", "make_scheduler", "lr_factor",
-           "Reference"]
+__all__ = ["RunObjects", "build_run", "run_device", "check_prompt_lengths", "make_optimizer", "make_scheduler",
+           "lr_factor", "Reference"]
 
 
 @dataclass(frozen=True)
@@ -44,12 +45,14 @@ class RunObjects:
     scheduler: torch.optim.lr_scheduler.LambdaLR
     loaded_at: float
     """``time.time()`` once the model was loaded (a first-use tiny-model build is not training time)"""
+    engine: object | None = None
+    """``sampling.backend=vllm``: the colocated vLLM engine (placeholder weights until the loop's first sync)"""
 
 
 def build_run(cfg: TrainConfig, ctx: DistContext) -> RunObjects:
     """Load the policy (same initial weights on every process), the task and its prompts (too-long train prompts
     handled by ``task.long_prompts``, eval prompts must fit), the reference policy, the optimizer and schedule."""
-    device = _device(cfg, ctx)
+    device = run_device(cfg, ctx)
     lora = LoraSettings(cfg.model.lora_r, cfg.model.lora_alpha, cfg.model.lora_dropout,
                         cfg.model.lora_targets) if cfg.model.lora_r else None
     policy = load_policy(cfg.model.name, lora=lora, dtype=cfg.model.dtype, device=device, seed=cfg.seed)
@@ -58,15 +61,17 @@ def build_run(cfg: TrainConfig, ctx: DistContext) -> RunObjects:
     broadcast_params(model, ctx)
     task = get_task(cfg.task.name, **cfg.task.options)
     fmt = lambda p: format_prompt(tok, p.prompt, chat=cfg.model.chat)  # noqa: E731
+    context = context_length(model)
+    if cfg.sampling.backend == "vllm" and cfg.sampling.vllm_max_model_len:  # the engine accepts no longer sequence
+        context = min(context or cfg.sampling.vllm_max_model_len, cfg.sampling.vllm_max_model_len)
     train_problems, skipped = check_prompt_lengths(
-        task.train_problems(), fmt, tok, context_length(model), cfg.sampling.max_new_tokens, cfg.task.long_prompts,
-        "train"
+        task.train_problems(), fmt, tok, context, cfg.sampling.max_new_tokens, cfg.task.long_prompts, "train"
     )
     eval_problems: list = []
     if cfg.eval.n_problems and (cfg.eval.greedy or cfg.eval.pass1_samples):
         eval_problems, _ = check_prompt_lengths(
-            task.eval_problems()[: cfg.eval.n_problems], fmt, tok, context_length(model), cfg.sampling.max_new_tokens,
-            "error", "eval"
+            task.eval_problems()[: cfg.eval.n_problems], fmt, tok, context, cfg.sampling.max_new_tokens, "error",
+            "eval"
         )
     train_prompts = [fmt(p) for p in train_problems]
     eval_prompts = [fmt(p) for p in eval_problems]
@@ -81,11 +86,19 @@ def build_run(cfg: TrainConfig, ctx: DistContext) -> RunObjects:
     if B < ctx.world_size:
         raise ValueError(f"B = N/G = {B} prompts per step cannot be shared by {ctx.world_size} processes; raise N or "
                          "lower G")
+    engine = None
+    if cfg.sampling.backend == "vllm":  # last: every cheaper check has passed
+        from ugrpo.lm.vllm_engine import build_engine
+
+        engine = build_engine(model, tok, gpu_memory=cfg.sampling.vllm_gpu_memory,
+                              max_model_len=cfg.sampling.vllm_max_model_len, distributed=ctx.world_size > 1,
+                              dtype=None if cfg.sampling.vllm_dtype == "auto" else cfg.sampling.vllm_dtype)
     return RunObjects(model, tok, task, train_problems, train_prompts, eval_problems, eval_prompts, skipped,
-                      reference, params, optimizer, scheduler, loaded_at)
+                      reference, params, optimizer, scheduler, loaded_at, engine)
 
 
-def _device(cfg: TrainConfig, ctx: DistContext) -> torch.device:
+def run_device(cfg: TrainConfig, ctx: DistContext) -> torch.device:
+    """Where this process's policy lives: ``model.device``, or (``auto``) its GPU if there is one, else the CPU."""
     if cfg.model.device != "auto":
         return torch.device(cfg.model.device)
     return torch.device(f"cuda:{ctx.local_rank}") if torch.cuda.is_available() else torch.device("cpu")

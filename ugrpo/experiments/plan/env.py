@@ -24,6 +24,7 @@ import torch
 
 from ugrpo.experiments.plan.pilot_io import MIN_PILOT_GROUP, Pilot
 from ugrpo.runs import RunDir, to_jsonable
+from ugrpo.stats.band import check_n_boot
 from ugrpo.stats.budget import check_divides
 from ugrpo.stats.exact_mse import uniform_mse
 from ugrpo.stats.intervals import ESTIMATE_KEYS
@@ -213,8 +214,7 @@ class PlanConfig:
         if self.env is not None and (self.pilot_group < MIN_PILOT_GROUP or self.pilot_batch < 2):
             raise ValueError(f"--pilot-group G0 = {self.pilot_group} and --pilot-batch B0 = {self.pilot_batch}: "
                              f"need G0 >= {MIN_PILOT_GROUP} (the unbiased c3 estimate) and B0 >= 2 (c1)")
-        if self.n_boot < 0:
-            raise ValueError(f"--n-boot must be >= 0, got {self.n_boot}")
+        check_n_boot(self.n_boot)
         if self.group is not None:
             check_divides(self.budget, self.group)
 

@@ -27,6 +27,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from ugrpo.runs import RunDir, to_jsonable
+from ugrpo.stats.band import check_n_boot
 from ugrpo.stats.seeds import derive_seed
 
 __all__ = ["LMPlanConfig", "SketchedSamples", "parse_task_options", "load_lm_task", "sample_sketched",
@@ -168,9 +169,9 @@ class LMPlanConfig:
                              f"need G0 >= {MIN_PILOT_GROUP} (the unbiased c3 estimate) and B0 >= 2 (c1)")
         if self.budget < 2:
             raise ValueError(f"--budget N = {self.budget} must be >= 2 (GRPO needs G >= 2 samples per prompt)")
-        if self.sketch_dim < 1 or self.n_boot < 0 or self.seed < 0:
-            raise ValueError(f"--sketch-dim ({self.sketch_dim}) must be >= 1, --n-boot ({self.n_boot}) and --seed "
-                             f"({self.seed}) >= 0")
+        if self.sketch_dim < 1 or self.seed < 0:
+            raise ValueError(f"--sketch-dim ({self.sketch_dim}) must be >= 1 and --seed ({self.seed}) >= 0")
+        check_n_boot(self.n_boot)
         if self.group is not None:
             if self.group < 2:
                 raise ValueError(f"--group G = {self.group} must be >= 2")

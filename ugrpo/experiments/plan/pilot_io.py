@@ -141,7 +141,11 @@ def load_pilot(path: str | Path) -> Pilot:
         def arr(name: str) -> torch.Tensor | None:
             if name not in keys:
                 return None
-            a = data[name]
+            try:
+                a = data[name]
+            except ValueError:  # numpy refuses object arrays under allow_pickle=False (unpickling could run code)
+                raise ValueError(f"--pilot {path}: array '{name}' holds Python objects (dtype object), which are never "
+                                 "loaded (unpickling could run code); save it as an array of numbers") from None
             if not np.issubdtype(a.dtype, np.number) or np.issubdtype(a.dtype, np.complexfloating):
                 raise ValueError(f"--pilot {path}: array '{name}' has dtype {a.dtype}; expected real numbers")
             return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float64))
@@ -151,7 +155,7 @@ def load_pilot(path: str | Path) -> Pilot:
         if "meta" in keys:
             try:
                 meta = json.loads(str(data["meta"]))
-            except json.JSONDecodeError as e:
+            except ValueError as e:  # not JSON, or an object array (refused without allow_pickle)
                 raise ValueError(f"--pilot {path}: 'meta' is not a JSON string ({e})") from None
             if not isinstance(meta, dict):
                 raise ValueError(f"--pilot {path}: 'meta' must be a JSON object, got {type(meta).__name__}")

@@ -33,7 +33,6 @@ import dataclasses
 import difflib
 import importlib
 import importlib.util
-import json
 import math
 import sys
 from collections.abc import Callable
@@ -44,6 +43,7 @@ from typing import Any
 import torch
 
 from ugrpo.runs import RunDir
+from ugrpo.stats.band import check_n_boot
 
 __all__ = ["TrlPlanConfig", "load_trl_config", "load_reward_function", "run_trl_plan"]
 
@@ -87,6 +87,7 @@ class TrlPlanConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name}: {v!r} must be an integer >= 1")
+        check_n_boot(self.n_boot)
         if self.num_generations < 2:
             raise ValueError(f"num_generations: {self.num_generations}; GRPO needs at least 2 completions per prompt")
         if self.step_budget % self.num_generations:
@@ -124,16 +125,11 @@ class TrlPlanConfig:
 def _read(path: Path) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"--trl-config {path}: file not found")
-    text = path.read_text()
-    try:
-        if path.suffix == ".json":
-            data = json.loads(text)
-        else:
-            import yaml
+    from ugrpo.fileio import read_json, read_text
+    from ugrpo.train.config.load import read_yaml
 
-            data = yaml.safe_load(text)
-    except Exception as e:  # yaml.YAMLError / json.JSONDecodeError: both are parse errors of the user's file
-        raise ValueError(f"--trl-config {path}: cannot parse ({e})") from e
+    data = (read_json(path) if path.suffix == ".json"  # errors name the file, line and column
+            else read_yaml(read_text(path), f"--trl-config {path}"))
     if not isinstance(data, dict):
         raise ValueError(f"--trl-config {path}: the top level must be a mapping of GRPOConfig fields")
     return data

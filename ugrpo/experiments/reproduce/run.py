@@ -207,7 +207,7 @@ def _fig4(cfg: ReproduceConfig, plan: ScalePlan, out: Path, progress: bool, log:
     done = {}
     for label, model in plan.fig4_models:
         rd = RunDir(out / "fig4" / label)
-        if rd.read_results() is not None:
+        if rd.finished_results() is not None:
             log(f"fig4/{label}: finished earlier, skipped")
             done[label] = "skipped"
             continue
@@ -248,7 +248,7 @@ def _thm8(cfg: ReproduceConfig, plan: ScalePlan, out: Path, progress: bool) -> s
     from ugrpo.report.gap import write_report
 
     rd = RunDir(out / "thm8")
-    if rd.read_results() is not None:
+    if rd.finished_results() is not None:
         return "skipped"
     gc = GapConfig(seed=cfg.seed, **plan.thm8)
     rd.write_config({**asdict(gc), "checkpoints": gc.checkpoints, "command": "gap", "part": "reproduce thm8"})

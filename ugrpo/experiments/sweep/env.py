@@ -134,7 +134,7 @@ def sweep_experiment(cfg: SweepConfig | AllocSweepConfig, out: str, *, argv: Seq
         return allocation_sweep_experiment(cfg, out, argv=argv, progress=progress)
     env = resolve_env(cfg.env)
     rd = RunDir(out)
-    check_resume(rd.read_config(), cfg, out)
+    check_resume(rd.read_config("sweep"), cfg, out)  # a folder of another command is refused as such
     rd.write_config({**asdict(cfg), "command": "sweep", "argv": None if argv is None else list(argv)})
     try:
         runs = run_sweep(env, cfg, rd, progress=progress)
@@ -360,7 +360,7 @@ def sweep_allocation(env, cfg: AllocSweepConfig, out: str, argv: Sequence[str] |
     from ugrpo.report.sweep import write_report
 
     rd = RunDir(out)
-    old = rd.read_config()
+    old = rd.read_config("sweep")  # a folder of another command is refused as such
     new = json.loads(json.dumps({**asdict(cfg), "command": "sweep", "mode": "allocation"}))  # tuples as lists
     if old is not None:
         keys = [k for k in new if k not in ("seeds", "rules") and old.get(k) != new[k]]

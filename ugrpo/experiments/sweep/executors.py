@@ -74,9 +74,10 @@ def run_state(folder: Path) -> str:
     Nothing is deleted here: a run that died before its first checkpoint is started over by ``train(...,
     resume=True)`` itself, under the run's lock (so a process still writing the folder is never pulled from under).
     """
+    from ugrpo.runs import finished_results
     from ugrpo.train.checkpoint import latest_checkpoint
 
-    if (folder / "results.json").exists():
+    if finished_results(folder) is not None:  # results.json next to UNFINISHED: stopped part way, resumed
         return "done"
     if latest_checkpoint(folder / "checkpoints") is not None:
         return "resume"

@@ -113,14 +113,14 @@ class RunSpec:
 
 def parse_sets(items: Sequence[str] | None) -> tuple[tuple[str, Any], ...]:
     """``["optim.lr=1e-4", ...]`` -> ``(("optim.lr", 1e-4), ...)``; values are YAML scalars."""
-    import yaml
+    from ugrpo.train.config.load import read_yaml
 
     out = []
     for it in items or ():
         if "=" not in it or not it.split("=", 1)[0].strip():
             raise ValueError(f"--set {it!r}: expected KEY=VALUE with a dotted config key, e.g. --set optim.lr=1e-4")
         k, v = it.split("=", 1)
-        out.append((k.strip().replace("-", "_"), yaml.safe_load(v) if v != "" else ""))
+        out.append((k.strip().replace("-", "_"), read_yaml(v, f"--set {it}") if v != "" else ""))
     return tuple(out)
 
 
@@ -312,7 +312,7 @@ def lm_planner(cfg: LMSweepConfig, base, folder: RunDir, *, progress: bool = Tru
     from ugrpo.report.plan import write_report
     from ugrpo.stats.planner import bound
 
-    res = folder.read_results()
+    res = folder.finished_results()  # a plan that stopped part way is planned again
     if res is None:
         B0, G0 = cfg.plan_pilot
         pc = LMPlanConfig(model=base.model.name, task=base.task.name, task_options=dict(base.task.options),
@@ -346,7 +346,7 @@ def sweep_lm(cfg: LMSweepConfig, out: str, *, argv: Sequence[str] | None = None,
     base = base_config(cfg)
     specs = build_runs(cfg)  # every config validated before any work
     root = RunDir(out)
-    check_lm_resume(root.read_config(), asdict(base), out)
+    check_lm_resume(root.read_config("sweep"), asdict(base), out)  # another command's folder is refused as such
     root.write_config({**sweep_config_record(cfg, base), "argv": list(argv) if argv else None})
     try:
         actions = run_lm_sweep(cfg, specs, root, progress=progress)

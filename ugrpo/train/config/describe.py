@@ -108,4 +108,5 @@ baseline grpo, scale none, adamw lr 1e-05 (constant), 100 steps, seed 0'
             f"G = {b.group_size} (B = {cfg.prompts_per_step} prompts), algorithm {cfg.algorithm}, baseline "
             f"{cfg.baseline}, scale {cfg.scale}, {cfg.optim.name} lr {cfg.optim.lr:g} ({cfg.optim.scheduler}), "
             f"{cfg.steps} steps, seed {cfg.seed}"
-            + (f", allocation {cfg.allocation.rule}" if cfg.allocation.rule != "uniform" else ""))
+            + (f", allocation {cfg.allocation.rule}" if cfg.allocation.rule != "uniform" else "")
+            + (f", sampling on {cfg.sampling.backend}" if cfg.sampling.backend != "hf" else ""))

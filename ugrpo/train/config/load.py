@@ -19,8 +19,24 @@ import yaml
 
 from ugrpo.train.config.schema import TrainConfig
 
-__all__ = ["load_config", "config_from_dict", "parse_overrides", "field_names"]
+__all__ = ["load_config", "config_from_dict", "parse_overrides", "field_names", "read_yaml"]
 
+
+def read_yaml(text: str, where: str) -> Any:
+    """``yaml.safe_load(text)``; a parse error is a ValueError naming ``where`` (a file, a flag and its value) and the
+    line and column (PyYAML itself would name ``<unicode string>``).
+
+    >>> read_yaml("[1, 2", "--optim.betas")
+    Traceback (most recent call last):
+    ...
+    ValueError: --optim.betas: not valid YAML (line 1, column 6: expected ',' or ']', but got '<stream end>')
+    """
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark, problem = getattr(e, "problem_mark", None), getattr(e, "problem", None) or str(e)
+        at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        raise ValueError(f"{where}: not valid YAML ({at}{problem})") from None
 
 
 def _hints(cls: type) -> dict[str, Any]:
@@ -147,7 +163,7 @@ def parse_overrides(args: Sequence[str]) -> list[tuple[str, Any]]:
                 raise ValueError(f"override {a} has no value; write e.g. {a} VALUE")
             key, raw = a[2:], args[i + 1]
             i += 2
-        out.append((key.replace("-", "_"), yaml.safe_load(raw) if raw != "" else ""))
+        out.append((key.replace("-", "_"), read_yaml(raw, f"--{key} {raw}") if raw != "" else ""))
     return out
 
 
@@ -202,7 +218,9 @@ def load_config(path: str | Path | None, overrides: Sequence[str] | Sequence[tup
         p = Path(path)
         if not p.exists():
             raise FileNotFoundError(f"config file {p} does not exist")
-        loaded = yaml.safe_load(p.read_text())
+        from ugrpo.fileio import read_text
+
+        loaded = read_yaml(read_text(p, "save the config as UTF-8 YAML"), str(p))
         if loaded is not None and not isinstance(loaded, dict):
             raise ValueError(f"{p}: the top level must be a mapping of config keys, got {type(loaded).__name__}")
         data = _normalise_keys(loaded or {})

@@ -141,12 +141,29 @@ class SamplingConfig:
     """nucleus sampling mass in (0, 1]"""
     max_new_tokens: int = 16
     """completion length limit; longer completions are truncated and counted"""
+    backend: Literal["hf", "vllm"] = "hf"
+    """who draws the completions: hf (transformers generate with ugrpo's seeded sampler: a sample depends only on
+    (seed, step, prompt, row), whatever the batch) | vllm (a vLLM engine in the training process, weights pushed
+    after every update; needs a CUDA GPU and pip install 'ugrpo[vllm]'; the same call gives the same samples, another
+    batch shape may not: docs/vllm.md)"""
+    vllm_gpu_memory: float = 0.3
+    """vllm: fraction of the GPU's memory the engine takes for its weights and KV cache (training keeps the rest)"""
+    vllm_max_model_len: int = 0
+    """vllm: longest prompt + completion the engine accepts (sizes its KV cache); 0 = the model's context"""
+    vllm_dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
+    """vllm: the engine's weight dtype; auto = model.dtype. bfloat16 samples fast from float32 training weights"""
 
     def __post_init__(self) -> None:
         _positive("sampling.", "temperature", self.temperature)
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"sampling.top_p={self.top_p} must be in (0, 1]")
         _positive("sampling.", "max_new_tokens", self.max_new_tokens)
+        _choice("sampling.", "backend", self.backend, ("hf", "vllm"))
+        if not 0.0 < self.vllm_gpu_memory < 1.0:
+            raise ValueError(f"sampling.vllm_gpu_memory={self.vllm_gpu_memory} must be in (0, 1): the share of GPU "
+                             "memory vLLM may take, e.g. 0.3 (the rest holds the training model and optimizer)")
+        _positive("sampling.", "vllm_max_model_len", self.vllm_max_model_len, strict=False)
+        _choice("sampling.", "vllm_dtype", self.vllm_dtype, ("auto", "bfloat16", "float16", "float32"))
 
 
 @dataclass(frozen=True)
