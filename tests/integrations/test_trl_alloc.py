@@ -1,10 +1,10 @@
 """UGRPOTrainer(allocation=...): per-prompt group sizes inside a real TRL GRPOTrainer run (issue 21).
 
-Each test runs real TRL steps on the tiny model (built in code, random weights, CPU) with a {0, 1} reward whose success rate differs between prompts.
-Checked: the sizes vary per prompt and sum to the generation batch; TRL generated exactly G_b rows of prompt b;
-one SGD step (lr 1) moves the parameters by the ragged estimate (1/B) sum_b (1/G_b) sum_g A_bg W_bg computed row by
-row, for three of TRL's loss normalisations; the history survives a TRL checkpoint and resume; bad settings are
-errors naming the option.
+Each test runs real TRL steps on the tiny model (built in code, random weights, CPU) with a {0, 1} reward whose
+success rate differs between prompts. Checked: the sizes vary per prompt and sum to the generation batch; TRL
+generated exactly G_b rows of prompt b; one SGD step (lr 1) moves the parameters by the ragged estimate
+(1/B) sum_b (1/G_b) sum_g A_bg W_bg computed row by row, for three of TRL's loss normalisations; the history
+survives a TRL checkpoint and resume; bad settings are errors naming the option.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def tok():
     return build_char_tokenizer()
 
 
-def _trainer(tok, tmp_path, rule="vip", *, prompts=SMALL, reward=any_digit_reward, spec=AdvantageSpec(), **config):
+def _trainer(tok, tmp_path, rule="vip", *, prompts=SMALL, reward=any_digit_reward, spec=None, **config):
     kw = dict(max_steps=6, num_generations=G, per_device_train_batch_size=16)
     kw.update(config)
     rec = Recorder(reward)
@@ -45,7 +45,8 @@ def _trainer(tok, tmp_path, rule="vip", *, prompts=SMALL, reward=any_digit_rewar
         warnings.simplefilter("ignore")
         trainer = UGRPOTrainer(model=build_tiny_model(tok, size="1m", seed=0), reward_funcs=rec,
                                args=grpo_config(tmp_path, **kw), train_dataset=Dataset.from_dict({"prompt": prompts}),
-                               processing_class=tok, advantages=spec, allocation=AllocationSpec(rule=rule))
+                               processing_class=tok, advantages=spec or AdvantageSpec(),
+                               allocation=AllocationSpec(rule=rule))
     return rec.attach(trainer), rec
 
 
@@ -193,3 +194,144 @@ class _StopAt(TrainerCallback):
         if state.global_step >= self.k:
             control.should_training_stop = True
         return control
+
+
+# ---------------------------------------------------------------------- refusals and the config
+
+
+def _build(tok, tmp_path, *, data=None, config=None, **kw):
+    kw.setdefault("allocation", AllocationSpec(rule="vip"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return UGRPOTrainer(model=build_tiny_model(tok, size="1m", seed=0), reward_funcs=any_digit_reward,
+                            args=grpo_config(tmp_path, num_generations=G, per_device_train_batch_size=16,
+                                             **(config or {})),
+                            train_dataset=Dataset.from_dict({"prompt": SMALL}) if data is None else data,
+                            processing_class=tok, **kw)
+
+
+def _rollout(prompts, trainer):
+    raise AssertionError("never called")
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(advantages=None), r"needs ugrpo's advantages \(advantages=None keeps TRL's"),
+    (dict(config=dict(use_vllm=True, vllm_mode="server")), r"does not support use_vllm=True with vllm_mode='server'"),
+    (dict(rollout_func=_rollout), "does not support rollout_func"),
+    (dict(data=Dataset.from_dict({"prompt": SMALL}).to_iterable_dataset()), "needs a map-style datasets.Dataset"),
+    (dict(advantages=AdvantageSpec(baseline="grpo_mean")), r"baseline whose per-prompt estimate is unbiased.*"
+                                                           "got baseline=grpo_mean"),
+    (dict(advantages=AdvantageSpec(scale="std"), allocation=AllocationSpec(rule="vip", g_max=3)), None),
+    (dict(allocation=AllocationSpec(rule="ustat", g_min=5)), r"allocation g_min=5 is above num_generations=4"),
+    (dict(callbacks=[None]), "GroupSizeMonitor with a non-uniform allocation is not supported"),
+])
+def test_refused_settings_are_errors_naming_the_option(tok, tmp_path, kw, match):
+    if kw.get("callbacks") == [None]:
+        from ugrpo.integrations.trl import GroupSizeMonitor
+
+        kw["callbacks"] = [GroupSizeMonitor(every=1)]
+    if match is None:  # a valid neighbour of the refused settings builds
+        assert _build(tok, tmp_path, **kw).ugrpo_allocation.allocator.g_max == 3
+        return
+    with pytest.raises(ValueError, match=match):
+        _build(tok, tmp_path, **kw)
+
+
+def test_refused_rules():
+    with pytest.raises(ValueError, match="allocation rule dynamic is not supported in the TRL adapter yet"):
+        AllocationSpec(rule="dynamic")
+    with pytest.raises(ValueError, match=r"allocation rule 'nope' is not valid; choose one of \['uniform', 'vip'"):
+        AllocationSpec(rule="nope")
+    with pytest.raises(ValueError, match="allocation.g_min=1 must be >= 2"):
+        AllocationSpec(rule="vip", g_min=1)
+
+
+def test_ugrpo_config_from_a_trl_yaml_sets_the_trainer(tok, tmp_path):
+    """TrlParser reads ugrpo's fields from a TRL YAML (and the command line); the trainer takes them from the config."""
+    from trl import TrlParser
+
+    from ugrpo.integrations.trl import UGRPOConfig
+
+    f = tmp_path / "grpo.yaml"
+    f.write_text("num_generations: 4\nper_device_train_batch_size: 16\nmax_completion_length: 8\nuse_cpu: true\n"
+                 "report_to: none\nadvantage_baseline: vanilla\nallocation_rule: knapsack\nallocation_g_min: 3\n")
+    (cfg,) = TrlParser((UGRPOConfig,)).parse_args_and_config(
+        ["--config", str(f), "--output_dir", str(tmp_path / "out"), "--allocation_g_max", "7"])
+    assert isinstance(cfg, UGRPOConfig) and cfg.num_generations == 4
+    assert cfg.allocation_spec() == AllocationSpec(rule="knapsack", g_min=3, g_max=7)
+    assert cfg.advantage_spec() == AdvantageSpec(baseline="vanilla")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer = UGRPOTrainer(model=build_tiny_model(tok, size="1m", seed=0), reward_funcs=any_digit_reward,
+                               args=cfg, train_dataset=Dataset.from_dict({"prompt": SMALL}), processing_class=tok)
+    assert trainer.ugrpo_advantages == AdvantageSpec(baseline="vanilla")
+    assert trainer.ugrpo_allocation.spec.rule == "knapsack" and trainer.ugrpo_allocation.allocator.g_min == 3
+    mon = UGRPOConfig(output_dir=str(tmp_path / "m"), use_cpu=True, report_to="none", num_generations=4,
+                      per_device_train_batch_size=16, monitor_every=3, monitor_pool=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        watched = UGRPOTrainer(model=build_tiny_model(tok, size="1m", seed=0), reward_funcs=any_digit_reward,
+                               args=mon, train_dataset=Dataset.from_dict({"prompt": SMALL}), processing_class=tok)
+    assert watched.ugrpo_allocation is None and (watched.ugrpo_monitor.every, watched.ugrpo_monitor.pool) == (3, 1)
+    with pytest.raises(ValueError, match="allocation_rule both set it"):
+        UGRPOTrainer(model=build_tiny_model(tok, size="1m", seed=0), reward_funcs=any_digit_reward, args=cfg,
+                     train_dataset=Dataset.from_dict({"prompt": SMALL}), processing_class=tok,
+                     allocation=AllocationSpec(rule="vip"))
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("allocation_rule", "nope", r"UGRPOConfig.allocation_rule='nope': allocation rule 'nope' is not valid"),
+    ("allocation_rule", "dynamic", "allocation rule dynamic is not supported in the TRL adapter yet"),
+    ("allocation_g_min", 1, "allocation_g_min=1 must be >= 2"),
+    ("advantage_scale", "mad", r"advantage_scale='mad'; choose 'none' or 'std'"),
+    ("advantage_baseline", "oracle", "needs a value function, which a config cannot hold"),
+    ("monitor_every", -1, r"UGRPOConfig.monitor_every=-1 must be an integer >= 0"),
+])
+def test_bad_ugrpo_config_fields_are_errors_naming_the_field(tmp_path, field, value, match):
+    from ugrpo.integrations.trl import UGRPOConfig
+
+    with pytest.raises(ValueError, match=match):
+        UGRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", **{field: value})
+
+
+# ---------------------------------------------------------------------- two processes
+
+
+def test_two_processes_give_the_sizes_and_parameters_of_one(tmp_path):
+    """torchrun with 2 gloo processes (8 rows each) against 1 process (16 rows), same global batch, same seeds,
+    rule ustat (gathered rewards and score sketches): the same G_b at every step, including a step whose group is
+    split between the processes, and the same parameters after 6 SGD steps (tests/integrations/trl_alloc_driver.py)."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from safetensors.torch import load_file
+
+    torchrun = Path(sys.executable).with_name("torchrun")
+    if not torchrun.exists():
+        pytest.skip("torchrun is not installed next to the Python interpreter")
+    repo = Path(__file__).resolve().parents[2]
+    driver = str(repo / "tests" / "integrations" / "trl_alloc_driver.py")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, PYTHONPATH=str(repo), OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1",
+               TOKENIZERS_PARALLELISM="false")
+    one, two = tmp_path / "one", tmp_path / "two"
+    for cmd, out in (([sys.executable, driver, str(one), "16", "ustat"], one),
+                     ([str(torchrun), "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port",
+                       str(port), driver, str(two), "8", "ustat"], two)):
+        out.mkdir()
+        proc = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    sizes_one, sizes_two = (json.loads((d / "sizes.json").read_text()) for d in (one, two))
+    assert sizes_one == sizes_two and len(sizes_one) == 6
+    split = [s for s in sizes_one if 8 not in np.cumsum(s["sizes"]).tolist()]
+    assert split, sizes_one  # some step has a group whose rows sit on both processes
+    a, b = (load_file(str(d / "model.safetensors")) for d in (one, two))
+    start = dict(build_tiny_model(build_char_tokenizer(), size="1m", seed=0).named_parameters())
+    assert max(float((a[k] - start[k]).abs().max()) for k in a) > 1e-4  # the runs moved the parameters
+    for k in a:  # SGD: linear in the all-reduced gradient, so only float rounding differs
+        torch.testing.assert_close(b[k], a[k], rtol=0, atol=1e-5)

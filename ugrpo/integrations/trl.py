@@ -59,7 +59,8 @@ from ugrpo.stats.components import MIN_PILOT_GROUP
 from ugrpo.train.monitor import MonitorRecord, advise, measure
 
 from .trl_alloc import INDEX_COLUMN, TrlAllocation, prepare_allocation
-from .trl_config import UGRPOConfig
+from .trl_config import FROM_ARGS as _FROM_ARGS
+from .trl_config import UGRPOConfig, from_config
 from .trl_specs import AdvantageSpec, AllocationSpec
 
 __all__ = ["AdvantageSpec", "AllocationSpec", "UGRPOConfig", "UGRPOTrainer", "GroupSizeMonitor", "MonitorRecord",
@@ -98,29 +99,7 @@ def step_budget(args, num_processes: int | None = None) -> int:
     return int(args.per_device_train_batch_size) * int(args.gradient_accumulation_steps) * int(n_proc)
 
 
-_FROM_ARGS = object()  # "not given": take it from a UGRPOConfig ``args``, else the default
 _GRPO_SIGNATURE = inspect.signature(GRPOTrainer.__init__)
-
-
-def _from_config(args, advantages, allocation, monitor):
-    """(advantages, allocation, monitor) with the ones not given taken from a :class:`UGRPOConfig` (else defaults);
-    a ValueError when one is given both ways."""
-    cfg = args if isinstance(args, UGRPOConfig) else None
-    own = (cfg.advantage_spec(), cfg.allocation_spec(), cfg.monitor_every > 0) if cfg else (AdvantageSpec(), None, False)
-    if cfg and advantages is not _FROM_ARGS and own[0] != AdvantageSpec():
-        raise ValueError("UGRPOTrainer(advantages=...) and the UGRPOConfig's advantage_* fields both set the advantage; "
-                         "set it in one place")
-    if cfg and allocation is not _FROM_ARGS and own[1] is not None:
-        raise ValueError("UGRPOTrainer(allocation=...) and the UGRPOConfig's allocation_rule both set the allocation; "
-                         "set it in one place")
-    if cfg and monitor is not _FROM_ARGS and own[2]:
-        raise ValueError("UGRPOTrainer(monitor=...) and the UGRPOConfig's monitor_every both add a monitor; set it in "
-                         "one place")
-    if monitor is _FROM_ARGS:
-        monitor = (GroupSizeMonitor(every=cfg.monitor_every, sketch_dim=cfg.monitor_sketch_dim, n_boot=cfg.monitor_n_boot,
-                                    pool=cfg.monitor_pool, seed=cfg.seed) if own[2] else None)
-    return (own[0] if advantages is _FROM_ARGS else advantages, own[1] if allocation is _FROM_ARGS else allocation,
-            monitor)
 
 
 class UGRPOTrainer(GRPOTrainer):
@@ -151,7 +130,8 @@ class UGRPOTrainer(GRPOTrainer):
                  monitor: GroupSizeMonitor | None = _FROM_ARGS, allocation: AllocationSpec | None = _FROM_ARGS,
                  **kwargs):
         bound = _GRPO_SIGNATURE.bind(None, *args, **kwargs).arguments
-        advantages, allocation, monitor = _from_config(bound.get("args"), advantages, allocation, monitor)
+        advantages, allocation, monitor = from_config(bound.get("args"), advantages, allocation, monitor)
+        monitor = GroupSizeMonitor(**monitor) if isinstance(monitor, dict) else monitor
         if advantages is not None and not isinstance(advantages, AdvantageSpec):
             raise TypeError(f"advantages must be an AdvantageSpec or None, got {type(advantages).__name__}")
         if advantages is not None and advantages.baseline == "oracle" and value_fn is None:

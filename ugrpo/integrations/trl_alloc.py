@@ -101,6 +101,8 @@ def prepare_allocation(bound: dict, advantages: AdvantageSpec | None, spec: Allo
     if not isinstance(data, Dataset):
         raise ValueError(f"{where} needs a map-style datasets.Dataset as train_dataset (the history is keyed by "
                          f"dataset index); got {type(data).__name__}")
+    if args is not None:
+        adapter_config(args, spec, advantages)  # the budget and advantage checks, before TRL builds anything
     if INDEX_COLUMN in data.column_names:
         raise ValueError(f"{where}: train_dataset already has a column {INDEX_COLUMN!r}, which the adapter adds; "
                          "rename it")
@@ -153,8 +155,13 @@ class TrlAllocation:
 
     @property
     def last(self) -> StepAllocation | None:
-        """The latest generation batch's allocation."""
+        """The latest generation batch's allocation (after it was scored)."""
         return self.log[-1] if self.log else None
+
+    @property
+    def current(self) -> StepAllocation | None:
+        """The allocation of the batch TRL is generating now (between :meth:`layout` and :meth:`finish`)."""
+        return None if self._pending is None else self._pending[0]
 
     # -- before generation ------------------------------------------------------------------------
 
@@ -261,10 +268,10 @@ class TrlAllocation:
         absent or does not fit this run's train dataset)."""
         path = Path(folder) / HISTORY_FILE
         if not path.is_file():
-            raise ValueError(f"resume_from_checkpoint={str(folder)!r}: {path.name} is missing, so the per-prompt history "
-                             f"of allocation rule {self.spec.rule!r} is lost (the checkpoint was written without "
-                             "allocation, or by another trainer); resume with allocation rule 'uniform' or start a "
-                             "new run in a new output_dir")
+            raise ValueError(f"resume_from_checkpoint={str(folder)!r}: {path.name} is missing, so the per-prompt "
+                             f"history of allocation rule {self.spec.rule!r} is lost (the checkpoint was written "
+                             "without allocation, or by another trainer); resume with allocation rule 'uniform' or "
+                             "start a new run in a new output_dir")
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError) as e:

@@ -22,7 +22,10 @@ from ugrpo.train.config.trl_options import UGRPOOptions
 
 from .trl_specs import AdvantageSpec, AllocationSpec
 
-__all__ = ["UGRPOConfig"]
+__all__ = ["FROM_ARGS", "UGRPOConfig", "from_config"]
+
+FROM_ARGS = object()
+"""default of UGRPOTrainer's ``advantages``, ``allocation``, ``monitor``: not given, so from a UGRPOConfig ``args``"""
 
 
 @dataclass
@@ -63,3 +66,24 @@ class UGRPOConfig(GRPOConfig, UGRPOOptions):
             raise ValueError(f"UGRPOConfig.allocation_rule={self.allocation_rule!r}: "
                              + str(e).replace("allocation.", "allocation_")) from None
         return None if spec.rule == "uniform" else spec
+
+
+def from_config(args, advantages, allocation, monitor):
+    """UGRPOTrainer's (advantages, allocation, monitor) with those not given (:data:`FROM_ARGS`) taken from a
+    :class:`UGRPOConfig` ``args`` (else the defaults ``AdvantageSpec()``, None, None); the monitor from a config is
+    the dict of ``GroupSizeMonitor`` arguments. A ValueError when one is set both ways."""
+    cfg = args if isinstance(args, UGRPOConfig) else None
+    if cfg is None:
+        return (AdvantageSpec() if advantages is FROM_ARGS else advantages, None if allocation is FROM_ARGS else
+                allocation, None if monitor is FROM_ARGS else monitor)
+    own_adv, own_alloc = cfg.advantage_spec(), cfg.allocation_spec()
+    own_mon = (dict(every=cfg.monitor_every, sketch_dim=cfg.monitor_sketch_dim, n_boot=cfg.monitor_n_boot,
+                    pool=cfg.monitor_pool, seed=cfg.seed) if cfg.monitor_every > 0 else None)
+    for name, given, own, fields in (("advantages", advantages, own_adv != AdvantageSpec(), "advantage_* fields"),
+                                     ("allocation", allocation, own_alloc is not None, "allocation_rule"),
+                                     ("monitor", monitor, own_mon is not None, "monitor_every")):
+        if given is not FROM_ARGS and own:
+            raise ValueError(f"UGRPOTrainer({name}=...) and the UGRPOConfig's {fields} both set it; set it in one "
+                             "place")
+    return (own_adv if advantages is FROM_ARGS else advantages, own_alloc if allocation is FROM_ARGS else allocation,
+            own_mon if monitor is FROM_ARGS else monitor)
