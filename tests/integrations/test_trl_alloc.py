@@ -237,6 +237,16 @@ def test_refused_settings_are_errors_naming_the_option(tok, tmp_path, kw, match)
         _build(tok, tmp_path, **kw)
 
 
+def test_rewards_outside_the_unit_interval_are_an_error_naming_the_sample(tok, tmp_path):
+    def twice(prompts, completions, **kwargs):
+        return [2.0 * r for r in any_digit_reward(prompts, completions)]
+
+    trainer, _ = _trainer(tok, tmp_path, "vip", reward=twice, max_steps=1)
+    with pytest.raises(ValueError, match=r"rule='vip'\)\): allocation.rule=vip needs rewards in \[0, 1\].*sample "
+                                         r"\d+ of this step has reward 2.0.*allocation rule 'uniform'"):
+        _train(trainer)
+
+
 def test_refused_rules():
     with pytest.raises(ValueError, match="allocation rule dynamic is not supported in the TRL adapter yet"):
         AllocationSpec(rule="dynamic")

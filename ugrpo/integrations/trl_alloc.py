@@ -200,7 +200,11 @@ class TrlAllocation:
         alloc, row = self._pending
         self._pending = None
         z, unscorable = weighted_rewards(rewards_per_func, trainer.reward_weights)  # (N,) global, row order
-        self.allocator.check_rewards(z)
+        try:
+            self.allocator.check_rewards(z)
+        except ValueError as e:  # the trainer's message, in the adapter's names
+            raise ValueError(f"UGRPOTrainer(allocation=AllocationSpec(rule={self.spec.rule!r})): "
+                             + str(e).replace("--allocation.rule uniform", "allocation rule 'uniform'")) from None
         sizes = torch.as_tensor(alloc.sizes)
         values = self._values(trainer, inputs, value_fn, sizes) if self.advantages.baseline == "oracle" else None
         adv, n_zero = step_advantages(self.cfg, SimpleNamespace(group_sizes=sizes), z, values)  # (N,) * Gbar/G_b
