@@ -32,6 +32,9 @@ def trl_fake_vllm(fake_vllm, monkeypatch):
     import trl.generation.vllm_generation as vg
     from vllm.sampling_params import StructuredOutputsParams
 
+    for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):  # TRL's colocate init sets
+        monkeypatch.setenv(var, "unset")  # them in os.environ; restored (removed) after the test...
+        monkeypatch.delenv(var)  # ...and absent until TRL sets them
     for name, obj in (("LLM", fake_vllm.LLM), ("SamplingParams", fake_vllm.SamplingParams),
                       ("RequestOutput", fake_vllm.RequestOutput), ("StructuredOutputsParams", StructuredOutputsParams)):
         monkeypatch.setattr(vg, name, obj, raising=False)
