@@ -307,6 +307,7 @@ def test_bad_ugrpo_config_fields_are_errors_naming_the_field(tmp_path, field, va
 # ---------------------------------------------------------------------- two processes
 
 
+@pytest.mark.slow  # ~40 s: a 1-process and a 2-process TRL run of 6 steps, each its own interpreter
 def test_two_processes_give_the_sizes_and_parameters_of_one(tmp_path):
     """torchrun with 2 gloo processes (8 rows each) against 1 process (16 rows), same global batch, same seeds,
     rule ustat (gathered rewards and score sketches): the same G_b at every step, including a step whose group is
