@@ -236,7 +236,8 @@ def monitor_row(rec: MonitorRecord) -> dict:
 
 
 def console_column(row: dict) -> str | None:
-    """The console line's monitor column of a metrics row (None on steps without a measurement).
+    """The console line's monitor column of a metrics row (None on steps without a measurement); ``G_use=8?`` marks
+    the G of a batch that cannot decide (a guess, docs/math.md M41).
 
     Examples
     --------
