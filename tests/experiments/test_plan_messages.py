@@ -109,11 +109,15 @@ def _pilot_cli(tmp_path, capsys, rewards, name):
     return results(tmp_path / name), stdout
 
 
-@pytest.mark.parametrize("case", ["all rewards equal", "two prompts"])
+@pytest.mark.parametrize("case", ["all rewards equal", "two prompts", "one prompt varies"])
 def test_degenerate_pilots_cannot_tell_and_say_why(tmp_path, capsys, case):
-    """Before: "100% of the bootstrap replicates..." (all rewards equal) or "G = 64 gives 20.46x" (2 prompts)."""
+    """Before: "100% of the bootstrap replicates..." (all rewards equal) or "G = 64 gives 20.46x" (2 prompts); one
+    prompt whose rewards vary gave a confident G."""
     if case == "all rewards equal":
         rewards, why = torch.ones(16, 8, dtype=torch.float64), "has all-equal rewards"
+    elif case == "one prompt varies":  # c1 compares prompts: one whose rewards vary tells nothing about it
+        rewards, why = torch.zeros(8, 4, dtype=torch.float64), "only 1 of the B0 = 8 pilot prompts has rewards"
+        rewards[0] = torch.tensor([1.0, 0.0, 0.0, 0.0])
     else:
         rewards = (torch.rand(2, 8, generator=torch.Generator().manual_seed(2)) < 0.5).double()
         why = "hold a single distinct prompt"

@@ -103,7 +103,7 @@ def write_report(run: RunDir, results: dict[str, Any], argv: Sequence[str] | Non
         "",
         "## Candidates",
         "",
-        md_table(["G", "B", "predicted MSE", "bootstrap 95% band", "ratio to the best: most over c1's interval",
+        md_table(["G", "B", "predicted MSE", "its bootstrap 95% interval", "ratio to the best: most over c1's interval",
                   "exact"],
                  [[r["G"], r["B"], r["predicted_mse"], fmt_ci(r.get("band_low"), r.get("band_high")),
                    r.get("worst_ratio"), exact_at.get(r["G"])] for r in c]),

@@ -281,13 +281,18 @@ def _plan_exact(c1, c2, c3, N, cands, tol) -> GroupSizePlan:
 
 
 def degenerate_reason(vc: VarianceComponents) -> str | None:
-    """Why a pilot cannot tell anything about G, or None (docs/math.md M41): every prompt's rewards all equal;
-    no gradient noise measured (c2, c3 <= 0); or c1's bootstrap over prompts degenerate (more than 1 - level of
-    the resamples hold one distinct prompt, e.g. B0 = 2)."""
+    """Why a pilot cannot tell anything about G, or None (docs/math.md M41): every prompt's rewards all equal, or
+    all but one (c1 compares prompts); no gradient noise measured (c2, c3 <= 0); or c1's bootstrap over prompts
+    degenerate (more than 1 - level of the resamples hold one distinct prompt, e.g. B0 = 2)."""
     if vc.frac_zero_std >= 1.0:
         return (f"every one of the B0 = {vc.n_prompts} pilot prompts has all-equal rewards, so the pilot measures no "
                 f"gradient noise at all; sample a pilot whose rewards vary within prompts (more samples per prompt, "
                 f"or prompts of middling difficulty)")
+    varied = round((1.0 - vc.frac_zero_std) * vc.n_prompts)
+    if varied < 2:
+        return (f"only {varied} of the B0 = {vc.n_prompts} pilot prompts has rewards that vary, and c1 compares "
+                f"prompts' gradients; sample a pilot with more prompts whose rewards vary (more samples per prompt, or "
+                f"prompts of middling difficulty)")
     if not (vc.c2.estimate > 0 or vc.c3.estimate > 0):
         return (f"the pilot measured no gradient noise (c2 = {vc.c2.estimate:.3g}, c3 = {vc.c3.estimate:.3g}); "
                 f"sample a pilot whose rewards vary within prompts")
@@ -334,10 +339,15 @@ def _plan_estimated(vc: VarianceComponents, c1, c2, c3, N, cands, tol) -> GroupS
         g_star=min(table, key=lambda row: row[2])[0] if distinct else None, g_star_lower_bound=None if distinct else lb,
     )
     why = degenerate_reason(vc)
+    draws = vc.confidence_draws()
+    if why is None and draws.shape[0] < 2:
+        why = (f"the bootstrap over the B0 = {vc.n_prompts} pilot prompts has no spread (every resample's standard "
+               f"error is 0: at most one prompt's rewards vary), so the pilot cannot say how sure it is; use more "
+               f"pilot prompts, or prompts whose rewards vary")
     if why is not None:
         return GroupSizePlan(message=f"the pilot cannot tell which G to use: {why}", cannot_tell=why, **common)
     c1_range = _c1_range(vc)
-    br = bootstrap_band((c1, c2, c3), vc.confidence_draws(), N, cands, c1_range=c1_range, tol=tol, level=vc.level)
+    br = bootstrap_band((c1, c2, c3), draws, N, cands, c1_range=c1_range, tol=tol, level=vc.level)
     need = pilot_size_needed(c1, c1_range, c2, c3, vc.n_prompts, N, cands, tol=tol)
     k = int(np.argmax(br.worst_case))
     plan = GroupSizePlan(
