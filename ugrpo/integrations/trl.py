@@ -401,9 +401,10 @@ class GroupSizeMonitor(TrainerCallback):
         self._pool = (self._pool + [(rewards, scores)])[-self.pool:]
         rec = measure(rewards, scores, budget=self.N, candidates=self.candidates, n_boot=self.n_boot,
                       seed=seed, step=step)  # shared with ugrpo train's monitor (ugrpo.train.monitor)
-        if rec.c1_decided or len(self._pool) < 2:
+        if rec.decided or len(self._pool) < 2:
             return rec
-        why = ("c1's estimate is negative" if rec.c1.estimate < 0 else "c1's 95% interval contains 0")
+        why = ("c1's estimate is negative" if rec.c1.estimate < 0 else "c1's 95% interval is too wide to pin the G "
+               "to use")
         pooled = measure(torch.cat([p[0] for p in self._pool]), torch.cat([p[1] for p in self._pool]), budget=self.N,
                          candidates=self.candidates, n_boot=self.n_boot, seed=seed, step=step,
                          n_batches=len(self._pool))
