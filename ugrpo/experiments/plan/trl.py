@@ -147,13 +147,15 @@ def load_trl_config(path: str | Path, **overrides) -> TrlPlanConfig:
     pilot = data.pop("ugrpo", None) or {}
     if not isinstance(pilot, dict):
         raise ValueError(f"{path}: 'ugrpo' must be a mapping of pilot settings ({sorted(PILOT_KEYS)})")
-    grpo_fields = {f.name for f in dataclasses.fields(GRPOConfig)}
+    from ugrpo.train.config.trl_options import option_names
+
+    grpo_fields = {f.name for f in dataclasses.fields(GRPOConfig)} | option_names()  # UGRPOConfig's fields too
     for key in data:
         if key not in grpo_fields and key not in SCRIPT_KEYS:
             near = difflib.get_close_matches(key, sorted(grpo_fields | SCRIPT_KEYS), n=1)
             raise ValueError(f"{path}: unknown key {key!r}" + (f"; did you mean {near[0]!r}?" if near else "")
-                             + " (keys are GRPOConfig fields, model_name_or_path, dataset_name, reward_funcs, "
-                             "num_processes)")
+                             + " (keys are GRPOConfig and UGRPOConfig fields, model_name_or_path, dataset_name, "
+                             "reward_funcs, num_processes)")
     for key in pilot:
         if key not in PILOT_KEYS:
             raise ValueError(f"{path}: unknown key ugrpo.{key}; choose from {sorted(PILOT_KEYS)}")
