@@ -247,7 +247,8 @@ def _write_lm(run: RunDir, results: dict[str, Any], argv: Sequence[str] | None) 
         "", f"Samples: {cost['samples']} ({cost['samples_reference']} reference + {cost['samples_estimation']} "
         "estimation), "
         f"{cost['tokens']} completion tokens, {cost['n_unscorable']} unscorable; seconds: sampling "
-        f"{cost['sampling']:.1f}, scoring {cost['scoring']:.1f}, sketch {cost['sketch']:.1f}, total "
+        f"{cost['sampling']:.1f} ({'vLLM' if cost.get('sampling_backend') == 'vllm' else 'Hugging Face generate'}), "
+        f"scoring {cost['scoring']:.1f}, sketch {cost['sketch']:.1f}, total "
         f"{cost['seconds_total']:.1f}.", "",
     ]
     if results.get("allocation"):

@@ -121,12 +121,21 @@ def _cost_section(results: dict[str, Any]) -> str:
     """A language-model pilot's costs, and the estimated cost of one training step at the budget."""
     pc, sc = results["pilot_cost"], results["step_cost"]
     lines = ["## Cost", "",
-             f"Pilot: {pc['samples']} samples in {pc['seconds']:.1f} s (sampling {pc['seconds_sampling']:.1f}, scoring "
+             f"Pilot: {pc['samples']} samples in {pc['seconds']:.1f} s (sampling {pc['seconds_sampling']:.1f} with "
+             f"{_backend_words(pc)}, scoring "
              f"{pc['seconds_scoring']:.1f}, sketch {pc['seconds_sketch']:.1f}); "
              f"{100 * results['pilot_fraction_of_100_steps']:.1f}% of the samples of 100 training steps at N = "
              f"{results['budget']}.",
              f"One training step at N = {results['budget']}: about {sc['seconds']:.2f} s ({sc['how']}).", ""]
     return "\n".join(lines)
+
+
+def _backend_words(cost: dict[str, Any]) -> str:
+    """Who drew the samples: ``hf`` (pilots from before the option: hf) or ``vllm`` with its engine's start-up."""
+    backend = cost.get("sampling_backend", "hf")
+    if backend != "vllm":
+        return "Hugging Face generate"
+    return f"vLLM, after {cost.get('seconds_engine_start', 0.0):.1f} s of engine start and weight push"
 
 
 def _trl_section(trl: dict) -> str:

@@ -56,6 +56,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     lm.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
     lm.add_argument("--max-new-tokens", type=int, default=8, help="completion length cap")
     lm.add_argument("--chat", action="store_true", help="wrap prompts in the chat template")
+    lm.add_argument("--sampling-backend", choices=("hf", "vllm"), default="hf",
+                    help="who draws the completions: hf (Hugging Face generate, the policy on the CPU) or vllm (one "
+                    "vLLM engine on the GPU, given the policy's weights once; pip install 'ugrpo[vllm]'; docs/vllm.md)")
 
 
 def _config(args: argparse.Namespace):
@@ -77,9 +80,10 @@ def _config(args: argparse.Namespace):
         return LMPlanConfig(model=args.model, task=args.task, task_options=parse_task_options(args.task_option),
                             pilot_batch=args.pilot_batch, pilot_group=args.pilot_group, budget=args.budget,
                             sketch_dim=args.sketch_dim, seed=args.seed, n_boot=args.n_boot, group=args.group,
-                            temperature=args.temperature, max_new_tokens=args.max_new_tokens, chat=args.chat)
-    if args.task is not None or args.task_option:
-        raise ValueError("--task and --task-option need --model (a language-model pilot)")
+                            temperature=args.temperature, max_new_tokens=args.max_new_tokens, chat=args.chat,
+                            sampling_backend=args.sampling_backend)
+    if args.task is not None or args.task_option or args.sampling_backend != "hf":
+        raise ValueError("--task, --task-option and --sampling-backend need --model (a language-model pilot)")
     if args.pilot is not None and args.theta is not None:
         raise ValueError("--theta only applies to --env (a pilot file was sampled at its own theta)")
     theta = None if args.theta is None else tuple(parse_float_list(args.theta, name="--theta"))
@@ -113,6 +117,7 @@ def main(args: argparse.Namespace) -> int:
 
     if args.trl_config is not None:
         others = [f"--{n}" for n in ("env", "pilot", "model") if getattr(args, n, None) is not None]
+        others += ["--sampling-backend"] if args.sampling_backend != "hf" else []
         if others:
             raise ValueError(f"--trl-config takes the model and data from the TRL config; drop {' and '.join(others)}")
         return _trl(args)
