@@ -13,8 +13,6 @@ from __future__ import annotations
 
 from typing import Literal
 
-import torch
-
 __all__ = ["TinySize", "Strength", "STRENGTHS", "build_tiny_model"]
 
 TinySize = Literal["1m", "4m"]
@@ -54,6 +52,7 @@ def build_tiny_model(tokenizer, *, size: TinySize = "1m", seed: int = 0, max_pos
     transformers.Qwen2ForCausalLM
         In float32, eval mode off (``train()``), on the CPU.
     """
+    import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     if size not in _SIZES:
