@@ -17,6 +17,9 @@ Error policy (every command, every depth):
 
 Flags are never abbreviated (``allow_abbrev=False``): ``--resum`` is an unknown flag, not ``--resume``.
 
+Output is line-buffered (:func:`line_buffered`): with stdout redirected to a file (SLURM, ``nohup``) each line is
+there as soon as it is printed.
+
 Quiet by default: no Hugging Face progress bars, no third-party FutureWarning / DeprecationWarning
 (our own progress bars stay; ``--no-progress`` hides them). Under ``torchrun`` / ``accelerate launch`` only
 rank 0 prints. On CPU the command runs with one torch thread unless told otherwise (``--threads N``,
@@ -274,6 +277,16 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         return spec
 
 
+def line_buffered() -> None:
+    """Every line printed reaches a file or pipe at once (SLURM, ``nohup``, ``| tee``): Python block-buffers stdout
+    when it is not a terminal, so a run's per-step lines would otherwise appear only when it ends."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            with contextlib.suppress(ValueError, OSError):  # a stream that cannot (a test's capture): as it is
+                reconfigure(line_buffering=True)
+
+
 def _rank() -> int:
     for name in ("RANK", "LOCAL_RANK"):  # torchrun and accelerate launch set both
         if os.environ.get(name, "").isdigit():
@@ -292,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     module = importlib.import_module(COMMANDS[command][0])
     main_rank = _rank() == 0
+    line_buffered()
     with warnings.catch_warnings(), contextlib.ExitStack() as stack:
         quiet_third_party()
         if not main_rank:  # torchrun / accelerate: rank 0 speaks for all

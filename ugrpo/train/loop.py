@@ -34,6 +34,7 @@ Run: ``ugrpo train --config examples/arith-tiny.yaml --out runs/x [--resume] [--
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -227,6 +228,7 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, checked: Checked, *, r
         bar.set_postfix(reward=f"{row['reward_mean']:.3f}", acc=fmt_value(last_eval.get("eval_accuracy")))
         if ctx.is_main and step % cfg.log_every == 0:
             tqdm.write(line(row))
+            sys.stdout.flush()  # a file (SLURM, nohup) gets each step's line as it happens, not at exit
         if on_step is not None:
             on_step(step, row)
     bar.close()
