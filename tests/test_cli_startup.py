@@ -67,6 +67,24 @@ def test_an_input_error_imports_no_torch_and_leaves_no_folder(overrides, message
     assert result["rc"] == 2 and result["heavy"] == [], (result, err)
     assert len(err.splitlines()) == 1 and err.startswith("ugrpo train: error: ") and message in err, err
     assert not out.exists()
+    if "model.name" in message:  # someone's own model: not a tiny model to build
+        assert "pretrain-tiny" not in err
+    if "train_path" in message:  # the flags, never Python syntax
+        assert "--task-option train_path=path/to/train.jsonl" in err and "train_path='" not in err
+
+
+@pytest.mark.parametrize("command", ["plan", "mse"])
+def test_task_help_lists_every_task(command, capsys):
+    from ugrpo.cli import main
+    from ugrpo.tasks.registry import TASK_NAMES
+    from ugrpo.train.config import describe_fields
+
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"the task ({', '.join(TASK_NAMES)})" in text and "gsm_symbolic" in TASK_NAMES
+    doc = next(f.doc for f in describe_fields() if f.name == "task.name")
+    assert all(name in doc for name in TASK_NAMES), doc
 
 
 def test_the_thread_count_is_set_when_the_command_imports_torch(tmp_path):
