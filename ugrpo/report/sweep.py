@@ -164,7 +164,6 @@ def _write_rules(run: RunDir, results: dict[str, Any], argv: Sequence[str] | Non
         f"G = {results['G_uniform']}; the other rules choose {cfg['g_min']} <= G_b <= {cfg['g_max']} from {who}. "
         "Gap = exact J* - J(theta)" + ("" if results["j_star_exact"] else " (J* found numerically)") +
         "; mean with a Student-t 95% interval over seeds, clipped at 0; the difference to uniform has a Welch "
-        "; mean with a Student-t 95% interval over seeds, clipped at 0; the difference to uniform has a Welch "
         "95% interval. \"Cannot tell\" means the two rules' intervals overlap.",
         "",
         "## Reading",

@@ -107,12 +107,14 @@ def main(args: argparse.Namespace) -> int:
                          [[r["G"], r["estimator"], r["mse"], fmt_ci(r["ci_low"], r["ci_high"]), r["predicted"]]
                           for r in results["rows"]]))
         if results.get("allocation"):
-            from ugrpo.report.mse import allocation_table
+            from ugrpo.report.mse import allocation_table, skipped_note
 
             print("allocation, total MSE:")
             print(text_table(*allocation_table(results["allocation"])))
             print("allocation, within the drawn prompts (no c1/B):")
             print(text_table(*allocation_table(results["allocation"], "within")))
+            if skipped_note(results["allocation"]):
+                print(skipped_note(results["allocation"]))
     else:
         from ugrpo.experiments.mse.env import mse_experiment
         from ugrpo.report.mse import table_rows
