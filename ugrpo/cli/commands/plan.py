@@ -90,10 +90,28 @@ def _config(args: argparse.Namespace):
                       theta=theta, group=args.group, ci_method=args.ci_method)
 
 
+def console_lines(r: dict) -> str:
+    """The console answer: the constants (estimates below 0 shown at 0 like their intervals, and said), the G to use
+    with its band in one row, then the planner's sentences."""
+    from ugrpo.report.markdown import fmt_ci, text_table
+    from ugrpo.report.plan import band_words
+
+    ex = r.get("exact") or {}
+    rows = [[k, max(r[k]["estimate"], 0.0), fmt_ci(r[k]["ci_low"], r[k]["ci_high"]), ex.get(k)]
+            for k in ("c1", "c2", "c3")]
+    band = r.get("band") or {}
+    use = "-" if band.get("low") is None else band_words(band)
+    rows.append(["G to use", r.get("g_recommended") or "-", use, ex.get("g_star")])
+    lines = [text_table(["", "pilot", "95% CI / band", "exact"], rows)]
+    lines += [f"({k}'s unbiased estimate is {r[k]['estimate']:.4g}, below 0: shown at 0, the constant's range, like "
+              f"its interval)" for k in ("c1", "c2", "c3") if r[k]["estimate"] < 0]
+    lines.append(r["message"])
+    return "\n".join(lines)
+
+
 def main(args: argparse.Namespace) -> int:
     from ugrpo.experiments.plan.env import plan_experiment
     from ugrpo.experiments.plan.lm import lm_plan_experiment
-    from ugrpo.report.markdown import fmt_ci, text_table
 
     if args.trl_config is not None:
         others = [f"--{n}" for n in ("env", "pilot", "model") if getattr(args, n, None) is not None]
@@ -105,11 +123,7 @@ def main(args: argparse.Namespace) -> int:
         r = plan_experiment(cfg, args.out, argv=argv)
     else:
         r = lm_plan_experiment(cfg, args.out, argv=argv)
-    ex = r.get("exact") or {}
-    rows = [[k, r[k]["estimate"], fmt_ci(r[k]["ci_low"], r[k]["ci_high"]), ex.get(k)] for k in ("c1", "c2", "c3")]
-    rows.append(["G*", r["g_star"], fmt_ci(*r["g_star_ci"]), ex.get("g_star")])
-    print(text_table(["", "pilot", "95% CI", "exact"], rows))
-    print(r["message"])
+    print(console_lines(r))
     if "current_group" in r:
         print(r["current_group"]["message"])
     if args.save_pilot:
@@ -136,7 +150,9 @@ def _trl(args: argparse.Namespace) -> int:
                      pilot_batch=args.pilot_batch, pilot_group=args.pilot_group)
     for k in ("c1", "c2", "c3"):
         e = r[k]
-        print(f"{k} = {e['estimate']:.4g}  95% CI [{e['ci_low']:.4g}, {e['ci_high']:.4g}]")
+        note = f" (unbiased estimate {e['estimate']:.4g}, below 0: shown at 0 like its interval)" if e["estimate"] < 0 \
+            else ""
+        print(f"{k} = {max(e['estimate'], 0.0):.4g}  95% CI [{e['ci_low']:.4g}, {e['ci_high']:.4g}]{note}")
     print(r["trl"]["message"])
     print(f"wrote {args.out}/results.json (key 'trl'), plan.png, report.md")
     return 0
