@@ -173,8 +173,8 @@ def test_one_seed_claims_nothing_about_resamples():
     b = bootstrap_ratio({"uniform": U[:1], "dynamic": D[:1]}, {"uniform": S[:1], "dynamic": SD[:1]}, reps=50)
     assert b["dynamic"]["seeds"] == 1 and b["dynamic"]["not_reached"] == 1.0
     curves = {"uniform": _cv(0.6, None, None), "dynamic": _cv(0.3, None, None)}
-    out = {c["rule"]: c for c in compare_rules(curves, {"uniform": _reach(1.0, 200.0), "dynamic": _reach(None, None)},
-                                               b)}["dynamic"]
+    reach = {"uniform": _reach(1.0, 200.0), "dynamic": _reach(None, None)}
+    out = {c["rule"]: c for c in compare_rules(curves, reach, b, {"uniform": [0.6], "dynamic": [0.3]})}["dynamic"]
     for key in ("final_verdict", "samples_verdict", "goal_verdict"):
         assert out[key].startswith("too small to decide (one seed: no interval)") and "97.5%" not in out[key], out
 
