@@ -24,7 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import time_alternating, write_result  # noqa: E402
 
-from ugrpo.stats import compute_advantages, estimate_components, point_estimates  # noqa: E402
+from ugrpo.stats.advantages import compute_advantages  # noqa: E402
+from ugrpo.stats.components import estimate_components, point_estimates  # noqa: E402
 
 
 def naive_loo(rows: list[list[float]]) -> list[list[float]]:

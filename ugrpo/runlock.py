@@ -27,8 +27,8 @@ from typing import Any
 from ugrpo.errors import RunFolderError
 from ugrpo.fileio import atomic_write_json, read_json, to_jsonable
 
-__all__ = ["MANIFEST", "FORMAT", "config_hash", "claim", "release", "read_manifest", "holds_lock", "make_folder",
-           "check_owner"]
+__all__ = ["MANIFEST", "FORMAT", "config_hash", "claim", "check_claim", "release", "read_manifest", "holds_lock",
+           "make_folder", "check_owner"]
 
 MANIFEST = "run.json"
 LOCK = ".lock"
@@ -163,11 +163,10 @@ def claim(
     folder = make_folder(folder)
     held = holds_lock(folder)
     _lock(folder, command)
-    ignore = set(ignore) | set(EXTENDABLE.get(command, ()))
-    if command == "sweep" and isinstance(config, dict) and "train_config" in config:
-        ignore |= set(LM_SWEEP_CHECKED)
+    h = config_hash(config, _ignored(command, config, ignore))
     try:
-        _check(folder, command, config_hash(config, ignore), resume=resume, exclusive=exclusive)
+        if _check(folder, command, h, resume=resume, exclusive=exclusive):  # new, or a folder with no results
+            atomic_write_json(folder / MANIFEST, {"format": FORMAT, "command": command, "config_hash": h})
     except BaseException:
         if not held:
             release(folder)
@@ -184,7 +183,51 @@ def _has_results(folder: Path) -> bool:
     return (folder / "results.json").exists() or (m.exists() and m.stat().st_size > 0)
 
 
-def _check(folder: Path, command: str, h: str, *, resume: bool, exclusive: bool) -> None:
+def check_claim(
+    folder: str | os.PathLike,
+    command: str,
+    config: Any,
+    *,
+    resume: bool = False,
+    exclusive: bool = False,
+    ignore: Iterable[str] = (),
+    probe_lock: bool = True,
+) -> None:
+    """What :func:`claim` would refuse, found without creating, locking or writing anything.
+
+    A command whose setup is slow or can fail on its input (``train``: loading the model, reading the data) checks
+    its folder this way first, and claims it only once that setup has passed: an error on the way leaves no
+    folder, manifest or lock behind, and the next try is not refused. ``probe_lock``: also refuse a folder whose
+    lock a live process holds (the lock is taken and dropped at once; one process of a multi-process launch
+    probes, or two probes could see each other).
+    """
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise RunFolderError(f"--out {folder} is a file, not a folder; choose a new --out")
+    if not folder.exists():
+        parent = next((p for p in folder.absolute().parents if p.exists()), None)
+        if parent is not None and (not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK)):
+            why = "is a file" if not parent.is_dir() else "is not writable"
+            raise RunFolderError(f"cannot create the run folder {folder} ({parent} {why}); choose a writable --out")
+        return
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise RunFolderError(f"the run folder {folder} is not writable; choose a writable --out")
+    if probe_lock and (folder / LOCK).exists() and not holds_lock(folder):
+        _lock(folder, command)
+        release(folder)
+    _check(folder, command, config_hash(config, _ignored(command, config, ignore)), resume=resume, exclusive=exclusive)
+
+
+def _ignored(command: str, config: Any, ignore: Iterable[str]) -> set[str]:
+    """The config keys left out of the manifest's hash: ``ignore``, the extendable ones, an LM sweep's checked ones."""
+    out = set(ignore) | set(EXTENDABLE.get(command, ()))
+    if command == "sweep" and isinstance(config, dict) and "train_config" in config:
+        out |= set(LM_SWEEP_CHECKED)
+    return out
+
+
+def _check(folder: Path, command: str, h: str, *, resume: bool, exclusive: bool) -> bool:
+    """Refuse what ``command`` with config hash ``h`` may not write into; whether the manifest is to be (re)written."""
     m = read_manifest(folder)
     again = "--resume with the same config" if exclusive else "the same config"
     if m is None:
@@ -203,5 +246,4 @@ def _check(folder: Path, command: str, h: str, *, resume: bool, exclusive: bool)
         raise RunFolderError(
             f"{folder} already holds {what} of 'ugrpo {command}'; choose a new --out, or rerun with {again}"
         )
-    if m is None or m.get("config_hash") != h and not resume:  # new, or a folder with no results taken over
-        atomic_write_json(folder / MANIFEST, {"format": FORMAT, "command": command, "config_hash": h})
+    return m is None or m.get("config_hash") != h and not resume

@@ -59,6 +59,10 @@ def test_allocation_end_to_end(tmp_path, capsys, tiny_model_dir, task_args):
                "no rule differed from uniform G")
     assert verdict in report and "allocation.png" in report and "Within the drawn prompts" in report
     assert "predicted ratio" in stdout and "ustat" in stdout
+    # G = 8 = g_max leaves no room for a rule: skipped, and said (results, console, report)
+    assert al["skipped_groups"] == [8]
+    said = "Skipped G = 8 of --groups: at G >= g_max = 8"
+    assert said in stdout and said in " ".join(report.split())
 
 
 def test_uniform_rule_equals_grpo_row_when_one_group_per_block(tmp_path, capsys, tiny_model_dir, task_args):

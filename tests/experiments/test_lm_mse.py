@@ -196,6 +196,9 @@ def test_lm_mse_end_to_end(tmp_path, capsys, tiny_model_dir, task_args):
     assert [s["G"] for s in res["hoeffding_grpo"]] == [4, 8]
     assert "grpo_over_oracle" in res["comparisons"][0] and "G  estimator" in stdout
     assert "Hoeffding" in (out / "report.md").read_text()
+    text = " ".join((out / "report.md").read_text().split())
+    sentence = next(x for x in text.split("- ") if x.startswith("Vanilla's MSE"))
+    assert sentence.count("4, 8") == 1 and ", of G = " not in sentence, sentence  # not "at G = 4, 8, of G = 4, 8"
     # same seed -> same samples and sketches -> same numbers
     out2 = tmp_path / "m2"
     rc, _, err = run_cli(["mse", "--model", tiny_model_dir, *task_args, "--groups", "4,8", "--batch", 2, "--reps", 3,

@@ -107,7 +107,8 @@ def test_paired_bootstrap_enumerated_for_two_seeds():
     assert b["ustat"]["ci_low"] == pytest.approx(0.4) and b["ustat"]["ci_high"] == pytest.approx(2 / 3)
     assert b["ustat"]["not_reached"] == 0.0 and b["ustat"]["undefined"] == 0.0
     assert b["uniform"]["ci_low"] == b["uniform"]["ci_high"] == 1.0
-    assert b["dynamic"] == {"ci_low": None, "ci_high": None, "not_reached": 1.0, "undefined": 0.0, "reps": 400}
+    assert b["dynamic"] == {"ci_low": None, "ci_high": None, "not_reached": 1.0, "undefined": 0.0, "reps": 400,
+                            "seeds": 2}
     # a rule that reaches the target in some resamples only: (0, 0) never (infinite ratio, probability 1/4);
     # (1, 1) 2/3 as above; mixed: its mean 0.4, 0.6, 0.625 reaches 0.6 at 100, uniform's at 200 -> 0.5.
     # More than 2.5% infinite: the upper end is unbounded (None)
@@ -164,6 +165,18 @@ def test_verdicts_say_too_small_to_decide_when_intervals_overlap():
     assert out["e"]["samples_verdict"] == ("too small to decide (the 95% interval contains 1x); the mean curve does "
                                            "not reach it within the run")
     assert out["e"]["goal_verdict"].startswith("too small to decide (the 95% interval contains 0.6x)")
+
+
+def test_one_seed_claims_nothing_about_resamples():
+    """With one seed every bootstrap resample is that seed: a rule whose curve does not reach uniform's final
+    accuracy is 'too small to decide', never 'nor in 97.5% of resamples' (issue 23 item 8)."""
+    b = bootstrap_ratio({"uniform": U[:1], "dynamic": D[:1]}, {"uniform": S[:1], "dynamic": SD[:1]}, reps=50)
+    assert b["dynamic"]["seeds"] == 1 and b["dynamic"]["not_reached"] == 1.0
+    curves = {"uniform": _cv(0.6, None, None), "dynamic": _cv(0.3, None, None)}
+    reach = {"uniform": _reach(1.0, 200.0), "dynamic": _reach(None, None)}
+    out = {c["rule"]: c for c in compare_rules(curves, reach, b, {"uniform": [0.6], "dynamic": [0.3]})}["dynamic"]
+    for key in ("final_verdict", "samples_verdict", "goal_verdict"):
+        assert out[key].startswith("too small to decide (one seed: no interval)") and "97.5%" not in out[key], out
 
 
 def _run(rule, seed, accs, spent, *, cum=True):

@@ -52,6 +52,29 @@ def test_plots_skip_nulls_and_nonpositive_on_log(tmp_path):
         panel_plot(tmp_path / "c.png", [], xlabel="G", ylabel="y")
 
 
+def test_bars_levels_and_shaded_bands_in_the_legend():
+    """Error bars instead of a band (mse.png), a value independent of x as a horizontal line with its interval
+    (allocation.png), and every shaded band named in the legend (plan.png)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.container import ErrorbarContainer
+
+    fig, ax = plt.subplots()
+    try:
+        plots._draw(ax, [Series("mc", [2, 4], [1.0, 0.5], [0.9, 0.4], [1.1, 0.6], bars=True),
+                         Series("bound", [2, 4], [1.0, 0.5], [0.8, 0.3], [1.2, 0.7], band_label="95% band")],
+                    [Marker(4, "G to use", 2, 8, band_label="near-optimal G")], logx=True, logy=False,
+                    levels=[plots.Level(0.7, "ustat", 0.65, 0.75)])
+        labels = ax.get_legend_handles_labels()[1]
+        assert labels == ["mc", "bound", "95% band", "ustat", "G to use", "near-optimal G"], labels
+        (bars,) = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]  # one set, the "mc" series'
+        segments = bars.lines[2][0].get_segments()
+        assert [tuple(map(tuple, seg)) for seg in segments] == [((2, 0.9), (2, 1.1)), ((4, 0.4), (4, 0.6))]
+        level = next(line for line in ax.lines if line.get_label() == "ustat")
+        assert list(level.get_ydata()) == [0.7, 0.7] and list(level.get_xdata()) == [0, 1]  # the whole axis
+    finally:
+        plt.close(fig)
+
+
 def test_read_run(tmp_path):
     with pytest.raises(ValueError, match="does not exist"):
         read_run(tmp_path / "none")

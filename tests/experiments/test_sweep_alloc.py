@@ -37,6 +37,8 @@ def test_demo_run_folder_and_rows(tmp_path, capsys):
     assert m["gaps"] == pytest.approx(direct.gaps[0].tolist(), abs=1e-12)
     assert "ustat" in stdout and "report.md" in stdout
     assert "too small to decide" in (out / "report.md").read_text() or "than uniform" in (out / "report.md").read_text()
+    text = " ".join((out / "report.md").read_text().split())
+    assert "Welch ;" not in text and text.count("the difference to uniform is per seed") == 1
     before = (out / "metrics.jsonl").read_text()
     rc, _, err = run_cli(["sweep", "--env", "builtin:demo", "--budget", 64, "--groups", 8,
                           "--allocation", "uniform,vip,knapsack,ustat", *FAST, "--out", out], capsys)

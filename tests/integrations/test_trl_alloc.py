@@ -221,7 +221,9 @@ def _rollout(prompts, trainer):
     (dict(data=Dataset.from_dict({"prompt": SMALL}).to_iterable_dataset()), "needs a map-style datasets.Dataset"),
     (dict(advantages=AdvantageSpec(baseline="grpo_mean")), r"baseline whose per-prompt estimate is unbiased.*"
                                                            "got baseline=grpo_mean"),
-    (dict(advantages=AdvantageSpec(scale="std"), allocation=AllocationSpec(rule="vip", g_max=3)), None),
+    (dict(advantages=AdvantageSpec(scale="std"), allocation=AllocationSpec(rule="vip", g_max=5)), None),
+    (dict(allocation=AllocationSpec(rule="vip", g_max=3)), r"allocation g_max=3 is below num_generations=4: .* "
+                                                           "cannot spend the N = 16 samples; raise allocation_g_max"),
     (dict(allocation=AllocationSpec(rule="ustat", g_min=5)), r"allocation g_min=5 is above num_generations=4"),
     (dict(callbacks=[None]), "GroupSizeMonitor with a non-uniform allocation is not supported"),
 ])
@@ -231,7 +233,7 @@ def test_refused_settings_are_errors_naming_the_option(tok, tmp_path, kw, match)
 
         kw["callbacks"] = [GroupSizeMonitor(every=1)]
     if match is None:  # a valid neighbour of the refused settings builds
-        assert _build(tok, tmp_path, **kw).ugrpo_allocation.allocator.g_max == 3
+        assert _build(tok, tmp_path, **kw).ugrpo_allocation.allocator.g_max == 5
         return
     with pytest.raises(ValueError, match=match):
         _build(tok, tmp_path, **kw)

@@ -178,3 +178,43 @@ def test_a_checkpoint_of_other_settings_or_a_broken_one_is_refused(tmp_path, mon
     (tmp_path / pretrain_mod.CHECKPOINT).write_bytes(b"truncated")
     with pytest.raises(ValueError, match="not a readable checkpoint"):
         pretrain_tiny(tmp_path, **kw)
+
+
+def test_lr_factor_matches_its_closed_form_and_leaves_the_early_steps_alone():
+    """Before ``decay_start`` (and for any cap at or below it) the schedule is the old 20-step linear warm-up exactly,
+    so base/instruct, which stop before step 1000, are built as before; after it, the cosine hits its closed-form
+    values: 1 at decay_start, (1 + final) / 2 half-way, final at the cap, and never rises."""
+    from ugrpo.lm.pretrain import DECAY_START, FINAL_LR_FRACTION, lr_factor
+
+    assert (DECAY_START, FINAL_LR_FRACTION) == (1000, 0.1)
+    for steps in (150, 775, 1000, 3000):
+        assert all(lr_factor(s, steps=steps) == min(1.0, (s + 1) / 20) for s in range(min(steps, DECAY_START)))
+    assert [lr_factor(s, steps=5, decay_start=10) for s in range(5)] == [k / 20 for k in range(1, 6)]  # cap <= start
+    f = [lr_factor(s, steps=3000) for s in range(3000)]  # f[s] is the factor of step s + 1
+    assert f[999] == 1.0 and f[1999] == pytest.approx((1 + 0.1) / 2, abs=1e-12) and f[2999] == pytest.approx(0.1)
+    assert all(a >= b for a, b in zip(f[999:], f[1000:]))
+    k = 1500  # the cosine at one more point: 0.1 + 0.9 * (1 + cos(pi/4)) / 2
+    assert f[k - 1] == pytest.approx(0.1 + 0.45 * (1 + 2 ** -0.5), abs=1e-12)
+    assert lr_factor(2999, steps=3000, final=0.0) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_the_warmup_follows_lr_factor_and_its_checkpoint_records_the_decay(tmp_path, monkeypatch):
+    """The optimiser's lr is ``lr * lr_factor``: with decay_start=2 and a cap of 4, the step-3 checkpoint holds the
+    lr of step 4, the end of the cosine (final_lr_fraction * lr); a checkpoint of another decay is refused."""
+    import ugrpo.lm.pretrain as pretrain_mod
+
+    kw = dict(target_accuracy=1.0, steps=4, batch_size=8, eval_every=50, eval_samples=1, checkpoint_every=1,
+              progress=False, decay_start=2, final_lr_fraction=0.25)
+    real = pretrain_mod._answer_loss
+    monkeypatch.setattr(pretrain_mod, "_answer_loss", _CountingLoss(real, die_at=4))
+    with pytest.raises(KeyboardInterrupt):
+        pretrain_tiny(tmp_path, **kw)
+    payload = torch.load(tmp_path / pretrain_mod.CHECKPOINT, weights_only=True)
+    assert payload["state"]["step"] == 3
+    assert payload["opt"]["param_groups"][0]["lr"] == pytest.approx(1e-3 * 0.25, rel=1e-12)
+    monkeypatch.setattr(pretrain_mod, "_answer_loss", real)
+    with pytest.raises(ValueError, match=r"other settings \(decay_start: checkpoint 2, now 3\)"):
+        pretrain_tiny(tmp_path, **{**kw, "decay_start": 3})
+    for bad in (dict(decay_start=-1), dict(decay_start=1.5), dict(final_lr_fraction=1.5)):
+        with pytest.raises(ValueError, match="decay_start=.*final_lr_fraction="):
+            pretrain_tiny(tmp_path / "bad", **{**kw, **bad})

@@ -23,3 +23,20 @@ def huge(completions, answers):
 def above_one(completions, answers):
     """Rewards in [1, 2]: fine for the plain trainer, an error for an allocation rule's Beta posterior."""
     return [1.0 + c.count("7") / max(1, len(c)) for c in completions]
+
+
+_calls = {"n": 0}
+
+
+def pause_at_second_call(completions, answers):
+    """:func:`sevens`, but the second call (step 2's rewards, with no evaluation) waits for the file
+    ``$UGRPO_TEST_RELEASE`` to exist (at most 60 s): the run is paused, still running, after step 1's line."""
+    import os
+    import time
+
+    _calls["n"] += 1
+    if _calls["n"] == 2:
+        release, t0 = os.environ["UGRPO_TEST_RELEASE"], time.time()
+        while not os.path.exists(release) and time.time() - t0 < 60:
+            time.sleep(0.05)
+    return sevens(completions, answers)

@@ -278,7 +278,8 @@ def test_issue13_item4_resume_says_where_it_restarts_and_ctrl_c_prints_the_comma
     cfg_file.write_text(json.dumps(small_config(cfg.model.name, (cfg.task.options["data_path"],
                                                                  cfg.task.options["eval_path"]))))
     real = loop.train
-    monkeypatch.setattr(loop, "train", lambda c, o, resume=False: real(c, o, resume=resume, on_step=_kill_at(3)))
+    monkeypatch.setattr(loop, "train", lambda c, o, resume=False, **kw: real(c, o, resume=resume, on_step=_kill_at(3),
+                                                                             **kw))
     out = tmp_path / "run"
     assert cli.main(["train", "--config", str(cfg_file), "--out", str(out), "--eval.every", "2"]) == 130
     err = capsys.readouterr().err

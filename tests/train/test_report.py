@@ -47,4 +47,46 @@ def test_before_after_and_eval_tables_carry_wilson_intervals(tmp_path):
     assert f"| 2 | 0.500 [{w.ci_low:.3f}, {w.ci_high:.3f}] |" in text  # the evaluation table
     before = f"0.000 [0.000, {wilson_interval(0.0, 8).ci_high:.3f}]"
     after = f"1.000 [{wilson_interval(1.0, 8).ci_low:.3f}, 1.000]"
-    assert f"| before (step 0) | {before} | {before} |" in text and f"| after | {after} | {after} |" in text
+    assert f"| before (step 0) | {before} | {before} |" in text and f"| after (step 4) | {after} | {after} |" in text
+    assert "| change, paired over the problems | - | - |" in text  # no per-problem values recorded: no change
+
+
+def test_the_paired_change_is_the_mean_per_problem_difference_with_its_interval(tmp_path):
+    """Greedy: before [0,0,1,1,0], after [1,0,1,1,1] -> differences [1,0,0,0,1]: mean 0.4, SE = sd/sqrt(5) with
+    sd = sqrt(0.3) (ddof 1), interval 0.4 -+ 1.96 SE; pass@1 the same way from the per-problem means."""
+    import math
+
+    run = RunDir(tmp_path)
+    run.write_config({"model": {"name": "m"}, "task": {"name": "t"}, "budget": {}})
+    before = {"greedy": [0.0, 0.0, 1.0, 1.0, 0.0], "pass1": [0.25, 0.0, 0.5, 1.0, 0.25]}
+    after = {"greedy": [1.0, 0.0, 1.0, 1.0, 1.0], "pass1": [0.5, 0.25, 0.5, 1.0, 0.75]}
+    for step, per in ((0, before), (4, after)):
+        run.append_metrics({"step": step, "eval_accuracy": sum(per["greedy"]) / 5, "eval_pass1": sum(per["pass1"]) / 5,
+                            "eval_n_problems": 5, "eval_per_problem": per})
+    run.write_results({"steps": 4, "minutes": 0.1})
+    text = write_report(run).read_text()
+    se_g = math.sqrt(0.3 / 5)
+    d_p = [0.25, 0.25, 0.0, 0.0, 0.5]
+    m_p = sum(d_p) / 5
+    se_p = math.sqrt(sum((d - m_p) ** 2 for d in d_p) / 4 / 5)
+    greedy = f"+0.400 [{0.4 - 1.959964 * se_g:+.3f}, {0.4 + 1.959964 * se_g:+.3f}] (SE {se_g:.3f})"
+    pass1 = f"{m_p:+.3f} [{m_p - 1.959964 * se_p:+.3f}, {m_p + 1.959964 * se_p:+.3f}] (SE {se_p:.3f})"
+    assert f"| change, paired over the problems | {greedy} | {pass1} |" in text, text
+
+
+def test_a_run_records_each_problems_rewards_behind_its_accuracies(tiny_model_dir, task_files, tmp_path):
+    import pytest
+    from train_helpers import small_config
+
+    from ugrpo.train.config import config_from_dict
+    from ugrpo.train.loop import train
+
+    train(config_from_dict(small_config(tiny_model_dir, task_files, steps=2, checkpoint_every=0)), tmp_path / "r")
+    evals = [r for r in RunDir(tmp_path / "r").metrics() if r.get("eval_accuracy") is not None]
+    assert [r["step"] for r in evals] == [0, 2]
+    for r in evals:
+        per = r["eval_per_problem"]
+        assert len(per["greedy"]) == len(per["pass1"]) == r["eval_n_problems"] == 4
+        assert sum(per["greedy"]) / 4 == pytest.approx(r["eval_accuracy"])
+        assert sum(per["pass1"]) / 4 == pytest.approx(r["eval_pass1"])
+    assert "| change, paired over the problems | " in (tmp_path / "r" / "report.md").read_text()

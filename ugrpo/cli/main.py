@@ -17,12 +17,17 @@ Error policy (every command, every depth):
 
 Flags are never abbreviated (``allow_abbrev=False``): ``--resum`` is an unknown flag, not ``--resume``.
 
+Output is line-buffered (:func:`line_buffered`): with stdout redirected to a file (SLURM, ``nohup``) each line is
+there as soon as it is printed.
+
 Quiet by default: no Hugging Face progress bars, no third-party FutureWarning / DeprecationWarning
 (our own progress bars stay; ``--no-progress`` hides them). Under ``torchrun`` / ``accelerate launch`` only
 rank 0 prints. On CPU the command runs with one torch thread unless told otherwise (``--threads N``,
 ``UGRPO_THREADS`` or ``OMP_NUM_THREADS``): the models these commands run on a CPU are small, and one thread
 is several times faster for them than threads that contend for a shared core; it says so once, just before the
-command's first output (:class:`DeferredNote`), so that an error in the input stays one line.
+command's first output (:class:`DeferredNote`), so that an error in the input stays one line. The count is set when
+the command first imports torch (:func:`after_import`), not before: ``--help`` and an error in the input need no
+torch (transformers, matplotlib, ...) and come back in well under 2 s (``benchmarks/bench_cli_startup.py``).
 """
 
 from __future__ import annotations
@@ -31,11 +36,15 @@ import argparse
 import contextlib
 import errno
 import importlib
+import importlib.abc
+import importlib.util
 import os
 import sys
 import warnings
+from collections.abc import Callable
+from types import ModuleType
 
-__all__ = ["COMMANDS", "main", "user_error_message", "choose_threads"]
+__all__ = ["COMMANDS", "main", "user_error_message", "choose_threads", "after_import"]
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -213,14 +222,69 @@ class DeferredNote:
             self._stderr.flush()
 
     def __enter__(self) -> DeferredNote:
-        self._stdout, self._stderr = sys.stdout, sys.stderr
-        if self.text:
-            sys.stdout, sys.stderr = self._Stream(self, sys.stdout), self._Stream(self, sys.stderr)
+        self._stdout, self._stderr = sys.stdout, sys.stderr  # wrapped even when empty: the text may come later
+        sys.stdout, sys.stderr = self._Stream(self, sys.stdout), self._Stream(self, sys.stderr)
         return self
 
     def __exit__(self, *exc) -> None:
         self.text = ""  # a stream kept past the command (a logging handler) must not say it late
         sys.stdout, sys.stderr = self._stdout, self._stderr
+
+
+@contextlib.contextmanager
+def after_import(name: str, callback: Callable[[ModuleType], None]):
+    """Call ``callback(module)`` once module ``name`` is imported: at once if it already is, else right after the
+    command first imports it; nothing once the block has ended.
+
+    The command line sets torch's thread count this way: importing torch takes seconds, and ``--help`` or an error in
+    the input (a config field, a missing file) must not wait for it. It is a finder at the front of
+    ``sys.meta_path`` that lets the other finders find the module and runs ``callback`` after its loader.
+    """
+    if name in sys.modules:
+        callback(sys.modules[name])
+        yield
+        return
+    finder = _AfterImport(name, callback)
+    sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        finder.remove()
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    def __init__(self, name: str, callback: Callable[[ModuleType], None]):
+        self.name, self.callback = name, callback
+
+    def remove(self) -> None:
+        with contextlib.suppress(ValueError):
+            sys.meta_path.remove(self)
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.name:
+            return None
+        self.remove()  # once; the other finders find the module
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def exec_then_call(module: ModuleType) -> None:
+            exec_module(module)
+            self.callback(module)
+
+        spec.loader.exec_module = exec_then_call
+        return spec
+
+
+def line_buffered() -> None:
+    """Every line printed reaches a file or pipe at once (SLURM, ``nohup``, ``| tee``): Python block-buffers stdout
+    when it is not a terminal, so a run's per-step lines would otherwise appear only when it ends."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            with contextlib.suppress(ValueError, OSError):  # a stream that cannot (a test's capture): as it is
+                reconfigure(line_buffering=True)
 
 
 def _rank() -> int:
@@ -241,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     module = importlib.import_module(COMMANDS[command][0])
     main_rank = _rank() == 0
+    line_buffered()
     with warnings.catch_warnings(), contextlib.ExitStack() as stack:
         quiet_third_party()
         if not main_rank:  # torchrun / accelerate: rank 0 speaks for all
@@ -248,13 +313,15 @@ def main(argv: list[str] | None = None) -> int:
             stack.enter_context(contextlib.redirect_stdout(stack.enter_context(open(os.devnull, "w"))))
         note = DeferredNote("")
         try:
-            threads, why = choose_threads(args.threads)
-            if threads is not None:
-                import torch
+            choose_threads(args.threads, gpu=False)  # a bad --threads or UGRPO_THREADS is an input error: now
 
-                torch.set_num_threads(threads)
-            note.text = why if main_rank else ""
-            with note:  # the thread note is said when the command first prints: never before an input error
+            def set_threads(torch) -> None:
+                threads, why = choose_threads(args.threads)
+                if threads is not None:
+                    torch.set_num_threads(threads)
+                note.text = why if main_rank else ""
+
+            with note, after_import("torch", set_threads):  # the note is said when the command first prints
                 return int(module.main(args) or 0)
         except KeyboardInterrupt as e:  # a command that knows what it saved says so in the exception
             print("\n" + (str(e) if e.args else "interrupted: rows finished so far are on disk in the run folder"),
@@ -267,7 +334,6 @@ def main(argv: list[str] | None = None) -> int:
             if main_rank:
                 print(f"ugrpo {command}: error: {msg}", file=sys.stderr)
             return 2
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -8,9 +8,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # torch is imported inside the functions that use it: every command's --help imports this module
+    import torch
 
 __all__ = [
     "parse_int_list",
@@ -80,6 +81,8 @@ def env_theta0(env) -> torch.Tensor:
     theta = getattr(env, "theta0", None)
     if theta is None:
         raise ValueError(f"env {type(env).__name__} has no theta0; pass --theta explicitly")
+    import torch
+
     return torch.as_tensor(theta, dtype=torch.float64).reshape(-1)
 
 
@@ -91,6 +94,8 @@ def parse_theta(text: str | None, env) -> torch.Tensor:
     vals = parse_float_list(text, name="--theta")
     if len(vals) != theta0.numel():
         raise ValueError(f"--theta has {len(vals)} values but the env has D = {theta0.numel()} parameters")
+    import torch
+
     return torch.tensor(vals, dtype=torch.float64)
 
 
@@ -101,6 +106,8 @@ def resolve_theta(env, theta: Sequence[float] | None) -> torch.Tensor:
         return theta0
     if len(theta) != theta0.numel():
         raise ValueError(f"--theta has {len(theta)} values but the env has D = {theta0.numel()} parameters")
+    import torch
+
     return torch.tensor([float(v) for v in theta], dtype=torch.float64)
 
 
@@ -118,6 +125,8 @@ def default_workers() -> int:
     """Default ``--workers`` of the LM sweeps: the available CPU cores (one torch thread per run), but 1 when
     a GPU is visible (pool workers would all train on the same device; spread runs over GPUs with
     ``--ray --ray-gpus 1``)."""
+    import torch
+
     return 1 if torch.cuda.is_available() else available_cores()
 
 

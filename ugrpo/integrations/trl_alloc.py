@@ -68,6 +68,11 @@ def adapter_config(args, spec: AllocationSpec, adv: AdvantageSpec) -> TrainConfi
         raise ValueError(f"allocation g_min={spec.g_min} is above num_generations={G}: the B = generation_batch_size "
                          f"/ num_generations = {N // G} prompts cannot each get g_min of the N = {N} samples; lower "
                          "allocation_g_min or raise num_generations")
+    if spec.g_max and spec.g_max < G:  # 0 is the default 4 G
+        raise ValueError(f"allocation g_max={spec.g_max} is below num_generations={G}: the B = generation_batch_size "
+                         f"/ num_generations = {N // G} prompts of at most g_max samples each cannot spend the N = {N} "
+                         "samples; raise allocation_g_max to num_generations or more (0: the default 4 x "
+                         "num_generations)")
     try:
         return TrainConfig(
             budget=BudgetConfig(samples_per_step=N, group_size=G, micro_batch=int(args.per_device_train_batch_size)),

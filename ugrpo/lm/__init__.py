@@ -1,38 +1,14 @@
 """Language models: the tiny model and its tokenizer, loading, reproducible sampling, log-probs.
 
-Public API (details in each module):
+Nothing is imported here, so that ``import ugrpo.lm.<module>`` costs only that module (``ugrpo pretrain-tiny --help``
+reads ``tiny.STRENGTHS`` without torch or transformers). Import from the modules:
 
-- :func:`build_char_tokenizer` (``tokenizer.py``), :func:`build_tiny_model`, ``STRENGTHS`` (``tiny.py``),
-  :func:`pretrain_tiny`, :class:`PretrainResult`, ``TINY_TASK_OPTIONS`` (``pretrain.py``), :func:`tiny_model_path`
-  (``tiny_cache.py``; the shipped warm models: ``tiny_shipped.py``)
-- :func:`load_policy`, :class:`Policy`, :class:`LoraSettings`, :func:`format_prompt` (``loading.py``)
-- :func:`sample_groups`, :class:`Rollout` (``sampling.py``)
-- :func:`completion_logprobs` (``logprobs.py``)
+- :func:`~ugrpo.lm.tokenizer.build_char_tokenizer` (``tokenizer.py``), :func:`~ugrpo.lm.tiny.build_tiny_model`,
+  ``STRENGTHS`` (``tiny.py``), :func:`~ugrpo.lm.pretrain.pretrain_tiny`, ``PretrainResult``, ``TINY_TASK_OPTIONS``
+  (``pretrain.py``), :func:`~ugrpo.lm.tiny_cache.tiny_model_path` (``tiny_cache.py``; the shipped warm models:
+  ``tiny_shipped.py``)
+- :func:`~ugrpo.lm.loading.load_policy`, ``Policy``, ``LoraSettings``, ``format_prompt``, ``context_length``,
+  ``has_chat_template`` (``loading.py``)
+- :func:`~ugrpo.lm.sampling.sample_groups`, ``Rollout`` (``sampling.py``)
+- :func:`~ugrpo.lm.logprobs.completion_logprobs` (``logprobs.py``)
 """
-
-from ugrpo.lm.loading import LoraSettings, Policy, context_length, format_prompt, has_chat_template, load_policy
-from ugrpo.lm.logprobs import completion_logprobs
-from ugrpo.lm.pretrain import TINY_TASK_OPTIONS, PretrainResult, pretrain_tiny
-from ugrpo.lm.sampling import Rollout, sample_groups
-from ugrpo.lm.tiny import STRENGTHS, build_tiny_model
-from ugrpo.lm.tiny_cache import tiny_model_path
-from ugrpo.lm.tokenizer import build_char_tokenizer
-
-__all__ = [
-    "LoraSettings",
-    "Policy",
-    "PretrainResult",
-    "Rollout",
-    "STRENGTHS",
-    "TINY_TASK_OPTIONS",
-    "build_char_tokenizer",
-    "build_tiny_model",
-    "completion_logprobs",
-    "context_length",
-    "format_prompt",
-    "has_chat_template",
-    "load_policy",
-    "pretrain_tiny",
-    "sample_groups",
-    "tiny_model_path",
-]

@@ -19,19 +19,19 @@ The tokenizer always ends up with a pad token (the EOS token if it had none) and
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 
+from ugrpo.lm.source import model_source, not_cached_message
+
 __all__ = ["LoraSettings", "Policy", "load_policy", "load_tokenizer", "format_prompt", "has_chat_template",
            "context_length"]
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _GENERIC_FAST = ("TokenizersBackend", "PreTrainedTokenizerFast")
-_HUB_ID_RE = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")  # "org/name" or "name"
 _DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
@@ -133,13 +133,7 @@ def load_policy(
                 "the tokenizer files "
                 "as written by save_pretrained"
             ) from e
-        raise FileNotFoundError(
-            f"load_policy: model {name_or_path!r} is neither a local folder nor in the local Hugging Face cache, and "
-            "nothing is "
-            "downloaded at run time. Download it beforehand on a machine with network: `huggingface-cli download "
-            f"{name_or_path}` "
-            "(or `hf download ...`), then copy the cache (HF_HOME) here, or pass the local folder instead."
-        ) from e
+        raise FileNotFoundError(not_cached_message(name_or_path)) from e
     _fix_tokenizer(tokenizer, model)
     model.to(device)
     if lora is not None:
@@ -169,28 +163,13 @@ def load_tokenizer(source: str | Path):
 
 
 def _resolve(name_or_path: str) -> Path | None:
-    """A local folder for ``name_or_path``, or None for a hub id."""
-    if not isinstance(name_or_path, str) or not name_or_path.strip():
-        raise ValueError(f"load_policy: name_or_path={name_or_path!r}; give 'tiny:instruct', a local folder or a hub "
-                         "id")
-    if name_or_path.startswith("tiny:"):
+    """A local folder for ``name_or_path``, or None for a hub id (the checks: :func:`ugrpo.lm.source.model_source`)."""
+    source = model_source(name_or_path)
+    if source.kind == "tiny":
         from ugrpo.lm.tiny_cache import tiny_model_path
 
-        return tiny_model_path(name_or_path.split(":", 1)[1])
-    p = Path(name_or_path).expanduser()
-    if p.exists():
-        if not p.is_dir():
-            raise FileNotFoundError(f"load_policy: {p} is a file; pass the folder that save_pretrained wrote")
-        if not (p / "config.json").is_file():
-            raise FileNotFoundError(
-                f"load_policy: {p} is not a loadable model folder: it has no config.json; pass a folder written by "
-                "save_pretrained (config.json, weights, tokenizer files)"
-            )
-        return p
-    if not _HUB_ID_RE.fullmatch(name_or_path):
-        raise FileNotFoundError(f"load_policy: local model folder {p} does not exist; check the path or run `ugrpo "
-                                f"pretrain-tiny --out {p}`")
-    return None
+        return tiny_model_path(source.name)
+    return source.path
 
 
 def _fix_tokenizer(tokenizer, model) -> None:

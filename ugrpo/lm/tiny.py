@@ -13,8 +13,6 @@ from __future__ import annotations
 
 from typing import Literal
 
-import torch
-
 __all__ = ["TinySize", "Strength", "STRENGTHS", "build_tiny_model"]
 
 TinySize = Literal["1m", "4m"]
@@ -25,8 +23,9 @@ STRENGTHS: dict[str, float] = {"base": 0.15, "instruct": 0.35, "fewshot": 0.60}
 
 The shipped models (seed 0, defaults, one torch thread, 2026-12-03; ``ugrpo/data/tiny/README.md``): base stopped at
 step 150 (sampled 0.160 +- 0.025, greedy 0.21) in 35 s, instruct at step 775 (0.385 +- 0.039, greedy 0.44) in
-2.8 min; fewshot reached the 3000-step cap below its target (0.422 +- 0.042 at step 3000, greedy 0.48; its peak was
-0.56 at step 2150) in 10.5 min. The same code and seed stopped instruct at step 650 and at step 675 on two other
+2.8 min; fewshot at step 2100 (0.600 +- 0.044, greedy 0.64) in 11.9 min, with the learning-rate decay after step
+1000 (:func:`ugrpo.lm.pretrain.lr_factor`; without it fewshot stayed at 0.45-0.56 and ended at the 3000-step cap with
+0.42). The same code and seed stopped instruct at step 650 and at step 675 on two other
 machines (float32 kernels differ between CPUs), hence the shipped weights. The held-out SE is ~0.04 (100 problems x
 4 samples). On a loaded machine, 2 torch threads ran ~10x slower than 1 (1.5-5 s a step against ~0.3 s): set
 ``OMP_NUM_THREADS=1`` when other jobs share the cores."""
@@ -54,6 +53,7 @@ def build_tiny_model(tokenizer, *, size: TinySize = "1m", seed: int = 0, max_pos
     transformers.Qwen2ForCausalLM
         In float32, eval mode off (``train()``), on the CPU.
     """
+    import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     if size not in _SIZES:

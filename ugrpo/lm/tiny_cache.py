@@ -31,15 +31,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ugrpo.lm import pretrain
+from ugrpo.lm.source import TINY_NAMES
 from ugrpo.lm.tiny_shipped import SHIPPED_NAMES, shipped_model_path
 
 __all__ = ["CACHE_VERSION", "TINY_NAMES", "cache_root", "tiny_model_path"]
 
 CACHE_VERSION = "v2"
 """Bump when the tiny model or tokenizer changes (invalidates the cached ``tiny:random``)."""
-
-TINY_NAMES: tuple[str, ...] = ("random", *SHIPPED_NAMES)
-"""Every ``tiny:<name>``: ``random`` (cached, built in seconds) and the shipped warm models."""
 
 
 def _stderr(msg: str) -> None:

@@ -11,21 +11,21 @@ __all__ = ["write_report"]
 
 
 def _plot(rd, results: dict[str, Any]) -> None:
-    from ugrpo.report.plots import Marker, Series, line_plot
+    """Uniform G's exact MSE against G (a curve), and each per-prompt rule's MSE (which does not depend on G) as a
+    horizontal reference line with its 95% interval shaded; one linear y axis."""
+    from ugrpo.report.plots import Level, Marker, Series, line_plot
 
     curve = results["uniform_curve"]
     xs = [c["G"] for c in curve]
     series = [Series("uniform G (exact, B = N/G)", x=xs, y=[c["mse"] for c in curve], color="black")]
-    span = [xs[0], xs[-1]]
     colors = {"vip": "C0", "knapsack": "C3", "ustat": "C2", "ustat+screen": "C4"}
-    for row in (r for r in results["rows"] if r["rule"] != "uniform"):
-        color = colors.get(row["rule"], "C7")
-        series.append(Series(f"{row['rule']} ({row['moments']} moments, B = {row['B']})", x=span, y=[row["mse"]] * 2,
-                             low=[row["ci_low"]] * 2, high=[row["ci_high"]] * 2, dashed=row["moments"] == "predicted",
-                             color=color))
+    levels = [Level(row["mse"], f"{row['rule']} ({row['moments']} moments, B = {row['B']})", row["ci_low"],
+                    row["ci_high"], dashed=row["moments"] == "predicted", color=colors.get(row["rule"], "C7"))
+              for row in results["rows"] if row["rule"] != "uniform"]
     inst = results["instance"]
-    line_plot(rd.file("allocation.png"), series, xlabel="G (uniform rule)", ylabel="exact gradient MSE", logx=True,
-              logy=True, markers=[Marker(inst["best_uniform_G"], f"best uniform G = {inst['best_uniform_G']}")],
+    line_plot(rd.file("allocation.png"), series, xlabel="G of the uniform rule (the other rules: one G_b per prompt)",
+              ylabel="exact gradient MSE", logx=True, xticks=xs, levels=levels,
+              markers=[Marker(inst["best_uniform_G"], f"best uniform G = {inst['best_uniform_G']}")],
               title=f"N = {results['config']['budget']} samples per step: per-prompt rules vs uniform G")
 
 

@@ -21,7 +21,8 @@ from ugrpo.report.plots import estimator_series, line_plot
 from ugrpo.runs import RunDir
 from ugrpo.stats.estimators import ESTIMATORS
 
-__all__ = ["write_report", "reading", "table_rows", "lm_reading", "allocation_table", "allocation_section"]
+__all__ = ["write_report", "reading", "table_rows", "lm_reading", "allocation_table", "allocation_section",
+           "skipped_note"]
 
 
 def write_report(run: RunDir, results: dict[str, Any], argv: Sequence[str] | None = None) -> Path:
@@ -109,7 +110,8 @@ def _write_env(run: RunDir, results: dict[str, Any], argv: Sequence[str] | None)
     run.write_results(results)
     rows = results["rows"]
     groups = sorted({r["G"] for r in rows})
-    series = estimator_series(rows, ESTIMATORS, label="{est} (MC)", reference="exact", reference_label="{est} (exact)")
+    series = estimator_series(rows, ESTIMATORS, label="{est} (MC, 95% CI)", reference="exact",
+                              reference_label="{est} (exact)")
     B = rows[0]["B"]
     line_plot(run.file("mse.png"), series, xlabel="group size G", ylabel="MSE  E||ghat - g||^2",
               title=f"Gradient MSE vs G (B={B}, R={rows[0]['reps']})", logx=True, logy=True, xticks=groups)
@@ -151,6 +153,26 @@ def _write_env(run: RunDir, results: dict[str, Any], argv: Sequence[str] | None)
 # a language model (ugrpo mse --model)
 
 
+def _vanilla_vs_grpo(groups: list[int], above: list[int], below: list[int]) -> str:
+    """One sentence on where vanilla's MSE is above / below GRPO's, each G of ``groups`` named once.
+
+    >>> print(_vanilla_vs_grpo([4], [4], []))
+    Vanilla's MSE is above GRPO's at every measured G (G = 4): each 95% interval of the paired difference is above 0.
+    >>> print(_vanilla_vs_grpo([4, 8, 16], [16], [4]).split(": ")[1])
+    above it at G = 16 (the 95% interval of the paired difference above 0), below it at G = 4 (the interval below 0), \
+neither at G = 8 (the interval covers 0).
+    """
+    for side, gs in (("above", above), ("below", below)):
+        if gs == groups:
+            return (f"Vanilla's MSE is {side} GRPO's at every measured G ({fmt_values(groups)}): each 95% interval of "
+                    f"the paired difference is {side} 0.")
+    rest = [G for G in groups if G not in above and G not in below]
+    parts = [f"above it at {fmt_values(above)} (the 95% interval of the paired difference above 0)" if above else "",
+             f"below it at {fmt_values(below)} (the interval below 0)" if below else "",
+             f"neither at {fmt_values(rest)} (the interval covers 0)" if rest else ""]
+    return f"Vanilla's MSE against GRPO's, at the measured {fmt_values(groups)}: {', '.join(p for p in parts if p)}."
+
+
 def lm_reading(results: dict[str, Any]) -> list[str]:
     """Plain-language sentences about a language model's results: the two checks, with intervals, and the Hoeffding
     split."""
@@ -159,8 +181,7 @@ def lm_reading(results: dict[str, Any]) -> list[str]:
     out = []
     above = [G for G in groups if comps[G]["vanilla_minus_grpo"]["ci_low"] > 0]
     below = [G for G in groups if comps[G]["vanilla_minus_grpo"]["ci_high"] < 0]
-    out.append(f"Vanilla's MSE is above GRPO's (95% interval of the paired difference above 0) at {fmt_values(above)} "
-               f"and below it (interval below 0) at {fmt_values(below)}, of {fmt_values(groups)}.")
+    out.append(_vanilla_vs_grpo(groups, above, below))
     G32 = min(groups, key=lambda G: abs(G - 32))
     r = comps[G32]["grpo_over_oracle"]
     if r["ratio"] is not None:
@@ -201,8 +222,9 @@ def _write_lm(run: RunDir, results: dict[str, Any], argv: Sequence[str] | None) 
     run.write_results(results)
     rows = results["rows"]
     groups = sorted({r["G"] for r in rows})
-    series = estimator_series(rows, ESTIMATORS, reference="predicted", reference_label="{est} (predicted from c's)")
-    wseries = estimator_series(rows, ESTIMATORS, cell=lambda r: r["within_prompts"])
+    series = estimator_series(rows, ESTIMATORS, label="{est} (MC, 95% CI)", reference="predicted",
+                              reference_label="{est} (predicted from c's)")
+    wseries = estimator_series(rows, ESTIMATORS, label="{est} (MC, 95% CI)", cell=lambda r: r["within_prompts"])
     B, pol, cost, ref = rows[0]["B"], results["policy"], results["cost"], results["reference"]
     line_plot(run.file("mse_within.png"), wseries, xlabel="group size G",
               ylabel="E||ghat - (1/B) sum_b g(x_b)||^2", logx=True, logy=True, xticks=groups,
@@ -329,6 +351,16 @@ def _verdict(verdicts: list[dict[str, Any]], key: str, what: str) -> str:
     return f"**{what}: predicted ratio inside the realised ratio's 95% interval: {'; '.join(parts)}** (misses: {miss})."
 
 
+def skipped_note(alloc: dict[str, Any]) -> str:
+    """The sentence on the G of ``--groups`` left out of the allocation study (G >= g_max: no room), or ""."""
+    skipped = alloc.get("skipped_groups") or []
+    if not skipped:
+        return ""
+    return (f"Skipped {fmt_values(skipped)} of --groups: at G >= g_max = {alloc['g_max']} the sum G_b = N = B G with "
+            f"every G_b <= g_max leaves each prompt exactly G, so no rule can differ from uniform (raise --g-max "
+            f"above G to study it).")
+
+
 def allocation_section(run: RunDir, results: dict[str, Any]) -> list[str]:
     """report.md lines of the allocation study, and ``allocation.png``."""
     alloc = results["allocation"]
@@ -345,7 +377,8 @@ def allocation_section(run: RunDir, results: dict[str, Any]) -> list[str]:
         "ratio = paired ratio to uniform over the repetitions; predicted = c1/B + (1/B^2) sum_b f_b(G_b) (M33) with "
         "the rule's own moments and c1 of the reference pool (within the drawn prompts: without c1/B); the last "
         "column prices the same sizes with the `true` moments (for `predicted` rows: is a miss the history's or "
-        "the formula's?). Rules that chose uniform G in every repetition get no verdict.", "",
+        "the formula's?). Rules that chose uniform G in every repetition get no verdict."
+        + (f" {skipped_note(alloc)}" if skipped_note(alloc) else ""), "",
         _verdict(alloc["verdicts"], "inside", "Total MSE"), "",
         _verdict(alloc["verdicts"], "inside_within_prompts", "Within the drawn prompts"), "",
         image("allocation.png", "realised vs predicted MSE ratio per rule"), "",

@@ -56,23 +56,25 @@ def reading(results: dict[str, Any]) -> list[str]:
 def write_report(run: RunDir, results: dict[str, Any], argv: Sequence[str] | None = None) -> Path:
     """results.json, ``plan.png`` (predicted bound vs G with bootstrap band, G* marked) and report.md (plus the
     cost section of a language-model pilot, and the TRL section); returns the report's path."""
-    from ugrpo.report.markdown import fmt_ci, header, image, md_table
+    from ugrpo.report.markdown import fmt, fmt_ci, header, image, md_table
     from ugrpo.report.plots import Marker, Series, line_plot
 
     run.write_results(results)
     c = results["candidates"]
     xs = [r["G"] for r in c]
     series = [Series("predicted bound (pilot)", xs, [r["predicted_mse"] for r in c],
-                     [r.get("band_low") for r in c], [r.get("band_high") for r in c], color="C0")]
+                     [r.get("band_low") for r in c], [r.get("band_high") for r in c], color="C0",
+                     band_label="95% bootstrap band of the bound")]
     lo, hi = results["g_star_ci"]
     markers = []
     band = results.get("band")
     if band is not None and band.get("recommended") is not None:
-        markers.append(Marker(band["recommended"], f"G to use = {band['recommended']}; 95% band of near-optimal G",
-                              band["low"], band["high"], color="C2"))
+        markers.append(Marker(band["recommended"], f"G to use = {band['recommended']}", band["low"], band["high"],
+                              color="C2", band_label=f"95% band of near-optimal G: {band_words(band)}"))
     if results["g_star"] is not None:
-        markers.append(Marker(results["g_star"], f"G* = {results['g_star']} (pilot)", lo,
-                              hi if hi is not None else max(xs), color="C0"))
+        top = hi if hi is not None else max(xs)
+        markers.append(Marker(results["g_star"], f"G* = {results['g_star']} (pilot)", lo, top, color="C0",
+                              band_label=f"95% interval of G*: [{fmt(lo)}, {fmt(hi) if hi is not None else '-'}]"))
     ex = results.get("exact")
     exact_at = {r["G"]: r["mse"] for r in (ex or {}).get("curve") or []}
     if ex and ex.get("curve"):

@@ -29,7 +29,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from ugrpo.fileio import atomic_save  # noqa: E402
 
-__all__ = ["Series", "Marker", "line_plot", "panel_plot"]
+__all__ = ["Series", "Marker", "Level", "line_plot", "panel_plot"]
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,9 @@ class Series:
     low, high : optional band (e.g. a 95% interval), same length as ``x``
     dashed : draw a dashed line without markers (used for exact / theoretical curves)
     color : a matplotlib colour, or None for the default cycle
+    bars : draw ``low``..``high`` as error bars at the points instead of a shaded band (narrow intervals on a log
+        axis stay visible)
+    band_label : the legend entry of the shaded band (None: the band has none)
     """
 
     label: str
@@ -52,6 +55,8 @@ class Series:
     high: Sequence[float | None] | None = None
     dashed: bool = False
     color: str | None = None
+    bars: bool = False
+    band_label: str | None = None
 
     def __post_init__(self) -> None:
         n = len(self.x)
@@ -63,12 +68,26 @@ class Series:
 
 @dataclass(frozen=True)
 class Marker:
-    """A vertical line at ``x`` (e.g. the planner's G*), with an optional shaded interval."""
+    """A vertical line at ``x`` (e.g. the planner's G*), with an optional shaded interval (legend: ``band_label``)."""
 
     x: float
     label: str
     low: float | None = None
     high: float | None = None
+    color: str = "black"
+    band_label: str | None = None
+
+
+@dataclass(frozen=True)
+class Level:
+    """A horizontal reference line at ``y`` across the whole x axis, for a value that does not depend on x (an
+    allocation rule's MSE beside uniform G's curve), with an optional shaded interval ``low``..``high``."""
+
+    y: float
+    label: str
+    low: float | None = None
+    high: float | None = None
+    dashed: bool = False
     color: str = "black"
 
 
@@ -76,7 +95,8 @@ def _finite(v: float | None, log: bool) -> bool:
     return v is not None and math.isfinite(v) and (not log or v > 0)
 
 
-def _draw(ax, series: Sequence[Series], markers: Sequence[Marker], *, logx: bool, logy: bool) -> None:
+def _draw(ax, series: Sequence[Series], markers: Sequence[Marker], *, logx: bool, logy: bool,
+          levels: Sequence[Level] = ()) -> None:
     for i, s in enumerate(series):
         color = s.color or f"C{i % 10}"
         pts = [(x, y) for x, y in zip(s.x, s.y) if _finite(x, logx) and _finite(y, logy)]
@@ -88,17 +108,26 @@ def _draw(ax, series: Sequence[Series], markers: Sequence[Marker], *, logx: bool
                 ax.plot(xs, ys, "o-", color=color, label=s.label, markersize=4)
         if s.low is not None and s.high is not None:
             band = [
-                (x, lo, hi)
-                for x, lo, hi in zip(s.x, s.low, s.high)
+                (x, y, lo, hi)
+                for x, y, lo, hi in zip(s.x, s.y, s.low, s.high)
                 if _finite(x, logx) and _finite(lo, logy) and _finite(hi, logy)
             ]
-            if band:
-                bx, bl, bh = zip(*band)
-                ax.fill_between(bx, bl, bh, color=color, alpha=0.18, linewidth=0)
+            bars = [b for b in band if _finite(b[1], logy)] if s.bars else []
+            if bars:
+                bx, by, bl, bh = zip(*bars)
+                ax.errorbar(bx, by, yerr=[[y - lo for y, lo in zip(by, bl)], [hi - y for y, hi in zip(by, bh)]],
+                            fmt="none", ecolor=color, elinewidth=1.0, capsize=3)
+            elif band and not s.bars:
+                bx, _, bl, bh = zip(*band)
+                ax.fill_between(bx, bl, bh, color=color, alpha=0.18, linewidth=0, label=s.band_label)
+    for lv in levels:
+        ax.axhline(lv.y, color=lv.color, linestyle="--" if lv.dashed else "-", linewidth=1.2, label=lv.label)
+        if lv.low is not None and lv.high is not None and lv.high > lv.low:
+            ax.axhspan(lv.low, lv.high, color=lv.color, alpha=0.12, linewidth=0)
     for m in markers:
         ax.axvline(m.x, color=m.color, linestyle=":", linewidth=1.2, label=m.label)
         if m.low is not None and m.high is not None and m.high > m.low:
-            ax.axvspan(m.low, m.high, color=m.color, alpha=0.08)
+            ax.axvspan(m.low, m.high, color=m.color, alpha=0.08, label=m.band_label)
     if logx:
         ax.set_xscale("log", base=2)
     if logy:
@@ -117,14 +146,16 @@ def line_plot(
     logy: bool = False,
     markers: Sequence[Marker] = (),
     xticks: Sequence[float] | None = None,
+    levels: Sequence[Level] = (),
 ) -> Path:
-    """One panel: lines with 95% bands, dashed exact curves, vertical markers; writes a PNG.
+    """One panel: lines with 95% bands or bars, dashed exact curves, horizontal reference levels, vertical markers;
+    writes a PNG.
 
     Returns the path written.
     """
     fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=110)
     try:
-        _draw(ax, series, markers, logx=logx, logy=logy)
+        _draw(ax, series, markers, logx=logx, logy=logy, levels=levels)
         if xticks is not None:
             ax.set_xticks(list(xticks))
             ax.set_xticklabels([f"{t:g}" for t in xticks])
@@ -197,14 +228,14 @@ def estimator_series(rows: Sequence[dict], estimators: Sequence[str], *, label: 
                      cell: Callable[[dict], dict] = lambda r: r, reference: str | None = None,
                      reference_label: str = "{est}") -> list[Series]:
     """One line per estimator over G from result rows (``estimator``, ``G`` and, in ``cell(row)``, ``mse``,
-    ``ci_low``, ``ci_high``), each followed by a dashed line of ``row[reference]`` (exact or predicted values)
-    in the same colour when ``reference`` is given; the paper's Fig. 4 layout."""
+    ``ci_low``, ``ci_high``: drawn as error bars), each followed by a dashed line of ``row[reference]`` (exact or
+    predicted values) in the same colour when ``reference`` is given; the paper's Fig. 4 layout."""
     out = []
     for i, est in enumerate(estimators):
         rs = sorted((r for r in rows if r["estimator"] == est), key=lambda r: r["G"])
         x, cs = [r["G"] for r in rs], [cell(r) for r in rs]
         out.append(Series(label.format(est=est), x, [c["mse"] for c in cs], [c["ci_low"] for c in cs],
-                          [c["ci_high"] for c in cs], color=f"C{i}"))
+                          [c["ci_high"] for c in cs], color=f"C{i}", bars=True))
         if reference is not None:
             out.append(Series(reference_label.format(est=est), x, [r[reference] for r in rs], dashed=True,
                               color=f"C{i}"))

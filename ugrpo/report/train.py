@@ -45,6 +45,22 @@ def _acc(row: dict | None, key: str) -> str:
     return f"{_f(y)} [{_f(w.ci_low)}, {_f(w.ci_high)}]"
 
 
+def _change(first: dict | None, last: dict | None, kind: str) -> str:
+    """``+0.140 [+0.052, +0.228]``: the mean per-problem change from ``first`` to ``last`` (greedy or pass1 rewards
+    of the same problems, ``eval_per_problem``) with its normal 95% interval, paired over problems; "-" without
+    them (runs written before the per-problem values were recorded)."""
+    a = ((last or {}).get("eval_per_problem") or {}).get(kind)
+    b = ((first or {}).get("eval_per_problem") or {}).get(kind)
+    if not a or not b or len(a) != len(b) or len(a) < 2:
+        return "-"
+    import torch
+
+    from ugrpo.stats.intervals import difference_interval
+
+    d = difference_interval(torch.tensor(a, dtype=torch.float64), torch.tensor(b, dtype=torch.float64))
+    return f"{d.estimate:+.3f} [{d.ci_low:+.3f}, {d.ci_high:+.3f}] (SE {d.se:.3f})"
+
+
 def _band_series(rows: list[dict], key: str, label: str, color: str | None = None) -> Series:
     pts = [r for r in rows if r.get(key) is not None]
     return Series(label, x=[r["step"] for r in pts], y=[r[key] for r in pts],
@@ -210,11 +226,12 @@ baseline `{cfg.get('baseline')}`, scale `{cfg.get('scale')}`, N = {N}, G = {G},
 | | greedy accuracy | sampled pass@1 |
 |---|---|---|
 | before (step 0) | {_acc(first, 'eval_accuracy')} | {_acc(first, 'eval_pass1')} |
-| after | {_acc(last, 'eval_accuracy')} | {_acc(last, 'eval_pass1')} |
+| after (step {last['step'] if last else '-'}) | {_acc(last, 'eval_accuracy')} | {_acc(last, 'eval_pass1')} |
+| change, paired over the problems | {_change(first, last, 'greedy')} | {_change(first, last, 'pass1')} |
 
 Held-out accuracies with 95% Wilson intervals over the evaluated problems (for pass@1 over problems, not samples:
-conservative). The change from before to after is paired over the same problems, so it is more precise than the two
-intervals suggest.
+conservative). The change is the mean over the same problems of (after - before), with its 95% normal interval and
+standard error from the per-problem differences: more precise than the two intervals above suggest.
 
 ![reward](reward.png)
 

@@ -2,64 +2,16 @@
 
 Imports only torch / numpy / scipy. No I/O, no models. Every formula is numbered in
 docs/math.md (M1, M2, ...) and cited by the function that computes it.
+
+Nothing is imported here, so that ``import ugrpo.stats.<module>`` costs only that module (the config schema reads
+``allocation`` and ``estimators`` without torch, and ``ugrpo train --help`` stays fast): import from the modules,
+e.g. ``from ugrpo.stats.advantages import compute_advantages``. The modules (docs/architecture.md):
+
+- ``advantages`` (``compute_advantages``, ``BASELINES``, ``loo_advantages``, ...), ``ragged`` (any group sizes),
+  ``estimator`` (``policy_gradient``, ``prompt_gradients``), ``ustat`` (Lemma 1, the Hoeffding decomposition);
+- ``exact_mse`` (``prompt_error``, ``uniform_mse``, ``PromptMoments``, ``PolicyMoments``, ...), ``estimators`` (the
+  names), ``components`` (``estimate_components``, ``point_estimates``, ``gaussian_sketch``), ``bootstrap_ci``,
+  ``intervals``;
+- ``planner`` (``plan_group_size``, ``bound``), ``band``, ``budget``, ``allocation``, ``history``, ``certificate``,
+  ``mc_mse``, ``seeds``, ``asymptotics`` (Theorem 8: ``gap_limit``, ``weighted_chi2_cdf``, ...).
 """
-
-from .advantages import (
-    BASELINES,
-    AdvantageResult,
-    BaselineName,
-    compute_advantages,
-    loo_advantages,
-    mean_advantages,
-    oracle_advantages,
-    vanilla_advantages,
-    zero_std_groups,
-)
-from .asymptotics import (
-    GapLimit,
-    estimator_covariance,
-    gap_limit,
-    gap_weights,
-    identifiable_subspace,
-    lyapunov_covariance,
-    prompt_covariances,
-    weighted_chi2_cdf,
-    weighted_chi2_quantile,
-    weighted_chi2_sample,
-)
-from .bootstrap_ci import Estimate
-from .components import (
-    MIN_PILOT_GROUP,
-    VarianceComponents,
-    estimate_components,
-    gaussian_sketch,
-    point_estimates,
-)
-from .estimator import policy_gradient, prompt_gradients
-from .exact_mse import (
-    ESTIMATORS,
-    EstimatorName,
-    PolicyMoments,
-    PromptMoments,
-    hoeffding_split,
-    minibatch_mse,
-    policy_moments,
-    prompt_error,
-    prompt_mse,
-    uniform_mse,
-)
-from .planner import GroupSizePlan, bound, candidate_groups, plan_group_size
-from .ustat import HoeffdingParts, grpo_kernel, hoeffding_decomposition, pairwise_ustatistic
-
-__all__ = [
-    "BASELINES", "AdvantageResult", "BaselineName", "compute_advantages", "loo_advantages", "mean_advantages",
-    "oracle_advantages", "vanilla_advantages", "zero_std_groups",
-    "policy_gradient", "prompt_gradients",
-    "HoeffdingParts", "grpo_kernel", "hoeffding_decomposition", "pairwise_ustatistic",
-    "ESTIMATORS", "EstimatorName", "PolicyMoments", "PromptMoments", "hoeffding_split", "minibatch_mse",
-    "policy_moments", "prompt_error", "prompt_mse", "uniform_mse",
-    "MIN_PILOT_GROUP", "Estimate", "VarianceComponents", "estimate_components", "point_estimates", "gaussian_sketch",
-    "GroupSizePlan", "bound", "candidate_groups", "plan_group_size",
-    "GapLimit", "estimator_covariance", "gap_limit", "gap_weights", "identifiable_subspace", "lyapunov_covariance",
-    "prompt_covariances", "weighted_chi2_cdf", "weighted_chi2_quantile", "weighted_chi2_sample",
-]

@@ -23,11 +23,12 @@ import math
 import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
 from ugrpo.stats.estimators import ESTIMATORS, GROUP_BASELINES, EstimatorName
+
+if TYPE_CHECKING:  # torch is imported where it is used: the config schema reads this module, and --help stays fast
+    from torch import Tensor
 
 __all__ = [
     "EstimatorName",
@@ -210,6 +211,7 @@ def policy_moments(
     Examples
     --------
     >>> m = PromptMoments(value=0.5, var_z=0.25, e_w2=0.5, g_norm2=0.125, tr_sigma_oracle=0.0, tr_cov_wz=0.125)
+    >>> import torch
     >>> pm = policy_moments([m, m], torch.tensor([[0.25, -0.25], [-0.25, 0.25]]))
     >>> round(pm.c1, 6), round(pm.c3, 6)
     (0.125, 0.25)
@@ -221,6 +223,8 @@ def policy_moments(
         if not isinstance(m, PromptMoments):
             raise TypeError(f"prompt_moments must hold PromptMoments, got {type(m).__name__}")
         _check_moments(m)
+    import torch
+
     g_x = torch.as_tensor(g_x, dtype=torch.float64)
     if g_x.ndim != 2 or g_x.shape[0] != P:
         raise ValueError(f"g_x must have shape (P, D) = ({P}, D) to match {P} prompt moments; got {tuple(g_x.shape)}")
@@ -237,6 +241,8 @@ def policy_moments(
 
 
 def _policy_moments(prompt_moments: Sequence[PromptMoments], g_x: Tensor, w: Tensor) -> PolicyMoments:
+    import torch
+
     def avg(values: Sequence[float]) -> float:
         return float((w * torch.tensor(values, dtype=torch.float64)).sum())
 

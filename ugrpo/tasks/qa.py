@@ -255,7 +255,9 @@ class QATask:
             path = self.train_path if split == "train" else self.eval_path
             if path is None:
                 opt = "train_path" if split == "train" else "eval_path"
-                raise ValueError(f"{self.name}: {opt} is not set; pass {opt}='path/to/{split}.jsonl' (or .parquet)")
+                raise ValueError(f"{self.name}: the task option {opt} is not set; give it a .jsonl or .parquet file "
+                                 f"(ugrpo train: --task.options.{opt} path/to/{split}.jsonl; ugrpo plan and mse: "
+                                 f"--task-option {opt}=path/to/{split}.jsonl)")
             cache[split] = load_problems(
                 task=self.name, path=str(path), split=split, id_prefix=self._id_prefix, parse_row=self.parse_row,
                 template=self.prompt_template, limit=self.limit, on_bad_row=self.on_bad_row,

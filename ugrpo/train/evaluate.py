@@ -19,7 +19,7 @@ import torch
 from ugrpo.lm.sampling import eos_token_ids
 from ugrpo.tasks.base import Problem, score
 from ugrpo.train.config import TrainConfig
-from ugrpo.train.distributed import DistContext, reduce_sum, shard
+from ugrpo.train.distributed import DistContext, gather_objects, reduce_sum, shard
 from ugrpo.train.rollout import sample_and_score
 
 __all__ = ["EvalResult", "evaluate", "eval_metrics", "greedy_completions", "eval_seed"]
@@ -28,12 +28,14 @@ __all__ = ["EvalResult", "evaluate", "eval_metrics", "greedy_completions", "eval
 @dataclass(frozen=True)
 class EvalResult:
     """``accuracy``: mean reward of greedy completions (= accuracy for a binary verifier);
-    ``pass1``: mean reward of sampled completions; None where that evaluation is disabled."""
+    ``pass1``: mean reward of sampled completions; None where that evaluation is disabled. ``per_problem``: each
+    problem's greedy reward and mean sampled reward, in problem order (what a paired before/after change needs)."""
 
     accuracy: float | None
     pass1: float | None
     n_problems: int
     n_unscorable: int
+    per_problem: dict[str, list[float]] | None = None
 
 
 def eval_seed(seed: int, index: int) -> int:
@@ -91,12 +93,15 @@ def evaluate(
     probs = [problems[i] for i in mine]
     texts = [prompts[i] for i in mine]
     sums = [0.0, 0.0, 0.0, 0.0]  # greedy reward sum, sampled reward sum, n sampled, unscorable
+    mine_greedy: list[float] = []
+    mine_pass1: list[float] = []
     if probs and greedy:
         done = (greedy_completions(model, tokenizer, texts, max_new_tokens=max_new_tokens, batch_size=batch_size)
                 if engine is None else engine.greedy_completions(tokenizer, texts, max_new_tokens=max_new_tokens))
         sc = score(task, done, probs)
         sums[0] += sum(sc.rewards)
         sums[3] += sc.n_unscorable
+        mine_greedy = [float(r) for r in sc.rewards]
     if probs and pass1_samples > 0:
         k = pass1_samples
         sc = sample_and_score(model, tokenizer, task, probs, texts, k, [eval_seed(seed, i) for i in mine],
@@ -105,13 +110,17 @@ def evaluate(
         sums[1] += sum(sc.rewards)
         sums[2] += len(sc.rewards)
         sums[3] += sc.n_unscorable
+        mine_pass1 = [float(sum(sc.rewards[i * k:(i + 1) * k])) / k for i in range(len(probs))]  # prompt-major
     g_sum, s_sum, s_n, bad = reduce_sum(sums, ctx)
+    parts = gather_objects((mine_greedy, mine_pass1), ctx)  # contiguous shards in rank order: problem order
     n = len(problems)
+    per_problem = {"greedy": [v for p in parts for v in p[0]], "pass1": [v for p in parts for v in p[1]]}
     return EvalResult(
         accuracy=g_sum / n if greedy and n else None,
         pass1=s_sum / s_n if s_n else None,
         n_problems=n,
         n_unscorable=int(bad),
+        per_problem={k: v for k, v in per_problem.items() if v} or None,
     )
 
 
@@ -124,4 +133,4 @@ def eval_metrics(cfg: TrainConfig, model, tokenizer, task, problems: Sequence[Pr
         batch_size=cfg.eval.batch_size, seed=cfg.seed, ctx=ctx, engine=engine,
     )
     return {"eval_accuracy": ev.accuracy, "eval_pass1": ev.pass1, "eval_n_unscorable": ev.n_unscorable,
-            "eval_n_problems": ev.n_problems}
+            "eval_n_problems": ev.n_problems, "eval_per_problem": ev.per_problem}

@@ -34,6 +34,7 @@ Run: ``ugrpo train --config examples/arith-tiny.yaml --out runs/x [--resume] [--
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -53,6 +54,7 @@ from ugrpo.train.config import TrainConfig, summary_line
 from ugrpo.train.distributed import DistContext, barrier, destroy, gather_objects, init_distributed
 from ugrpo.train.evaluate import eval_metrics
 from ugrpo.train.monitor import TrainMonitor
+from ugrpo.train.preflight import Checked, preflight
 from ugrpo.train.resume import check_resume_config, finished_result, hashed_config
 from ugrpo.train.rollout import Sampler, StepRollout, choose_prompts, prompt_seed
 from ugrpo.train.setup import RunObjects, build_run, run_device
@@ -95,6 +97,7 @@ def train(
     *,
     resume: bool = False,
     on_step: Callable[[int, dict], None] | None = None,
+    checked: Checked | None = None,
 ) -> TrainResult:
     """Run Algorithm 1 or 2 as configured, writing the run folder ``out_dir``.
 
@@ -105,20 +108,24 @@ def train(
     resume : continue from the last checkpoint in ``out_dir`` (metrics rows after it are dropped)
     on_step : called as ``on_step(step, row)`` after each step's row is logged (tests use it to
         interrupt a run)
+    checked : what :func:`ugrpo.train.preflight.preflight` returned for this ``cfg`` and ``out`` (the command line
+        runs it before it imports torch); None: it runs here
 
-    Rank 0 locks ``out`` for the run's life and checks its manifest (:mod:`ugrpo.runlock`): a folder
-    of another command is refused, and an existing run is only ever continued with ``resume``, whose
-    config may differ only in :data:`ugrpo.train.resume.RESUMABLE`. A resume of a finished run
-    returns its saved result and rewrites nothing.
+    Every check of the input runs before the run folder is claimed: :func:`~ugrpo.train.preflight.preflight` (the
+    folder read only, the model name, the task's data, the logging backends), then the model and the checks that
+    need it (:func:`ugrpo.train.setup.build_run`: prompt lengths against the context, LoRA targets, ...). Only then
+    does rank 0 lock ``out`` for the run's life and write its manifest (:mod:`ugrpo.runlock`), so an error in the
+    input leaves nothing behind. A folder of another command is refused, and an existing run is only ever continued
+    with ``resume``, whose config may differ only in :data:`ugrpo.train.resume.RESUMABLE`. A resume of a finished
+    run returns its saved result and rewrites nothing.
     """
     out = Path(out_dir)
     ctx = init_distributed()
     if cfg.sampling.backend == "vllm":  # vLLM missing, or no CUDA: say so before anything is written
         require_vllm(run_device(cfg, ctx))
-    if ctx.is_main:
-        claim(out, "train", hashed_config(cfg), resume=resume, exclusive=True)
+    checked = checked or preflight(cfg, out, resume=resume)
     try:
-        return _train(cfg, out, ctx, resume=resume, on_step=on_step)
+        return _train(cfg, out, ctx, checked, resume=resume, on_step=on_step)
     except KeyboardInterrupt:
         raise KeyboardInterrupt(_saved_state(out)) from None
     finally:
@@ -136,13 +143,15 @@ def _saved_state(out: Path) -> str:
     return f"interrupted: {rows}; the last checkpoint is {ckpt}, where a resume restarts"
 
 
-def _train(cfg: TrainConfig, out: Path, ctx: DistContext, *, resume: bool, on_step) -> TrainResult:
+def _train(cfg: TrainConfig, out: Path, ctx: DistContext, checked: Checked, *, resume: bool, on_step) -> TrainResult:
     t_start = time.time()
     if resume and (done := _finished_run(cfg, out, ctx)) is not None:
         return done  # nothing to resume: the saved result, nothing rewritten
-    run = RunDir(out) if ctx.is_main else None
     # ---------------------------------------------------------------- setup, resume
-    s = build_run(cfg, ctx)  # policy, task and prompts, reference, optimizer and schedule
+    s = build_run(cfg, ctx, checked)  # policy, task and prompts, reference, optimizer and schedule
+    if ctx.is_main:  # every check has passed: now the folder is created, locked and given its manifest
+        claim(out, "train", hashed_config(cfg), resume=resume, exclusive=True)
+    run = RunDir(out) if ctx.is_main else None
     model, tok, params, optimizer, scheduler = s.model, s.tokenizer, s.params, s.optimizer, s.scheduler
     B = cfg.budget.prompts_per_step
     sampler = Sampler(model, tok, s.task, s.train_problems, s.train_prompts, cfg, ctx, s.engine)
@@ -153,7 +162,7 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, *, resume: bool, on_st
     if run is not None:
         run.write_config({**asdict(cfg), "derived": {"prompts_per_step": B, "world_size": ctx.world_size}})
         print(f"{summary_line(cfg)}; full config: {run.file('config.json')}", flush=True)
-    log = MetricsLog(run, out)  # rank 0: metrics.jsonl (and TensorBoard)
+    log = MetricsLog(run, out, cfg.report_to, asdict(cfg))  # rank 0: metrics.jsonl and the report_to backends
     for r in logged:  # resume: the monitor's latest c1 before the checkpoint, for the certificate
         allocator.note_monitor(r)
     monitor = (TrainMonitor.from_config(cfg, warned=any("monitor_warning" in r for r in logged))
@@ -219,6 +228,7 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, *, resume: bool, on_st
         bar.set_postfix(reward=f"{row['reward_mean']:.3f}", acc=fmt_value(last_eval.get("eval_accuracy")))
         if ctx.is_main and step % cfg.log_every == 0:
             tqdm.write(line(row))
+            sys.stdout.flush()  # a file (SLURM, nohup) gets each step's line as it happens, not at exit
         if on_step is not None:
             on_step(step, row)
     bar.close()

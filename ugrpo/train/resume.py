@@ -2,8 +2,8 @@
 
 A resume continues the same optimisation: every field that changes what a step computes must
 equal the saved ``config.json``. Only the fields in :data:`RESUMABLE` may differ (how long to run,
-how often to evaluate, log and checkpoint); ``steps`` may change only under a constant lr schedule
-(a decaying schedule is a function of ``steps``) and never below the checkpoint's step.
+how often to evaluate, log and checkpoint, where to log: ``report_to``); ``steps`` may change only under a constant
+lr schedule (a decaying schedule is a function of ``steps``) and never below the checkpoint's step.
 
 The run's manifest (``run.json``, :mod:`ugrpo.runlock`) holds a hash of the config without the
 :data:`RESUMABLE` fields, written when the run started. A resume compares it too: a ``config.json``
@@ -29,7 +29,7 @@ from ugrpo.runs import finished_results, to_jsonable
 __all__ = ["RESUMABLE", "config_diff", "check_resume_config", "hashed_config", "finished_result",
            "check_history_json"]
 
-RESUMABLE: tuple[str, ...] = ("steps", "eval.every", "log_every", "checkpoint_every")
+RESUMABLE: tuple[str, ...] = ("steps", "eval.every", "log_every", "checkpoint_every", "report_to")
 """Dotted config fields that ``--resume`` may change; any other change is an error."""
 
 

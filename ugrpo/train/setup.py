@@ -14,9 +14,9 @@ import torch
 from ugrpo.lm.loading import LoraSettings, context_length, format_prompt, load_policy
 from ugrpo.lm.sampling import Rollout
 from ugrpo.tasks.base import Problem
-from ugrpo.tasks.registry import get_task
 from ugrpo.train.config import OptimConfig, TrainConfig
 from ugrpo.train.distributed import DistContext, broadcast_params
+from ugrpo.train.preflight import Checked
 from ugrpo.train.update import rollout_logprobs
 
 __all__ = ["RunObjects", "build_run", "run_device", "check_prompt_lengths", "make_optimizer", "make_scheduler",
@@ -49,9 +49,10 @@ class RunObjects:
     """``sampling.backend=vllm``: the colocated vLLM engine (placeholder weights until the loop's first sync)"""
 
 
-def build_run(cfg: TrainConfig, ctx: DistContext) -> RunObjects:
-    """Load the policy (same initial weights on every process), the task and its prompts (too-long train prompts
-    handled by ``task.long_prompts``, eval prompts must fit), the reference policy, the optimizer and schedule."""
+def build_run(cfg: TrainConfig, ctx: DistContext, checked: Checked) -> RunObjects:
+    """Load the policy (same initial weights on every process), format the task's prompts (``checked``: the task
+    and problems :func:`ugrpo.train.preflight.preflight` read; too-long train prompts handled by
+    ``task.long_prompts``, eval prompts must fit), the reference policy, the optimizer and schedule."""
     device = run_device(cfg, ctx)
     lora = LoraSettings(cfg.model.lora_r, cfg.model.lora_alpha, cfg.model.lora_dropout,
                         cfg.model.lora_targets) if cfg.model.lora_r else None
@@ -59,19 +60,18 @@ def build_run(cfg: TrainConfig, ctx: DistContext) -> RunObjects:
     loaded_at = time.time()
     model, tok = policy.model, policy.tokenizer
     broadcast_params(model, ctx)
-    task = get_task(cfg.task.name, **cfg.task.options)
+    task = checked.task
     fmt = lambda p: format_prompt(tok, p.prompt, chat=cfg.model.chat)  # noqa: E731
     context = context_length(model)
     if cfg.sampling.backend == "vllm" and cfg.sampling.vllm_max_model_len:  # the engine accepts no longer sequence
         context = min(context or cfg.sampling.vllm_max_model_len, cfg.sampling.vllm_max_model_len)
     train_problems, skipped = check_prompt_lengths(
-        task.train_problems(), fmt, tok, context, cfg.sampling.max_new_tokens, cfg.task.long_prompts, "train"
+        checked.train_problems, fmt, tok, context, cfg.sampling.max_new_tokens, cfg.task.long_prompts, "train"
     )
     eval_problems: list = []
-    if cfg.eval.n_problems and (cfg.eval.greedy or cfg.eval.pass1_samples):
+    if checked.eval_problems:
         eval_problems, _ = check_prompt_lengths(
-            task.eval_problems()[: cfg.eval.n_problems], fmt, tok, context, cfg.sampling.max_new_tokens, "error",
-            "eval"
+            checked.eval_problems, fmt, tok, context, cfg.sampling.max_new_tokens, "error", "eval"
         )
     train_prompts = [fmt(p) for p in train_problems]
     eval_prompts = [fmt(p) for p in eval_problems]

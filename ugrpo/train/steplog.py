@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -17,9 +18,10 @@ from ugrpo.errors import NonFiniteError
 from ugrpo.runs import repair_metrics
 from ugrpo.train.distributed import gather_objects
 from ugrpo.train.monitor import console_column
+from ugrpo.train.report_to import open_backends
 
 __all__ = ["step_metrics", "finish_row", "MetricsLog", "repair_run_metrics", "nonfinite_message",
-           "check_finite_weights", "fmt_value", "line", "tensorboard"]
+           "check_finite_weights", "fmt_value", "line"]
 
 
 def step_metrics(step, rewards, n_groups, n_zero_std, sc, rollout, updates, lr, ctx) -> dict:
@@ -82,23 +84,23 @@ def finish_row(row: dict, *, alloc: dict, samples_cum: int, t0: float, t_sample:
 
 
 class MetricsLog:
-    """Rank 0's metrics.jsonl rows and their numbers as TensorBoard scalars (when installed); other ranks: nothing."""
+    """Rank 0's metrics.jsonl rows, also sent to the backends of ``report_to`` (:mod:`ugrpo.train.report_to`);
+    other ranks: nothing."""
 
-    def __init__(self, run, out: Path) -> None:
+    def __init__(self, run, out: Path, report_to: Sequence[str] = (), config: dict | None = None) -> None:
         self.run = run
-        self.writer = tensorboard(out) if run is not None else None
+        self.backends = open_backends(report_to, out, config or {}) if run is not None else []
 
     def __call__(self, row: dict) -> None:
         if self.run is not None:
             self.run.append_metrics(row)
-            if self.writer is not None:
-                for k, v in row.items():
-                    if isinstance(v, (int, float)) and k != "step":
-                        self.writer.add_scalar(k, v, row["step"])
+            for backend in self.backends:
+                backend.log(row)
 
     def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
+        backends, self.backends = self.backends, []
+        for backend in backends:
+            backend.close()
 
 
 def repair_run_metrics(out: Path, start: int) -> None:
@@ -151,13 +153,3 @@ def line(row: dict) -> str:
     if "dynamic_rounds" in row:
         parts.append(f"rounds={row['dynamic_rounds']} samples={row['samples']}")
     return " ".join(parts)
-
-
-def tensorboard(out: Path):
-    """A SummaryWriter when tensorboard is installed, else None (never an error)."""
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:
-        return None
-    return SummaryWriter(log_dir=str(out / "tensorboard"))
-

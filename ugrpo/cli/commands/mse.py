@@ -16,10 +16,12 @@ from ugrpo.experiments.common import command_line, parse_float_list, parse_int_l
 
 
 def configure(p: argparse.ArgumentParser) -> None:
+    from ugrpo.tasks.registry import TASK_NAMES
+
     p.add_argument("--env", default=None, help="env JSON (from `ugrpo make-env`) or builtin:demo (the default)")
     p.add_argument("--model", default=None, help="a language model instead of an env: tiny:STRENGTH, a local folder "
                    "or a cached hub id (docs/lm-mse.md)")
-    p.add_argument("--task", default=None, help="with --model: the task (arithmetic, gsm8k, math, custom)")
+    p.add_argument("--task", default=None, help=f"with --model: the task ({', '.join(TASK_NAMES)})")
     p.add_argument("--task-option", action="append", default=[], metavar="NAME=VALUE",
                    help="with --model: a task option, repeatable (e.g. prompt_style=compact)")
     p.add_argument("--groups", default=None, help="comma-separated group sizes G (each >= 2); default 2,4,8,16,32,64 "
@@ -109,12 +111,14 @@ def main(args: argparse.Namespace) -> int:
                          [[r["G"], r["estimator"], r["mse"], fmt_ci(r["ci_low"], r["ci_high"]), r["predicted"]]
                           for r in results["rows"]]))
         if results.get("allocation"):
-            from ugrpo.report.mse import allocation_table
+            from ugrpo.report.mse import allocation_table, skipped_note
 
             print("allocation, total MSE:")
             print(text_table(*allocation_table(results["allocation"])))
             print("allocation, within the drawn prompts (no c1/B):")
             print(text_table(*allocation_table(results["allocation"], "within")))
+            if skipped_note(results["allocation"]):
+                print(skipped_note(results["allocation"]))
     else:
         from ugrpo.experiments.mse.env import mse_experiment
         from ugrpo.report.mse import table_rows

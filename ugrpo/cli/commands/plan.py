@@ -18,6 +18,8 @@ from ugrpo.experiments.plan.env import PlanConfig
 
 
 def configure(p: argparse.ArgumentParser) -> None:
+    from ugrpo.tasks.registry import TASK_NAMES
+
     p.epilog = ("Sources (exactly one): --env samples a B0 x G0 pilot from an exact synthetic policy (the exact G* is "
                 "printed beside the estimate); --pilot reads a saved pilot; --model samples it from a language "
                 "model on --task (writes OUT/pilot.npz); --trl-config reads the model, data and reward functions of "
@@ -49,7 +51,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     env.add_argument("--theta", default=None, help="comma-separated parameters for the pilot (default: theta0)")
     env.add_argument("--save-pilot", default=None, help="write the sampled pilot to this .npz")
     lm = p.add_argument_group("with --model")
-    lm.add_argument("--task", default=None, help="the task (arithmetic, gsm8k, math, custom)")
+    lm.add_argument("--task", default=None, help=f"the task ({', '.join(TASK_NAMES)})")
     lm.add_argument("--task-option", action="append", default=[], metavar="NAME=VALUE",
                     help="a task option, repeatable (e.g. prompt_style=compact)")
     lm.add_argument("--sketch-dim", type=int, default=256, help="sketch dimension k of the scores")

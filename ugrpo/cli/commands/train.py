@@ -5,8 +5,9 @@ Every config field can be overridden with its dotted name (``--optim.lr 1e-4``,
 scalar rules. ``--help`` lists every field with its type, default and description.
 Multi-process: ``torchrun --nproc_per_node 2 -m ugrpo.cli train ...`` or
 ``accelerate launch --cpu --num_processes 2 -m ugrpo.cli train ...``.
-Parsing only: the flags become a ``TrainConfig`` (:func:`ugrpo.train.config.load_config`) and one call of
-:func:`ugrpo.train.loop.train`.
+Parsing only: the flags become a ``TrainConfig`` (:func:`ugrpo.train.config.load_config`), checked by
+:func:`ugrpo.train.preflight.preflight` before torch is imported (an error in the input comes back at once), and one
+call of :func:`ugrpo.train.loop.train`.
 """
 
 from __future__ import annotations
@@ -36,11 +37,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from ugrpo.train.config import load_config
-    from ugrpo.train.loop import train
+    from ugrpo.train.preflight import preflight
 
     cfg = load_config(args.config, args.overrides)
+    checked = preflight(cfg, args.out, resume=args.resume)  # the input errors that need no model: before torch
+    from ugrpo.train.loop import train
+
     try:
-        result = train(cfg, args.out, resume=args.resume)
+        result = train(cfg, args.out, resume=args.resume, checked=checked)
     except KeyboardInterrupt as e:  # say what is on disk and the exact command that continues
         again = ["ugrpo", "train", *(["--config", args.config] if args.config else []), "--out", args.out, "--resume",
                  *args.overrides]

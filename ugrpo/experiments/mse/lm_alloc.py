@@ -43,7 +43,8 @@ __all__ = ["allocation_groups", "rule_sizes", "run_allocation_study"]
 
 
 def allocation_groups(groups: tuple[int, ...], g_max: int) -> list[int]:
-    """The uniform G of ``--groups`` that leave the rules room to differ from uniform (G < g_max)."""
+    """The uniform G of ``--groups`` that leave the rules room to differ from uniform (G < g_max); the others are
+    skipped, and the results (``skipped_groups``), the console and the report say so."""
     return sorted(G for G in groups if G < g_max)
 
 
@@ -155,6 +156,7 @@ def run_allocation_study(cfg, ref_s: Tensor, ref_z: Tensor, est_s: Tensor, est_z
     return {"rows": rows, "uniform_checks": checks, "verdicts": verdicts,
             "all_inside": all(v["inside"] for v in verdicts) if verdicts else None,
             "g_min": cfg.g_min, "g_max": g_max, "block": Gmax, "c1": c1,
+            "skipped_groups": sorted(G for G in cfg.groups if G not in allocation_groups(cfg.groups, g_max)),
             "history": {"visits": cfg.history_visits, "group": cfg.history_group,
                         "samples": int(hist_z.numel()), "source": "own sample stream per prompt (independent of "
                         "the reference and the estimation blocks)"},

@@ -178,7 +178,8 @@ def bootstrap_ratio(acc: Mapping[str, np.ndarray], samples: Mapping[str, np.ndar
             lo_q, hi_q = np.quantile(x[~np.isnan(x)], [0.025, 0.975], method="inverted_cdf")  # no inf - inf
             lo = None if math.isinf(lo_q) else float(lo_q)
             hi = None if math.isinf(hi_q) else float(hi_q)
-        out[rule] = {"ci_low": lo, "ci_high": hi, "not_reached": not_reached, "undefined": undefined, "reps": reps}
+        out[rule] = {"ci_low": lo, "ci_high": hi, "not_reached": not_reached, "undefined": undefined, "reps": reps,
+                     "seeds": n}
     return out
 
 
@@ -191,6 +192,8 @@ def _samples_verdict(ratio: float | None, boot: Mapping[str, Any]) -> str:
     curve that does not reach the target decides nothing unless almost every resample does not reach it either)."""
     lo, hi = boot["ci_low"], boot["ci_high"]
     if lo is None and hi is None:
+        if boot.get("seeds", 2) < 2:  # every resample of one seed is that seed: no evidence either way
+            return f"{TOO_SMALL} (one seed: no interval){_not_reached(ratio)}"
         if boot["not_reached"] > 0.975:
             return "more samples than uniform: it does not reach uniform's final accuracy (nor in 97.5% of resamples)"
         return f"{TOO_SMALL} (no interval){_not_reached(ratio)}"
@@ -205,6 +208,8 @@ def _goal_verdict(ratio: float | None, boot: Mapping[str, Any], goal: float = GO
     """The goal 'at most ``goal`` x uniform's samples': met only when the whole 95% interval is at or below it."""
     lo, hi = boot["ci_low"], boot["ci_high"]
     if lo is None and hi is None:
+        if boot.get("seeds", 2) < 2:  # every resample of one seed is that seed: no evidence either way
+            return f"{TOO_SMALL} (one seed: no interval){_not_reached(ratio)}"
         if boot["not_reached"] > 0.975:
             return "not met: it does not reach uniform's final accuracy (nor in 97.5% of resamples)"
         return f"{TOO_SMALL} (no interval){_not_reached(ratio)}"

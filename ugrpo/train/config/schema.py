@@ -41,6 +41,8 @@ __all__ = [
 ALLOCATION_RULES: tuple[str, ...] = RULES + ("dynamic",)
 """``allocation.rule`` choices (docs/allocation.md): the rules of :data:`ugrpo.stats.allocation.RULES` (``uniform`` is
 the plain trainer, one G for every prompt) and DAPO's ``dynamic``"""
+REPORT_TO: tuple[str, ...] = ("tensorboard", "trackio", "wandb", "mlflow")
+"""``report_to`` backends (:data:`ugrpo.train.report_to.BACKENDS`; TRL's names)"""
 UNBIASED_RAGGED_BASELINES: tuple[str, ...] = ("grpo", "vanilla", "oracle")
 """baselines whose per-prompt estimate stays unbiased for g(x) whatever G_b is (docs/allocation.md)"""
 
@@ -92,7 +94,7 @@ class TaskConfig:
     """The task (prompts + verifier) from ``ugrpo.tasks.get_task(name, **options)``."""
 
     name: str = "arithmetic"
-    """task name: arithmetic | gsm8k | math | custom"""
+    """task name: arithmetic | gsm8k | math | custom | gsm_symbolic (ugrpo.tasks.registry.TASK_NAMES)"""
     options: dict = field(default_factory=dict)
     """keyword options of the task (e.g. style, n_train, path); unknown ones are rejected by the task"""
     long_prompts: Literal["error", "skip"] = "error"
@@ -334,6 +336,9 @@ class TrainConfig:
     """write checkpoints/step-K every K steps (0 = only the final step)"""
     log_every: int = 1
     """print a metrics line every K steps (metrics.jsonl always gets every step)"""
+    report_to: tuple[str, ...] = ()
+    """also log every step to: tensorboard, trackio, wandb, mlflow (TRL's names and metric names; all = every one
+    installed; each an extra, pip install 'ugrpo[wandb]'); empty = none, metrics.jsonl only"""
     monitor_every: int = 0
     """online G* monitor (ugrpo.train.monitor): every K steps estimate c1, c2, c3 and G* (Thm 7) from the
     step's own batch (no extra samples) and log them; 0 = off. Needs group_size >= 4"""
@@ -356,6 +361,10 @@ class TrainConfig:
         _positive("", "minibatches", self.minibatches)
         _positive("", "checkpoint_every", self.checkpoint_every, strict=False)
         _positive("", "log_every", self.log_every)
+        report_to = tuple(n.strip() for item in self.report_to for n in str(item).split(",") if n.strip())
+        for name in report_to:  # "tensorboard,wandb" from the command line is two names
+            _choice("", "report_to", name, (*REPORT_TO, "all", "none"))
+        object.__setattr__(self, "report_to", report_to)
         _positive("", "seed", self.seed, strict=False)
         G, B = self.budget.group_size, self.budget.prompts_per_step
         self._check_monitor(G, B)
@@ -405,6 +414,10 @@ class TrainConfig:
         g_min, g_max = al.bounds(N, G)
         if g_max < g_min:
             raise ValueError(f"{where}: allocation.g_max={al.g_max} is below allocation.g_min={g_min}")
+        if g_max < G:  # B prompts of at most g_max samples each cannot spend N = B G samples
+            raise ValueError(f"{where}: allocation.g_max={al.g_max} is below budget.group_size G={G}, so B * g_max = "
+                             f"{B} * {g_max} = {B * g_max} < N = {N} samples per step cannot be spent; raise "
+                             f"allocation.g_max to G={G} or more (0: the default 4 G)")
         if self.baseline not in UNBIASED_RAGGED_BASELINES:
             raise ValueError(f"{where} needs a baseline whose per-prompt estimate is unbiased for any G_b: one of "
                              f"{list(UNBIASED_RAGGED_BASELINES)}; got baseline={self.baseline} (the full group mean "

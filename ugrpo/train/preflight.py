@@ -1,0 +1,67 @@
+"""What ``ugrpo train`` checks before it creates its run folder, with no model loaded and no torch imported.
+
+:func:`preflight` runs the checks that need neither, cheapest first:
+
+1. the run folder, read only (:func:`ugrpo.runlock.check_claim`): another command's folder, a run that exists
+   without ``--resume``, a path that cannot be created;
+2. ``model.name`` (:func:`ugrpo.lm.source.check_model_name`): an unknown ``tiny:`` name, a missing folder, a hub
+   id that is not in the local cache;
+3. the task: its options, its train problems and, when the run evaluates, its eval problems (a GSM8K or MATH task
+   without its files, a custom task's bad rows);
+4. the logging backends of ``report_to`` (:func:`ugrpo.train.report_to.check_backends`): each one installed.
+
+The checks that need the model (the prompt lengths against its context, the LoRA targets) run in
+:func:`ugrpo.train.setup.build_run`, which :func:`ugrpo.train.loop.train` also runs before it claims the folder
+(:func:`ugrpo.runlock.claim`). Either way an error in the input leaves no folder, ``.lock``, ``run.json`` or
+``config.json`` behind, and the next try is not refused. The command line calls :func:`preflight` before it imports
+the loop (torch, transformers), so these errors come back in well under 2 s; it passes the result on, so the task's
+problems are built once.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ugrpo.lm.source import check_model_name
+from ugrpo.runlock import check_claim
+from ugrpo.tasks.base import Problem, Task
+from ugrpo.tasks.registry import get_task
+from ugrpo.train.config import TrainConfig
+from ugrpo.train.report_to import check_backends
+from ugrpo.train.resume import hashed_config
+
+__all__ = ["Checked", "preflight"]
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What :func:`preflight` built while it checked: the task and its problems, for the run to use."""
+
+    task: Task
+    train_problems: list[Problem]
+    eval_problems: list[Problem]
+    """the first ``eval.n_problems`` eval problems; empty when the run does not evaluate"""
+
+
+def preflight(cfg: TrainConfig, out: str | Path, *, resume: bool = False) -> Checked:
+    """Check what can be checked before the run folder is created (the module docstring); the task and problems.
+
+    Raises the same errors as the run would (``ValueError``, ``FileNotFoundError``, :class:`ugrpo.errors.UserError`),
+    before anything is written.
+    """
+    rank0 = os.environ.get("RANK", "0") in ("", "0")  # torchrun / accelerate: rank 0 alone claims the folder
+    check_claim(out, "train", hashed_config(cfg), resume=resume, exclusive=True, probe_lock=rank0)
+    check_model_name(cfg.model.name)
+    task = get_task(cfg.task.name, **cfg.task.options)
+    train_problems = task.train_problems()
+    if not train_problems:
+        raise ValueError("the task has no train problems; check task.options")
+    eval_problems: list[Problem] = []
+    if cfg.eval.n_problems and (cfg.eval.greedy or cfg.eval.pass1_samples):
+        eval_problems = task.eval_problems()[: cfg.eval.n_problems]
+        if not eval_problems:
+            raise ValueError("the task has no eval problems; check task.options, or set eval.n_problems=0")
+    check_backends(cfg.report_to)
+    return Checked(task, train_problems, eval_problems)
