@@ -64,7 +64,7 @@ def _study_ratios(env, B: int, G: int, Gmax: int, R: int, studies: int, rules: t
                for r in ("uniform", *rules)}
         for r in rules:
             ci = ratio_interval(err[r], err["uniform"])
-            cover[r] += ci["ci_low"] <= exact_mse[r] / exact_mse["uniform"] <= ci["ci_high"]
+            cover[r] += ci.ci_low <= exact_mse[r] / exact_mse["uniform"] <= ci.ci_high
     return {r: {"exact_ratio": exact_mse[r] / exact_mse["uniform"], "coverage": cover[r] / studies,
                 "coverage_se": math.sqrt(cover[r] / studies * (1 - cover[r] / studies) / studies)} for r in rules}
 

@@ -35,7 +35,7 @@ from common import time_alternating, write_result  # noqa: E402
 
 from ugrpo.envs import builtin_env, run_algorithm1_batch  # noqa: E402
 from ugrpo.envs.algorithm1 import run_algorithm1_alloc  # noqa: E402
-from ugrpo.experiments.sweep_alloc import AllocSweepConfig, sweep_allocation  # noqa: E402
+from ugrpo.experiments.sweep.env import AllocSweepConfig, sweep_allocation  # noqa: E402
 from ugrpo.stats.allocation import RULES  # noqa: E402
 
 NAMES = ("demo", "bandit-extreme", "linear-extreme")

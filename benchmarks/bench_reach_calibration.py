@@ -4,7 +4,7 @@ Synthetic sweeps with a known truth (no language model): each rule has an expect
 mu(t) = a0 + gain * (1 - exp(-t / tau)) at evaluation steps 0, 20, ..., 100 (N samples per step); a seed's curve is
 mu(t) + a seed offset (sd ``--seed-sd``, shared by its evaluations after step 0) + independent evaluation noise (sd
 ``--eval-sd``, e.g. a greedy accuracy on 100 problems); step 0 is the same for every seed (one initial model). The
-truth is :func:`ugrpo.experiments.lm_sweep_alloc.reach_ratio` applied to the expected curves (the quantity the
+truth is :func:`ugrpo.experiments.sweep.lm_alloc.reach_ratio` applied to the expected curves (the quantity the
 estimator converges to with many seeds). Each scenario draws ``--sims`` sweeps of ``--seeds`` seeds per rule and
 scores the paired percentile bootstrap interval (:func:`bootstrap_ratio`): coverage of the true ratio (an unbounded
 upper end covers everything above its lower end; no interval is a miss), how often the point estimate is
@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import write_result  # noqa: E402
 
-from ugrpo.experiments.lm_sweep_alloc import bootstrap_ratio, reach_ratio  # noqa: E402
+from ugrpo.experiments.sweep.lm_alloc import bootstrap_ratio, reach_ratio  # noqa: E402
 
 STEPS = np.arange(0, 101, 20)
 N = 128

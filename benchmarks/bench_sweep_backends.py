@@ -1,7 +1,7 @@
 """The same LM sweep on the three executors of ``ugrpo sweep --config`` (issue 5): in-process, the local
 process pool and a local Ray, side by side in one run.
 
-What is timed: ``ugrpo.experiments.lm_sweep.sweep_lm`` end to end (validation, every training run, the
+What is timed: ``ugrpo.experiments.sweep.lm.sweep_lm`` end to end (validation, every training run, the
 aggregation and the report) into a fresh folder, for ``--workers 1`` (in-process), ``--workers W``
 (spawn pool) and ``--ray --workers W`` (a local Ray started and shut down inside the call, as the CLI
 does). The sweep: a random tiny model built in code (no download, no pre-training), the compact
@@ -38,8 +38,8 @@ import yaml  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import write_result  # noqa: E402
 
-from ugrpo.experiments.executors import RayOptions  # noqa: E402
-from ugrpo.experiments.lm_sweep import LMSweepConfig, sweep_lm  # noqa: E402
+from ugrpo.experiments.sweep.executors import RayOptions  # noqa: E402
+from ugrpo.experiments.sweep.lm import LMSweepConfig, sweep_lm  # noqa: E402
 from ugrpo.lm.tiny import build_tiny_model  # noqa: E402
 from ugrpo.lm.tokenizer import build_char_tokenizer  # noqa: E402
 

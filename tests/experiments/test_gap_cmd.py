@@ -116,6 +116,6 @@ def _fit(mean, se, E, p=0.5):
     (_fit(5.0, 0.3, 9.0), _fit(5.0, 0.3, 1.0), ("rejected", "rejected")),                 # a rejection needs no gate
 ])
 def test_gap_cell_verdict_has_a_power_gate(corrected, printed, want):
-    from ugrpo.report.gap_report import _verdicts
+    from ugrpo.report.gap import _verdicts
 
     assert tuple(_verdicts({"fit": {"corrected": corrected, "printed": printed}}).values()) == want

@@ -106,7 +106,7 @@ def test_rule_sizes_spend_the_budget():
     """Every rule's (R, B) sizes sum to N = B G per repetition and stay in [g_min, g_max]."""
     import torch
 
-    from ugrpo.experiments.lm_alloc import rule_sizes
+    from ugrpo.experiments.mse.lm_alloc import rule_sizes
     from ugrpo.stats.allocation import PromptStats
 
     st = PromptStats(value=np.array([0.0, 0.1, 0.5, 0.9, 1.0]), c2=np.array([0.0, 1.0, 4.0, 1.0, 0.0]),

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from ugrpo.envs.generate import random_env
-from ugrpo.experiments.lm_mse import _components
-from ugrpo.experiments.mse import ESTIMATORS
+from ugrpo.experiments.mse.env import ESTIMATORS
+from ugrpo.experiments.mse.lm import _components
 from ugrpo.stats.advantages import compute_advantages
 from ugrpo.stats.estimator import prompt_gradients
 from ugrpo.stats.mc_mse import block_squared_errors, reference_moments

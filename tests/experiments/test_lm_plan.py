@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from ugrpo.experiments.pilot_io import load_pilot
+from ugrpo.experiments.plan.pilot_io import load_pilot
 from ugrpo.stats.components import estimate_components
 
 from .conftest import assert_png, results, run_cli

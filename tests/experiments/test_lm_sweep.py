@@ -246,7 +246,7 @@ def test_lm_sweep_planner(tmp_path, capsys, lm_config):
 
 def test_table2_and_t_interval_closed_forms():
     """Table 2 marks the best G per budget at the last checkpoint; the t-interval matches scipy's formula."""
-    from ugrpo.report.lm_sweep_report import table2
+    from ugrpo.report.sweep import table2
     from ugrpo.stats.intervals import t_interval
 
     rows = [{"budget": N, "G": G, "checkpoint": c, "metric": "eval_accuracy", "mean": v}
@@ -258,15 +258,15 @@ def test_table2_and_t_interval_closed_forms():
     assert body == [[8, "0.250", "**0.500**"], [16, "**0.750**", "0.125"]]
     st = t_interval([1.0, 2.0, 6.0])  # mean 3, s = sqrt(7), t_{0.975,2} = 4.302652729696142
     half = 4.302652729696142 * 7 ** 0.5 / 3 ** 0.5
-    assert st["mean"] == 3.0 and st["ci_low"] == pytest.approx(3 - half) and st["ci_high"] == pytest.approx(3 + half)
-    assert t_interval([0.4])["ci_low"] is None
+    assert st.estimate == 3.0 and st.ci_low == pytest.approx(3 - half) and st.ci_high == pytest.approx(3 + half)
+    assert t_interval([0.4]).ci_low is None
 
 
 def test_best_g_overlap_and_table():
     """The best G per (N, checkpoint) lists exactly the G whose 95% interval overlaps its own; the per-checkpoint
     table drops step 0 and carries the planner's G* among the swept G."""
-    from ugrpo.experiments.lm_sweep import best_lm_groups
-    from ugrpo.report.lm_sweep_report import best_g_table, swept_g_star
+    from ugrpo.experiments.sweep.lm import best_lm_groups
+    from ugrpo.report.sweep import best_g_table, swept_g_star
 
     def row(G, c, mean, lo, hi):
         return {"budget": 8, "G": G, "checkpoint": c, "metric": "eval_accuracy", "mean": mean, "ci_low": lo,
@@ -326,14 +326,14 @@ def test_ray_sweep_ctrl_c_then_resume(tmp_path, lm_config):
 
 def test_accuracy_intervals_stay_in_0_1_and_say_they_were_cut():
     """Three seeds near 0 or 1: the t-interval leaves [0, 1]; with the accuracy's bounds it is cut, and marked."""
-    from ugrpo.experiments.lm_sweep import aggregate_lm, t_interval
+    from ugrpo.experiments.sweep.lm import aggregate_lm, t_interval
 
     def run(G, seed, acc):
         return {"budget": 8, "G": G, "seed": seed, "name": f"G{G}-s{seed}", "evals": {4: {"eval_accuracy": acc,
                                                                                           "eval_pass1": acc}}}
 
     runs = [run(2, s, v) for s, v in enumerate((0.0, 0.0, 0.1))] + [run(4, s, v) for s, v in enumerate((1.0, 0.9, 1.0))]
-    assert t_interval([0.0, 0.0, 0.1])["ci_low"] < 0 and t_interval([1.0, 0.9, 1.0])["ci_high"] > 1
+    assert t_interval([0.0, 0.0, 0.1]).ci_low < 0 and t_interval([1.0, 0.9, 1.0]).ci_high > 1
     _, raw = aggregate_lm(runs)
     assert any(r["ci_low"] < 0 or r["ci_high"] > 1 for r in raw)  # a custom reward's mean is not cut
     _, rows = aggregate_lm(runs, bounds=(0.0, 1.0))

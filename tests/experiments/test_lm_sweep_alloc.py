@@ -20,7 +20,7 @@ if TESTS_TRAIN not in sys.path:
 
 from train_helpers import EVAL_PROMPTS, TRAIN_PROMPTS, small_config, write_jsonl  # noqa: E402
 
-from ugrpo.experiments.lm_sweep_alloc import (  # noqa: E402
+from ugrpo.experiments.sweep.lm_alloc import (  # noqa: E402
     FALLBACK,
     allocation_section,
     bootstrap_ratio,
@@ -240,7 +240,7 @@ def test_allocation_bad_inputs_before_any_work(tmp_path, capsys, lm_config, extr
 def test_resume_tolerates_a_field_the_old_record_lacks_at_its_default():
     from dataclasses import asdict
 
-    from ugrpo.experiments.lm_sweep import check_lm_resume
+    from ugrpo.experiments.sweep.lm import check_lm_resume
     from ugrpo.train.config import config_from_dict
 
     new = asdict(config_from_dict({}))

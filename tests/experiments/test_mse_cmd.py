@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ugrpo.envs.io import load_env
-from ugrpo.experiments.mse import ESTIMATORS, squared_errors
+from ugrpo.experiments.mse.env import ESTIMATORS, squared_errors
 
 from .conftest import assert_png, metrics, results, run_cli
 
@@ -90,7 +90,7 @@ def test_squared_errors_match_prompt_gradients():
 
 
 def test_mse_ctrl_c_keeps_finished_rows(tmp_path, capsys, bandit_env_path, monkeypatch):
-    import ugrpo.experiments.mse as mse
+    import ugrpo.experiments.mse.env as mse
 
     real, calls = mse.squared_errors, {"n": 0}
 
@@ -114,7 +114,7 @@ def test_mse_interval_never_goes_below_zero():
     import pytest
     import torch
 
-    from ugrpo.experiments.mse import _stats
+    from ugrpo.experiments.mse.env import _stats
     from ugrpo.stats.intervals import Z95
 
     r = _stats(torch.tensor([0.0, 0.0, 0.0, 100.0]))  # mean 25, se 25: 25 - 1.96 * 25 < 0

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ugrpo.envs.io import load_env
-from ugrpo.experiments.pilot_io import Pilot, load_pilot, save_pilot
+from ugrpo.experiments.plan.pilot_io import Pilot, load_pilot, save_pilot
 from ugrpo.stats.planner import bound
 
 from .conftest import assert_png, results, run_cli

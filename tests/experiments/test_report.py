@@ -63,8 +63,8 @@ def test_read_run(tmp_path):
 
 def test_report_sentences_name_values_not_python_lists():
     """'at G in []' was a raw Python list in a sentence: the readings name the values, or say 'no G'."""
-    from ugrpo.report.lm_sweep_report import reading as lm_reading
-    from ugrpo.report.sweep_report import reading as sweep_reading
+    from ugrpo.report.sweep import lm_reading
+    from ugrpo.report.sweep import reading as sweep_reading
 
     best = {"budget": 8, "checkpoint": 5, "metric": "eval_accuracy", "G": 4, "mean": 0.5, "tied": [8],
             "overlapping": [2, 8], "seeds": 3, "ci_low": 0.4, "ci_high": 0.6}
@@ -79,7 +79,7 @@ def test_report_sentences_name_values_not_python_lists():
 def test_mse_reading_names_the_g_where_vanilla_is_not_above_grpo_and_why():
     """The demo's G = 2 (vanilla 0.15180 vs GRPO 0.15183 exact, vanilla lower by Monte Carlo) is a tie, said so
     in words without a Python list; a clear exact gap is GRPO's residual; an exact order the other way is noise."""
-    from ugrpo.report.mse_report import reading
+    from ugrpo.report.mse import reading
 
     def results(vanilla_exact, grpo_exact):
         values = {  # (estimator, G) -> (MC mse, exact)
@@ -102,7 +102,7 @@ def test_mse_reading_names_the_g_where_vanilla_is_not_above_grpo_and_why():
 
 def test_lm_sweep_best_g_table_says_none_not_python_none():
     """A pilot that cannot tell c1 from 0 has no G*: the table says 'none (c1 ~ 0)', not 'None (c1 ~ 0)'."""
-    from ugrpo.report.lm_sweep_report import best_g_table
+    from ugrpo.report.sweep import best_g_table
 
     best = {"budget": 8, "checkpoint": 2, "metric": "eval_accuracy", "G": 2, "mean": 0.0, "overlapping": None,
             "ci_low": None, "ci_high": None}

@@ -100,7 +100,7 @@ def _thm8_part(se: float) -> dict:
 def test_too_small_to_decide_rules_and_adequate_runs_still_decide():
     """The power rules (docs/reproduce.md): reps < 10, a ratio interval wider than +-10%, one seed, and a Theorem 8
     mean known to worse than +-25% give 'too small to decide'; runs as large as the tiny scale's get a verdict."""
-    from ugrpo.experiments.reproduce_claims import claims
+    from ugrpo.experiments.reproduce.claims import claims
 
     fig4 = {s: _fig4_part(30, (0.99, 1.02)) for s in ("base", "instruct", "fewshot")}
     got = claims({"fig4": fig4, "thm8": _thm8_part(0.004)})  # the tiny scale's precision: 1.96 SE / E ~ 10%

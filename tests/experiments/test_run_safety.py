@@ -94,7 +94,7 @@ def test_item5_sweep_rerun_after_a_torn_last_line_keeps_metrics_valid(tmp_path, 
 
 DRIVER = """
 import os, sys, time
-from ugrpo.experiments.executors import make_pool
+from ugrpo.experiments.sweep.executors import make_pool
 ex = make_pool(1)
 print(ex.submit(os.getpid).result(), flush=True)
 ex.submit(time.sleep, 120)
@@ -145,7 +145,7 @@ def hangs(completions, answers):
 
 def test_item10_ray_address_with_nothing_listening_is_one_quick_error():
     from ugrpo.errors import UserError
-    from ugrpo.experiments.executors import RayOptions, run_jobs
+    from ugrpo.experiments.sweep.executors import RayOptions, run_jobs
 
     pytest.importorskip("ray")
     import socket
@@ -190,7 +190,7 @@ def test_item11_user_errors_are_one_error_line_with_exit_2(tmp_path, capsys, tin
 
 
 def test_item12_interrupted_writes_leave_no_temporary_files(tmp_path, monkeypatch):
-    from ugrpo.experiments.pilot_io import Pilot, save_pilot
+    from ugrpo.experiments.plan.pilot_io import Pilot, save_pilot
     from ugrpo.train.checkpoint import save_checkpoint
     from ugrpo.train.distributed import DistContext
 
@@ -216,7 +216,7 @@ def test_item12_interrupted_writes_leave_no_temporary_files(tmp_path, monkeypatc
 
 def test_item12_empty_groups_zero_dimension_scores_and_too_long_samples_are_errors(tmp_path, capsys, tiny_model_dir,
                                                                                   task_args):
-    from ugrpo.experiments.pilot_io import load_pilot
+    from ugrpo.experiments.plan.pilot_io import load_pilot
 
     rc, _, err = run_cli(["mse", "--env", "builtin:demo", "--groups", "", "--out", tmp_path / "g"], capsys)
     assert rc == 2 and "--groups is empty" in err
@@ -234,8 +234,8 @@ def test_item12_empty_groups_zero_dimension_scores_and_too_long_samples_are_erro
 
 
 def test_item13_no_credentials_forwarded_to_ray_tasks_and_reward_file_announced(tmp_path, monkeypatch, capsys):
-    from ugrpo.experiments.executors import driver_context
-    from ugrpo.experiments.trl_plan import load_reward_function
+    from ugrpo.experiments.plan.trl import load_reward_function
+    from ugrpo.experiments.sweep.executors import driver_context
 
     monkeypatch.setenv("HF_TOKEN", "hf_secret")
     monkeypatch.setenv("HF_HOME", str(tmp_path))
@@ -332,9 +332,9 @@ READERS = [  # every "is this run done?" check sees no result in a folder marked
                  id="RunDir"),
     pytest.param(lambda f: __import__("ugrpo.train.resume", fromlist=["x"]).finished_result(f, 4), None,
                  id="train-resume"),
-    pytest.param(lambda f: __import__("ugrpo.experiments.executors", fromlist=["x"]).run_state(f), "restart",
+    pytest.param(lambda f: __import__("ugrpo.experiments.sweep.executors", fromlist=["x"]).run_state(f), "restart",
                  id="sweep-executor"),
-    pytest.param(lambda f: __import__("ugrpo.experiments.reproduce", fromlist=["x"])._read(f), None,
+    pytest.param(lambda f: __import__("ugrpo.report.composite", fromlist=["x"]).read_part(f), None,
                  id="reproduce-part"),
 ]
 

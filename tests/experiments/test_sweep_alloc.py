@@ -7,7 +7,7 @@ import pytest
 
 from ugrpo.envs.algorithm1 import run_algorithm1_alloc
 from ugrpo.envs.io import builtin_env, load_env
-from ugrpo.experiments.sweep_alloc import compare_to_uniform, samples_to_reach
+from ugrpo.experiments.sweep.env import compare_to_uniform, samples_to_reach
 
 from .conftest import assert_png, metrics, results, run_cli
 

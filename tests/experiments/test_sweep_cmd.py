@@ -134,7 +134,7 @@ def test_sweep_gap_interval_is_student_t_and_never_below_zero():
     """Few seeds: the interval uses t_{0.975, n-1} (not 1.96), and a gap's interval is cut at 0."""
     from scipy.stats import t as student_t
 
-    from ugrpo.experiments.sweep import aggregate
+    from ugrpo.experiments.sweep.env import aggregate
 
     gaps = [0.0, 0.0, 0.3]
     row = aggregate([{"budget": 8, "G": 4, "gaps": [g]} for g in gaps], [10])[0]

@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("trl", reason="the TRL integration needs `trl` (pip install 'ugrpo[trl]')")
 
-from ugrpo.experiments.trl_plan import load_reward_function, load_trl_config, run_trl_plan  # noqa: E402
+from ugrpo.experiments.plan.trl import load_reward_function, load_trl_config, run_trl_plan  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "grpo-trl.yaml"

@@ -9,7 +9,7 @@ import pytest
 trl = pytest.importorskip("trl", reason="the TRL integration needs `trl` (pip install 'ugrpo[trl]')")
 
 from tests.integrations.trl_helpers import PROMPTS  # noqa: E402
-from ugrpo.experiments.trl_plan import load_reward_function, load_trl_config, run_trl_plan  # noqa: E402
+from ugrpo.experiments.plan.trl import load_reward_function, load_trl_config, run_trl_plan  # noqa: E402
 
 REWARD = "tests.integrations.trl_helpers:first_digit_reward"
 
@@ -81,7 +81,7 @@ def test_bad_trl_configs_are_clear_errors(files, tmp_path):
 
 def test_trl_answer_in_trl_terms(files):
     """The TRL-terms answer of a plan with a defined G* (the planner's numbers given, so every branch is checked)."""
-    from ugrpo.experiments.trl_plan import _trl_answer
+    from ugrpo.experiments.plan.trl import _trl_answer
 
     cfg = load_trl_config(_write(files, "c.json", per_device_train_batch_size=16, gradient_accumulation_steps=4,
                                  num_processes=2), budget=256)

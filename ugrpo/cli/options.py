@@ -12,9 +12,28 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["add_override_flags", "parse_overrides", "ray_options", "add_ray_flags"]
+__all__ = ["add_override_flags", "parse_overrides", "ray_options", "add_ray_flags", "config_default", "given"]
 
 _PREFIX = "override:"
+
+
+def config_default(cls: type, name: str) -> Any:
+    """The default of field ``name`` of the config dataclass ``cls``: flags take their defaults (and the defaults
+    their ``--help`` shows) from the config, so that each lives in one place."""
+    import dataclasses
+
+    f = next(f for f in dataclasses.fields(cls) if f.name == name)
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    if f.default is dataclasses.MISSING:
+        raise ValueError(f"{cls.__name__}.{name} has no default")
+    return f.default
+
+
+def given(args: argparse.Namespace, **fields: str) -> dict[str, Any]:
+    """``{field: args.<flag>}`` for each flag given (not None), so that the config's defaults fill in the rest;
+    ``fields`` maps a config field to its flag's dest."""
+    return {name: getattr(args, dest) for name, dest in fields.items() if getattr(args, dest, None) is not None}
 
 
 def _escape(text: str) -> str:
@@ -85,26 +104,28 @@ def parse_overrides(tokens: Sequence[str]) -> list[tuple[str, Any]]:
 
 
 def add_ray_flags(p: argparse.ArgumentParser, *, where: str = "") -> None:
-    """``--ray``, ``--ray-address``, ``--ray-cpus``, ``--ray-gpus``."""
+    """``--ray``, ``--ray-address``, ``--ray-cpus``, ``--ray-gpus`` (defaults: ``RayOptions``')."""
+    from ugrpo.experiments.sweep.executors import RayOptions
+
+    cpus, gpus = config_default(RayOptions, "cpus_per_run"), config_default(RayOptions, "gpus_per_run")
     p.add_argument("--ray", action="store_true",
                    help=f"{where}one Ray task per training run (pip install 'ugrpo[ray]'); a local Ray of --workers "
                    "CPUs unless --ray-address or $RAY_ADDRESS names a cluster")
     p.add_argument("--ray-address", default=None, help="with --ray: the cluster to join (auto, ray://HOST:10001, ...)")
-    p.add_argument("--ray-cpus", type=float, default=None, help="with --ray: CPUs per run (default 1; also its "
+    p.add_argument("--ray-cpus", type=float, default=None, help=f"with --ray: CPUs per run (default {cpus:g}; also its "
                    "torch threads)")
-    p.add_argument("--ray-gpus", type=float, default=None, help="with --ray: GPUs per run (default 0)")
+    p.add_argument("--ray-gpus", type=float, default=None, help=f"with --ray: GPUs per run (default {gpus:g})")
 
 
 def ray_options(args: argparse.Namespace):
     """``--ray`` and its ``--ray-*`` flags -> ``RayOptions`` (None without --ray; the flags alone are an error)."""
-    from ugrpo.experiments.executors import RayOptions, import_ray
+    from ugrpo.experiments.sweep.executors import RayOptions, import_ray
 
-    given = [f"--{n.replace('_', '-')}" for n in ("ray_address", "ray_cpus", "ray_gpus")
+    flags = [f"--{n.replace('_', '-')}" for n in ("ray_address", "ray_cpus", "ray_gpus")
              if getattr(args, n, None) is not None]
     if not getattr(args, "ray", False):
-        if given:
-            raise ValueError(f"{', '.join(given)} only apply with --ray; add --ray or drop them")
+        if flags:
+            raise ValueError(f"{', '.join(flags)} only apply with --ray; add --ray or drop them")
         return None
     import_ray()  # not installed: say so before any work
-    return RayOptions(address=args.ray_address, cpus_per_run=1.0 if args.ray_cpus is None else args.ray_cpus,
-                      gpus_per_run=0.0 if args.ray_gpus is None else args.ray_gpus)
+    return RayOptions(address=args.ray_address, **given(args, cpus_per_run="ray_cpus", gpus_per_run="ray_gpus"))

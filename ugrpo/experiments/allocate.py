@@ -22,7 +22,7 @@ import torch
 from ugrpo.stats.allocation import RULES, PromptStats, allocate, best_uniform, prediction_quality
 from ugrpo.stats.exact_mse import prompt_error, uniform_mse
 from ugrpo.stats.history import PromptHistory, bernoulli_stats, history_stats
-from ugrpo.stats.intervals import normal_interval, ratio_interval
+from ugrpo.stats.intervals import RATIO_KEYS, Interval, normal_interval, ratio_interval
 
 __all__ = ["AllocateConfig", "Lab", "build_lab", "bernoulli_stats", "history_sums", "predicted_stats", "run_allocate",
            "ratio_ci", "allocate_experiment"]
@@ -162,12 +162,12 @@ def _batch_errors(lab: Lab, known: PromptStats, rule: str, batches: np.ndarray, 
     return out, cost
 
 
-def ratio_ci(a: np.ndarray, b: np.ndarray) -> dict:
+def ratio_ci(a: np.ndarray, b: np.ndarray) -> Interval:
     """mean(a)/mean(b) for paired per-batch values: :func:`ugrpo.stats.intervals.ratio_interval` (delta method),
     clipped at 0 (a ratio of MSEs); one batch gives the ratio with a zero-width interval."""
     if len(a) < 2:
         r = float(a.mean() / b.mean())
-        return {"ratio": r, "ci_low": r, "ci_high": r}
+        return Interval(r, r, r, kind="one batch: no spread", n=len(a))
     return ratio_interval(torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64))
 
 
@@ -225,7 +225,7 @@ def _ratios(per_batch: dict, rules: tuple[str, ...]) -> list[dict]:
             w = per_batch.get((unit, moments, other))
             if w is not None:
                 out.append({"unit": unit, "moments": moments, "numerator": rule, "denominator": other,
-                            **ratio_ci(v, w[: len(v)])})
+                            **ratio_ci(v, w[: len(v)]).to_dict(*RATIO_KEYS)})
     return out
 
 
@@ -237,7 +237,7 @@ def allocate_experiment(cfg: AllocateConfig, env_spec: str, out: str, *, argv: l
 
     from ugrpo.envs.io import check_varied_rewards
     from ugrpo.experiments.common import resolve_env
-    from ugrpo.report.allocate_report import write_allocate_outputs
+    from ugrpo.report.allocate import write_report
     from ugrpo.runs import RunDir
 
     env = resolve_env(env_spec)
@@ -246,5 +246,6 @@ def allocate_experiment(cfg: AllocateConfig, env_spec: str, out: str, *, argv: l
     rd.write_config({**cfg.__dict__, "env": env_spec, "command": "allocate", "argv": argv})
     t0 = time.perf_counter()
     results = run_allocate(env, cfg, progress=progress)
-    write_allocate_outputs(rd, results, argv, time.perf_counter() - t0)
+    results["seconds"] = time.perf_counter() - t0
+    write_report(rd, results, argv)
     return results

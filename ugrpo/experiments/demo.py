@@ -1,7 +1,8 @@
 """``ugrpo demo``: mse + plan + sweep on ``builtin:demo`` in a few minutes on 2 CPU cores.
 
 Writes ``DIR/mse``, ``DIR/plan``, ``DIR/sweep`` (each a full run folder) and a top-level
-``DIR/report.md`` that links them and collects the headline numbers.
+``DIR/report.md`` that links them and collects the headline numbers
+(:func:`ugrpo.report.composite.write_demo_report`).
 """
 
 from __future__ import annotations
@@ -32,9 +33,9 @@ QUICK_SETTINGS: dict[str, dict[str, Any]] = {
 
 def demo_configs(env: str, seed: int, settings: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The three sub-runs' config objects: ``MSEConfig``, ``PlanConfig``, ``SweepConfig``."""
-    from ugrpo.experiments.mse import MSEConfig
-    from ugrpo.experiments.plan_experiment import PlanConfig
-    from ugrpo.experiments.sweep import SweepConfig
+    from ugrpo.experiments.mse.env import MSEConfig
+    from ugrpo.experiments.plan.env import PlanConfig
+    from ugrpo.experiments.sweep.env import SweepConfig
 
     return {"mse": MSEConfig(env=env, seed=seed, **settings["mse"]),
             "plan": PlanConfig(env=env, seed=seed, **settings["plan"]),
@@ -43,13 +44,16 @@ def demo_configs(env: str, seed: int, settings: dict[str, dict[str, Any]]) -> di
 
 def run_demo(out: str, *, env: str = "builtin:demo", seed: int = 0, progress: bool = True,
              settings: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
-    """Run the three sub-runs into ``out/mse``, ``out/plan``, ``out/sweep``; return {name: results} plus wall times."""
-    from ugrpo.experiments.mse import mse_experiment
-    from ugrpo.experiments.plan_experiment import plan_experiment
-    from ugrpo.experiments.sweep import sweep_experiment
+    """Run the three sub-runs into ``out/mse``, ``out/plan``, ``out/sweep`` and write the top-level ``out/report.md``
+    that links them; return {name: results} plus wall times."""
+    from ugrpo.experiments.mse.env import mse_experiment
+    from ugrpo.experiments.plan.env import plan_experiment
+    from ugrpo.experiments.sweep.env import sweep_experiment
+    from ugrpo.report.composite import write_demo_report
 
     settings = settings or DEMO_SETTINGS
-    RunDir(out).claim("demo", {"env": env, "seed": seed, "settings": settings})  # never into another run's folder
+    root = RunDir(out)
+    root.claim("demo", {"env": env, "seed": seed, "settings": settings})  # never into another run's folder
     cfgs = demo_configs(env, seed, settings)
     res: dict[str, Any] = {"wall_s": {}}
     for name in ("mse", "plan", "sweep"):
@@ -63,6 +67,7 @@ def run_demo(out: str, *, env: str = "builtin:demo", seed: int = 0, progress: bo
         res["wall_s"][name] = time.perf_counter() - t0
         if progress:
             print(f"[demo] {name} done in {res['wall_s'][name]:.1f} s -> {out}/{name}/report.md")
+    write_demo_report(root, res)
     return res
 
 

@@ -254,7 +254,7 @@ def gap_experiment(cfg: GapConfig, out: str, *, argv: list[str] | None = None, p
     results.json, the plots and report.md; return the results."""
     import time
 
-    from ugrpo.report.gap_report import write_gap_outputs
+    from ugrpo.report.gap import write_report
     from ugrpo.runs import RunDir
 
     rd = RunDir(out)
@@ -262,5 +262,6 @@ def gap_experiment(cfg: GapConfig, out: str, *, argv: list[str] | None = None, p
     rd.file("metrics.jsonl").unlink(missing_ok=True)  # a fresh run: cells are not resumable
     t0 = time.perf_counter()
     results = run_gap(cfg, rd, progress=progress)
-    write_gap_outputs(rd, results, cfg, argv, time.perf_counter() - t0)
+    results["seconds"] = time.perf_counter() - t0
+    write_report(rd, results, argv)
     return results

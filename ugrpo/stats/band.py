@@ -35,9 +35,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from .exact_mse import uniform_mse
+from .intervals import Interval
 
 __all__ = ["DEFAULT_TOLERANCE", "MIN_N_BOOT", "check_n_boot", "BandResult", "bound_table", "near_optimal_band",
-           "bootstrap_band", "pilot_size_needed", "ratio_interval"]
+           "bootstrap_band", "pilot_size_needed", "ratio_to_best_interval"]
 
 DEFAULT_TOLERANCE = 0.05
 """Default tolerance of the band: within 5% of the smallest predicted MSE."""
@@ -193,14 +194,16 @@ def pilot_size_needed(point: Sequence[float], replicates, B0: int, N: int, cands
     return None
 
 
-def ratio_interval(replicates, N: int, cands: Sequence[int], G: int, level: float = 0.95) -> tuple[float, float]:
-    """Bootstrap interval of bound(c*, G) / min bound(c*, .): how much worse G is than the best G (M40).
+def ratio_to_best_interval(replicates, N: int, cands: Sequence[int], G: int, level: float = 0.95) -> Interval:
+    """How much worse G is than the best G: the bootstrap percentile interval of bound(c*, G) / min bound(c*, .)
+    over the replicates (M40); its estimate is the replicates' mean ratio (M41's expected ratio).
 
     Examples
     --------
     >>> reps = np.array([[1.0, 5.0, 49.0], [0.5, 5.0, 49.0], [2.0, 5.0, 49.0]])
-    >>> [round(x, 3) for x in ratio_interval(reps, 1024, [2, 4, 8, 16], 8)]
-    [1.0, 1.0]
+    >>> r = ratio_to_best_interval(reps, 1024, [2, 4, 8, 16], 8)
+    >>> [round(x, 3) for x in (r.ci_low, r.ci_high)], r.kind
+    ([1.0, 1.0], '95% bootstrap percentile')
     """
     cands = sorted(int(g) for g in cands)
     if G not in cands:
@@ -209,4 +212,5 @@ def ratio_interval(replicates, N: int, cands: Sequence[int], G: int, level: floa
     best = tab.min(axis=1)
     ratio = np.where(best > 0, tab[:, cands.index(G)] / np.where(best > 0, best, 1.0), 1.0)
     lo, hi = np.quantile(ratio, [(1 - level) / 2, (1 + level) / 2])
-    return float(lo), float(hi)
+    return Interval(float(ratio.mean()), float(lo), float(hi), kind=f"{100 * level:g}% bootstrap percentile",
+                    n=int(ratio.size))

@@ -1,5 +1,6 @@
 """Bootstrap intervals for the scaling-law constants (docs/math.md M20, M39): the interval methods and the
-:class:`Estimate` they produce. Pure numpy on replicates already computed by :mod:`ugrpo.stats.components`.
+:class:`~ugrpo.stats.intervals.Interval` they produce (``Estimate`` is its name here). Pure numpy on replicates
+already computed by :mod:`ugrpo.stats.components`.
 
 * ``percentile``: quantiles of the replicates (M20; under-covers at small pilots);
 * ``studentized``: symmetric bootstrap-t, estimate -+ q_level(|t|) se (Hall 1988);
@@ -12,9 +13,10 @@ Every interval is clipped to [0, inf), the range of c1, c2, c3.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
+
+from .intervals import Interval
 
 __all__ = ["METHODS", "MAX_LOG_HALF_WIDTH", "Estimate", "summarise"]
 
@@ -27,29 +29,29 @@ METHODS = ("studentized-log", "studentized", "studentized-equal-tailed", "percen
 it covers best at small pilots), symmetric bootstrap-t, equal-tailed bootstrap-t, or percentile."""
 
 
-@dataclass(frozen=True)
-class Estimate:
-    """A point estimate with its bootstrap standard error and interval (clipped to [0, inf), the constants' range)."""
+Estimate = Interval
+"""A point estimate with its bootstrap interval (clipped to [0, inf), the constants' range) and its bootstrap sd as
+``se``: an :class:`~ugrpo.stats.intervals.Interval` of kind ``"95% bootstrap <method>"``."""
 
-    estimate: float
-    ci_low: float
-    ci_high: float
-    se: float
 
+def _kind(level: float, method: str) -> str:
+    """What a bootstrap interval is: ``'95% bootstrap studentized-log'``."""
+    return f"{100 * level:g}% bootstrap {method}"
 
 
 def summarise(point: float, reps: np.ndarray, level: float, method: str = "percentile",
-               se: float = float("nan"), rep_se: np.ndarray | None = None, shift: float | None = None) -> Estimate:
+               se: float = float("nan"), rep_se: np.ndarray | None = None, shift: float | None = None) -> Interval:
     """Point, interval clipped at 0, bootstrap sd (docs/math.md M39).
 
     Percentile: quantiles of the replicates. Bootstrap-t with t = (rep - point) / rep_se: symmetric,
     point -+ q_level(|t|) se; equal-tailed, [point - q_hi(t) se, point - q_lo(t) se]. "studentized-log"
     with a ``shift`` s: the symmetric bootstrap-t of log(x + s) (:func:`_log_t_interval`); without a shift
-    (c2, c3), or where that is undefined, the symmetric bootstrap-t.
+    (c2, c3), or where that is undefined, the symmetric bootstrap-t. The Interval's ``kind`` names the method that
+    made it (``"95% bootstrap studentized"`` where studentized-log fell back to it).
     """
     keep = np.isfinite(reps)
     if keep.sum() < 2:
-        return Estimate(point, float("nan"), float("nan"), float("nan"))
+        return Interval(point, float("nan"), float("nan"), float("nan"), _kind(level, method))
     q = [(1 - level) / 2, (1 + level) / 2]
     sd = float(reps[keep].std(ddof=1))
     if method == "percentile":
@@ -59,17 +61,18 @@ def summarise(point: float, reps: np.ndarray, level: float, method: str = "perce
             t = (reps - point) / rep_se
         t = t[keep & np.isfinite(t)]  # a resample with one distinct prompt has SE 0: its t is undefined, dropped
         if t.size < 2 or not se > 0:
-            return Estimate(point, max(point, 0.0), max(point, 0.0), sd)
+            return Interval(point, max(point, 0.0), max(point, 0.0), sd, _kind(level, method))
         log_ci = _log_t_interval(point, reps, level, se, rep_se, shift) if method == "studentized-log" else None
         if log_ci is not None:
             lo, hi = log_ci
         elif method in ("studentized", "studentized-log"):  # symmetric: point -+ q_level(|t|) se (Hall 1988)
             half = float(np.quantile(np.abs(t), level)) * se
             lo, hi = point - half, point + half
+            method = "studentized"
         else:
             t_lo, t_hi = np.quantile(t, q)
             lo, hi = point - t_hi * se, point - t_lo * se
-    return Estimate(point, max(float(lo), 0.0), max(float(hi), 0.0), sd)
+    return Interval(point, max(float(lo), 0.0), max(float(hi), 0.0), sd, _kind(level, method))
 
 
 def _log_t_interval(point: float, reps: np.ndarray, level: float, se: float, rep_se: np.ndarray,

@@ -1,4 +1,4 @@
-"""95% intervals: the one place the experiments and reports take them from.
+"""95% intervals: the one place the experiments and reports take them from, as one type, :class:`Interval`.
 
 - means, paired differences and ratios of means: normal-theory intervals estimate +- 1.96 SE (the Monte-Carlo
   experiments average hundreds of independent repetitions); :func:`t_interval`, a Student-t interval for a
@@ -6,28 +6,38 @@
 - quantities with a bounded range (accuracies, proportions), whose interval must stay inside [0, 1]:
   :func:`wilson_interval`, the Wilson score interval of a proportion observed on ``n`` items (Wilson 1927; it
   never leaves [0, 1] and, unlike the Wald interval, keeps close to its nominal coverage at small ``n`` and near
-  0 or 1, Brown, Cai & DasGupta 2001); :func:`clip_interval`, an interval for a mean cut to the range the
+  0 or 1, Brown, Cai & DasGupta 2001); :meth:`Interval.clip`, an interval for a mean cut to the range the
   quantity can take (cutting never removes the true value, so the coverage is unchanged; reports that clip say
   so).
 
+Every function that returns an interval returns an :class:`Interval` (estimate, end points, standard error,
+sample size and ``kind``, what the interval is); the bootstrap intervals of the scaling-law constants
+(:mod:`ugrpo.stats.bootstrap_ci`) and of the planner's ratio to the best G (:mod:`ugrpo.stats.band`) are
+Intervals too. ``Interval.to_dict`` writes the JSON object the results files hold. :func:`normal_interval`
+and :func:`clip_interval` are the end-point arithmetic underneath (pairs of numbers).
+
 >>> r = mean_interval([1.0, 2.0, 3.0])
->>> r["mean"], round(r["se"], 6), round(r["ci_high"] - r["mean"], 6)
+>>> r.estimate, round(r.se, 6), round(r.ci_high - r.estimate, 6)
 (2.0, 0.57735, 1.131607)
->>> round(t_interval([1.0, 2.0, 3.0])["ci_high"], 4)
+>>> round(t_interval([1.0, 2.0, 3.0]).ci_high, 4)
 4.4841
+>>> list(r.to_dict("mean", "se", "ci_low", "ci_high", "n"))
+['mean', 'se', 'ci_low', 'ci_high', 'n']
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 from torch import Tensor
 
-__all__ = ["Z95", "Q975", "normal_interval", "mean_interval", "t_interval", "difference_interval", "welch_half_width",
-           "ratio_interval", "wilson_interval", "clip_interval"]
+__all__ = ["Z95", "Q975", "TOO_SMALL", "MEAN_KEYS", "RATIO_KEYS", "ESTIMATE_KEYS", "Interval", "normal_interval",
+           "mean_interval", "t_interval", "difference_interval", "welch_half_width", "ratio_interval",
+           "wilson_interval", "clip_interval"]
 
 Z95 = 1.96
 """the normal quantile of a two-sided 95% interval, rounded as the reports print it (mean +- 1.96 SE)"""
@@ -35,13 +45,64 @@ Z95 = 1.96
 Q975 = 1.959963984540054
 """the 0.975 quantile of the standard normal, unrounded (the Wilson interval's default)"""
 
+TOO_SMALL = "too small to decide"
+"""the verdict of a comparison whose intervals cannot decide it (they overlap, or contain the bound), or of a run
+too small to give the interval the verdict needs; every verdict in the reports uses these words"""
+
+MEAN_KEYS = ("mean", "ci_low", "ci_high")
+"""the JSON object of a mean or a paired difference in the results files (:meth:`Interval.to_dict`)"""
+RATIO_KEYS = ("ratio", "ci_low", "ci_high")
+"""the JSON object of a ratio"""
+ESTIMATE_KEYS = ("estimate", "ci_low", "ci_high", "se")
+"""the JSON object of a bootstrap estimate (c1, c2, c3)"""
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A point estimate with a two-sided interval, and what the interval is.
+
+    Attributes
+    ----------
+    estimate : the point estimate (None: there is none, e.g. a ratio whose denominator is not positive)
+    ci_low, ci_high : the end points (None: no interval, e.g. from one value; or that end is unbounded)
+    se : the standard error behind the interval (the bootstrap sd for a bootstrap interval), when there is one
+    kind : what the interval is, e.g. ``"95% Student t"`` or ``"95% bootstrap percentile"``
+    n : the number of values it was computed from, when that is its sample size
+
+    Examples
+    --------
+    >>> iv = Interval(0.5, -0.1, 1.1, kind="95% normal")
+    >>> iv.clip().to_dict("mean", "ci_low", "ci_high")
+    {'mean': 0.5, 'ci_low': 0.0, 'ci_high': 1.0}
+    """
+
+    estimate: float | None
+    ci_low: float | None
+    ci_high: float | None
+    se: float | None = None
+    kind: str = ""
+    n: int | None = None
+
+    def clip(self, lo: float = 0.0, hi: float = 1.0) -> Interval:
+        """The interval cut to ``[lo, hi]``, the range of the quantity (:func:`clip_interval`; None stays None)."""
+        low, high = clip_interval(self.ci_low, self.ci_high, lo=lo, hi=hi)
+        return replace(self, ci_low=low, ci_high=high)
+
+    def to_dict(self, *keys: str) -> dict[str, Any]:
+        """The JSON object the results files hold: ``keys`` in this order, each ``"ci_low"``, ``"ci_high"``,
+        ``"se"``, ``"n"``, ``"kind"`` (those fields) or another name, the estimate's (default: ``"estimate"``,
+        ``"ci_low"``, ``"ci_high"``); the files' shapes: :data:`MEAN_KEYS`, :data:`RATIO_KEYS`,
+        :data:`ESTIMATE_KEYS`."""
+        fields = {"ci_low": self.ci_low, "ci_high": self.ci_high, "se": self.se, "n": self.n, "kind": self.kind}
+        return {k: fields[k] if k in fields else self.estimate for k in keys or ("estimate", "ci_low", "ci_high")}
+
 
 def normal_interval(estimate: float, se: float) -> tuple[float, float]:
-    """``(estimate - 1.96 se, estimate + 1.96 se)``."""
+    """End points ``(estimate - 1.96 se, estimate + 1.96 se)``."""
     return estimate - Z95 * se, estimate + Z95 * se
 
 
-def mean_interval(values: Sequence[float] | Tensor) -> dict[str, Any]:
+def mean_interval(values: Sequence[float] | Tensor) -> Interval:
     """Sample mean with SE = sample std (divisor n - 1) / sqrt(n) and a normal 95% interval.
 
     Parameters
@@ -50,7 +111,7 @@ def mean_interval(values: Sequence[float] | Tensor) -> dict[str, Any]:
 
     Returns
     -------
-    dict with ``mean``, ``se``, ``ci_low``, ``ci_high`` and ``n``; for n = 1 the last three but ``n`` are None.
+    Interval of kind ``"95% normal"`` with ``se`` and ``n``; for n = 1 no interval (se, ci_low, ci_high None).
     """
     t = torch.as_tensor(values if isinstance(values, Tensor) else list(values), dtype=torch.float64).reshape(-1)
     n = t.numel()
@@ -58,41 +119,41 @@ def mean_interval(values: Sequence[float] | Tensor) -> dict[str, Any]:
         raise ValueError("mean_interval needs at least one value")
     m = float(t.mean())
     if n < 2:
-        return {"mean": m, "se": None, "ci_low": None, "ci_high": None, "n": n}
+        return Interval(m, None, None, None, "95% normal", n)
     se = float(t.std(correction=1)) / math.sqrt(n)
     lo, hi = normal_interval(m, se)
-    return {"mean": m, "se": se, "ci_low": lo, "ci_high": hi, "n": n}
+    return Interval(m, lo, hi, se, "95% normal", n)
 
 
-def t_interval(values: Sequence[float]) -> dict[str, Any]:
+def t_interval(values: Sequence[float]) -> Interval:
     """Mean with a 95% Student-t interval mean +- t_{0.975, n-1} s/sqrt(n); n = 1 -> no interval.
 
     Returns
     -------
-    dict with ``mean``, ``se``, ``ci_low``, ``ci_high``, ``n`` (None for n = 1).
+    Interval of kind ``"95% Student t"`` with ``se`` and ``n`` (se and the end points None for n = 1).
     """
     from scipy.stats import t as student_t
 
     n = len(values)
     m = sum(values) / n
     if n < 2:
-        return {"mean": m, "se": None, "ci_low": None, "ci_high": None, "n": n}
+        return Interval(m, None, None, None, "95% Student t", n)
     se = math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1) / n)
     h = float(student_t.ppf(0.975, n - 1)) * se
-    return {"mean": m, "se": se, "ci_low": m - h, "ci_high": m + h, "n": n}
+    return Interval(m, m - h, m + h, se, "95% Student t", n)
 
 
-def difference_interval(a: Tensor, b: Tensor, shift: float = 0.0) -> dict[str, float]:
+def difference_interval(a: Tensor, b: Tensor, shift: float = 0.0) -> Interval:
     """Mean of the paired differences a - b (plus ``shift``) with a normal 95% interval.
 
     Returns
     -------
-    dict with ``mean``, ``ci_low``, ``ci_high``.
+    Interval of kind ``"95% normal, paired difference"`` (its JSON object: ``to_dict(*MEAN_KEYS)``).
     """
     d = a - b
     m, se = float(d.mean()) + shift, float(d.std(correction=1)) / math.sqrt(d.numel())
     lo, hi = normal_interval(m, se)
-    return {"mean": m, "ci_low": lo, "ci_high": hi}
+    return Interval(m, lo, hi, se, "95% normal, paired difference", d.numel())
 
 
 def welch_half_width(se_a: float | None, se_b: float | None, n_a: int, n_b: int) -> float | None:
@@ -115,7 +176,7 @@ def welch_half_width(se_a: float | None, se_b: float | None, n_a: int, n_b: int)
 
 
 def ratio_interval(a: Tensor, b: Tensor, a_sub: float = 0.0, b_sub: float = 0.0, *, common_sd: float = 0.0,
-                   b_sd: float = 0.0) -> dict[str, float | None]:
+                   b_sd: float = 0.0) -> Interval:
     """(mean a - a_sub) / (mean b - b_sub) with a delta-method 95% interval over paired repetitions.
 
     Parameters
@@ -127,21 +188,23 @@ def ratio_interval(a: Tensor, b: Tensor, a_sub: float = 0.0, b_sub: float = 0.0,
 
     Returns
     -------
-    dict with ``ratio``, ``ci_low``, ``ci_high`` (all None when the corrected denominator is not positive). The
-    quantities compared are nonnegative (mean squared errors), so the interval is cut at 0 (the point, an unbiased
-    numerator over the denominator, may lie below it when the correction exceeds the noise).
+    Interval of kind ``"95% delta method, ratio of paired means"`` (its JSON object: ``to_dict(*RATIO_KEYS)``; all
+    None when the corrected denominator is not positive). The quantities compared are nonnegative (mean squared
+    errors), so the interval is cut at 0 (the point, an unbiased numerator over the denominator, may lie below it
+    when the correction exceeds the noise).
     """
+    kind = "95% delta method, ratio of paired means"
     A, Bm = float(a.mean()) - a_sub, float(b.mean()) - b_sub
     if Bm <= 0:
-        return {"ratio": None, "ci_low": None, "ci_high": None}
+        return Interval(None, None, None, None, kind, a.numel())
     r = A / Bm
     var = (float((a - r * b).var(correction=1)) / (a.numel() * Bm**2) + ((Bm - A) / Bm**2 * common_sd) ** 2
            + (A / Bm**2 * b_sd) ** 2)
-    lo, hi = clip_interval(*normal_interval(r, math.sqrt(var)), hi=math.inf)
-    return {"ratio": r, "ci_low": lo, "ci_high": hi}
+    se = math.sqrt(var)
+    return Interval(r, *normal_interval(r, se), se, kind, a.numel()).clip(hi=math.inf)
 
 
-def wilson_interval(p_hat: float, n: int, *, z: float = Q975) -> tuple[float, float]:
+def wilson_interval(p_hat: float, n: int, *, z: float = Q975) -> Interval:
     """Wilson score interval of a proportion.
 
     Parameters
@@ -155,16 +218,17 @@ def wilson_interval(p_hat: float, n: int, *, z: float = Q975) -> tuple[float, fl
 
     Returns
     -------
-    (low, high) : tuple of float
-        ``(c - h, c + h)`` with ``c = (p + z^2/(2n)) / (1 + z^2/n)`` and
-        ``h = z sqrt(p(1-p)/n + z^2/(4n^2)) / (1 + z^2/n)``; always inside [0, 1].
+    Interval
+        estimate ``p_hat``, end points ``(c - h, c + h)`` with ``c = (p + z^2/(2n)) / (1 + z^2/n)`` and
+        ``h = z sqrt(p(1-p)/n + z^2/(4n^2)) / (1 + z^2/n)``, always inside [0, 1]; kind ``"95% Wilson score"``.
 
     Examples
     --------
-    >>> lo, hi = wilson_interval(0.0, 10)
-    >>> (lo, round(hi, 4))
+    >>> w = wilson_interval(0.0, 10)
+    >>> (w.ci_low, round(w.ci_high, 4))
     (0.0, 0.2775)
-    >>> [round(v, 4) for v in wilson_interval(0.5, 100)]
+    >>> w = wilson_interval(0.5, 100)
+    >>> [round(v, 4) for v in (w.ci_low, w.ci_high)]
     [0.4038, 0.5962]
     """
     if not (isinstance(n, int) and n >= 1):
@@ -177,12 +241,13 @@ def wilson_interval(p_hat: float, n: int, *, z: float = Q975) -> tuple[float, fl
     half = z * math.sqrt(p_hat * (1.0 - p_hat) / n + z2 / (4 * n * n)) / denom
     low = 0.0 if p_hat == 0.0 else max(0.0, centre - half)  # exact end points (no rounding past p_hat)
     high = 1.0 if p_hat == 1.0 else min(1.0, centre + half)
-    return min(low, p_hat), max(high, p_hat)
+    kind = "95% Wilson score" if z == Q975 else f"Wilson score, z = {z:g}"
+    return Interval(p_hat, min(low, p_hat), max(high, p_hat), None, kind, n)
 
 
 def clip_interval(low: float | None, high: float | None, *, lo: float = 0.0,
                   hi: float = 1.0) -> tuple[float | None, float | None]:
-    """``(low, high)`` cut to ``[lo, hi]`` (None stays None: no interval).
+    """End points ``(low, high)`` cut to ``[lo, hi]`` (None stays None: no interval); see :meth:`Interval.clip`.
 
     >>> clip_interval(-0.1, 1.04)
     (0.0, 1.0)

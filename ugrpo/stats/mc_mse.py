@@ -1,8 +1,8 @@
 """Monte-Carlo gradient-MSE statistics in sketch space (docs/lm-mse.md R1-R7): the reference moments from M
 samples per prompt, the per-repetition squared errors of every estimator, and the corrected mean with its
 interval; the ragged squared errors of per-prompt group sizes and the per-prompt moments the allocation rules
-know (R8-R10). Pure tensor math, used by :mod:`ugrpo.experiments.lm_mse` (paper Fig. 4) and
-:mod:`ugrpo.experiments.lm_alloc`.
+know (R8-R10). Pure tensor math, used by :mod:`ugrpo.experiments.mse.lm` (paper Fig. 4) and
+:mod:`ugrpo.experiments.mse.lm_alloc`.
 """
 
 from __future__ import annotations

@@ -299,7 +299,7 @@ def _write_final(run: RunDir, result: TrainResult, s: RunObjects, log: MetricsLo
         s.model.save_pretrained(run.path / "final_model", safe_serialization=True)
         s.tokenizer.save_pretrained(run.path / "final_model")
     follow_umask(run.path / "final_model")
-    from ugrpo.report.train_report import write_report
+    from ugrpo.report.train import write_report
 
     write_report(run)
     log.close()

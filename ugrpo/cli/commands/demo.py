@@ -21,13 +21,12 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from ugrpo.experiments.demo import QUICK_SETTINGS, run_demo
-    from ugrpo.report.demo_report import summary_rows, write_demo_report
+    from ugrpo.report.composite import summary_rows
     from ugrpo.report.markdown import text_table
 
     t0 = time.perf_counter()
     res = run_demo(args.out, env=args.env, seed=args.seed, progress=not args.no_progress,
                    settings=QUICK_SETTINGS if args.quick else None)
-    write_demo_report(args.out, res)
     t = summary_rows(res)
     print("\nGradient MSE (Monte Carlo vs exact):")
     print(text_table(["G", "estimator", "MC MSE", "exact"], t["mse"]))

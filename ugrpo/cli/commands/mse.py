@@ -5,7 +5,7 @@ On a language model: ``ugrpo mse --model tiny:instruct --task arithmetic --group
 --reps 30 --ref-samples 256 --prompts 32 --sketch-dim 256 --out runs/lm-mse`` (docs/lm-mse.md); add
 ``--groups 8,32 --allocation uniform,vip,knapsack,ustat`` for per-prompt group sizes at equal samples.
 Parsing only: the flags become an ``MSEConfig`` or ``LMMSEConfig`` and one call of
-:func:`ugrpo.experiments.mse.mse_experiment` or :func:`ugrpo.experiments.lm_mse.lm_mse_experiment`.
+:func:`ugrpo.experiments.mse.env.mse_experiment` or :func:`ugrpo.experiments.mse.lm.lm_mse_experiment`.
 """
 
 from __future__ import annotations
@@ -54,8 +54,8 @@ def configure(p: argparse.ArgumentParser) -> None:
 def _config(args: argparse.Namespace):
     """The flags -> an ``MSEConfig`` (env) or an ``LMMSEConfig`` (model)."""
     if args.model is not None:
-        from ugrpo.experiments.lm_mse import LMMSEConfig
-        from ugrpo.experiments.lm_plan import parse_task_options
+        from ugrpo.experiments.mse.lm import LMMSEConfig
+        from ugrpo.experiments.plan.lm import parse_task_options
 
         if args.env is not None or args.theta is not None:
             raise ValueError("give either --env (a synthetic policy) or --model (a language model), not both; "
@@ -70,7 +70,7 @@ def _config(args: argparse.Namespace):
                            seed=args.seed, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
                            chat=args.chat, allocation=_rules(args.allocation), g_min=args.g_min, g_max=args.g_max,
                            history_visits=args.history_visits, history_group=args.history_group)
-    from ugrpo.experiments.mse import MSEConfig
+    from ugrpo.experiments.mse.env import MSEConfig
 
     if args.task is not None or args.task_option:
         raise ValueError("--task and --task-option need --model (an env has no task)")
@@ -98,22 +98,22 @@ def main(args: argparse.Namespace) -> int:
 
     cfg, argv = _config(args), command_line("mse", args)
     if args.model is not None:
-        from ugrpo.experiments.lm_mse import lm_mse_experiment
+        from ugrpo.experiments.mse.lm import lm_mse_experiment
 
         results = lm_mse_experiment(cfg, args.out, argv=argv, progress=not args.no_progress)
         print(text_table(["G", "estimator", "MSE", "95% CI", "predicted"],
                          [[r["G"], r["estimator"], r["mse"], fmt_ci(r["ci_low"], r["ci_high"]), r["predicted"]]
                           for r in results["rows"]]))
         if results.get("allocation"):
-            from ugrpo.report.lm_mse_report import allocation_table
+            from ugrpo.report.mse import allocation_table
 
             print("allocation, total MSE:")
             print(text_table(*allocation_table(results["allocation"])))
             print("allocation, within the drawn prompts (no c1/B):")
             print(text_table(*allocation_table(results["allocation"], "within")))
     else:
-        from ugrpo.experiments.mse import mse_experiment
-        from ugrpo.report.mse_report import table_rows
+        from ugrpo.experiments.mse.env import mse_experiment
+        from ugrpo.report.mse import table_rows
 
         results = mse_experiment(cfg, args.out, argv=argv, progress=not args.no_progress)
         print(text_table(["G", "estimator", "MC MSE", "95% CI", "exact"], table_rows(results)))

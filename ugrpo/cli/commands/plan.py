@@ -5,7 +5,8 @@ From an env: ``ugrpo plan --env builtin:demo --pilot-batch 64 --pilot-group 8 --
 (format: docs/pilot-format.md). From a language model: ``ugrpo plan --model tiny:instruct --task arithmetic
 --pilot-batch 64 --pilot-group 20 --budget 256 --sketch-dim 256 --out DIR`` (writes DIR/pilot.npz).
 Parsing only: the flags become a ``PlanConfig`` / ``LMPlanConfig`` and one call of
-:mod:`ugrpo.experiments.plan_experiment` (or :func:`ugrpo.experiments.trl_plan.run_trl_plan`).
+:func:`ugrpo.experiments.plan.env.plan_experiment` / :func:`ugrpo.experiments.plan.lm.lm_plan_experiment`
+(or :func:`ugrpo.experiments.plan.trl.run_trl_plan`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import argparse
 
 from ugrpo.experiments.common import command_line, parse_float_list
-from ugrpo.experiments.plan_experiment import PlanConfig
+from ugrpo.experiments.plan.env import PlanConfig
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -65,7 +66,7 @@ def _config(args: argparse.Namespace):
     if len(sources) > 1:
         raise ValueError(f"give exactly one of --env, --pilot or --model; got {' and '.join(sources)}")
     if args.model is not None:
-        from ugrpo.experiments.lm_plan import LMPlanConfig, parse_task_options
+        from ugrpo.experiments.plan.lm import LMPlanConfig, parse_task_options
 
         if args.task is None:
             raise ValueError("--model needs --task NAME (e.g. --task arithmetic)")
@@ -88,7 +89,8 @@ def _config(args: argparse.Namespace):
 
 
 def main(args: argparse.Namespace) -> int:
-    from ugrpo.experiments.plan_experiment import lm_plan_experiment, plan_experiment
+    from ugrpo.experiments.plan.env import plan_experiment
+    from ugrpo.experiments.plan.lm import lm_plan_experiment
     from ugrpo.report.markdown import fmt_ci, text_table
 
     if args.trl_config is not None:
@@ -126,7 +128,7 @@ def _trl(args: argparse.Namespace) -> int:
     ``sketch_dim``, ``seed`` and ``n_boot`` come from the file's ``ugrpo:`` block (the CLI defaults of
     ``--sketch-dim``, ``--seed``, ``--n-boot`` would otherwise always win over the file).
     """
-    from ugrpo.experiments.trl_plan import run_trl_plan
+    from ugrpo.experiments.plan.trl import run_trl_plan
 
     r = run_trl_plan(args.trl_config, args.out, argv=command_line("plan", args), budget=args.budget,
                      pilot_batch=args.pilot_batch, pilot_group=args.pilot_group)

@@ -2,7 +2,7 @@
 
 Example: ``ugrpo reproduce --scale tiny --out runs/reproduce [--skip fig4,thm8] [--workers 2] [--optim.lr 1e-4]``.
 Parsing only: the flags become a ``ReproduceConfig`` and one call of
-:func:`ugrpo.experiments.reproduce.run_reproduce`.
+:func:`ugrpo.experiments.reproduce.run.run_reproduce`.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from ugrpo.experiments.lm_plan import parse_task_options
-    from ugrpo.experiments.reproduce import ReproduceConfig, run_reproduce
+    from ugrpo.experiments.plan.lm import parse_task_options
+    from ugrpo.experiments.reproduce.run import ReproduceConfig, run_reproduce
 
     skip = tuple(s.strip() for s in str(args.skip).split(",") if s.strip())
     workers = default_workers() if args.workers is None else args.workers

@@ -7,9 +7,22 @@ resumes: finished (N, G, seed) rows in metrics.jsonl are skipped.
 On a language model: ``ugrpo sweep --config examples/arith-tiny.yaml --budget 128 --groups 4,8,16,32
 --seeds 2 --steps 50 --workers 2 --out runs/lm-sweep [--optim.lr 1e-4] [--plan-pilot 32,16]``
 trains one run per (N, G, seed) with ``ugrpo train`` (docs/lm-sweep.md). ``--env`` and ``--config``
-are mutually exclusive. Parsing only: the flags become a ``SweepConfig`` (env) or an ``LMSweepConfig``
-(config) and one call of :func:`ugrpo.experiments.sweep.sweep_experiment` or
-:func:`ugrpo.experiments.lm_sweep.sweep_lm`.
+are mutually exclusive.
+
+Four modes, each one config and one library call (the flags' defaults are the config's field defaults,
+:func:`ugrpo.cli.options.config_default`, which ``--help`` shows):
+
+- ``--env`` (G axis): ``--budget``, ``--groups``, ``--steps``, ``--lr``, ``--lr-schedule``, ``--baseline``,
+  ``--seeds``, ``--seed``, ``--checkpoints`` -> :class:`~ugrpo.experiments.sweep.env.SweepConfig`;
+- ``--env --allocation RULES`` (rules axis): one ``--budget`` and ``--lr``, plus ``--allocation-moments``,
+  ``--g-min``, ``--g-max`` -> :class:`~ugrpo.experiments.sweep.env.AllocSweepConfig`; both run by
+  :func:`ugrpo.experiments.sweep.env.sweep_experiment`;
+- ``--config`` (G axis): ``--budget``, ``--groups``, ``--seeds``, ``--seed``, ``--steps``, ``--workers``,
+  ``--plan-pilot``, ``--ray*``, ``--set`` and the ``--section.field`` overrides ->
+  :class:`~ugrpo.experiments.sweep.lm.LMSweepConfig` and :func:`ugrpo.experiments.sweep.lm.sweep_lm`;
+- ``--config --allocation RULES`` (rules axis): the same with ``LMSweepConfig.rules``.
+
+A flag of another mode is an error naming it.
 """
 
 from __future__ import annotations
@@ -17,13 +30,23 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ugrpo.cli.options import add_override_flags, parse_overrides, ray_options
-from ugrpo.experiments.common import command_line, default_workers, parse_float_list, parse_int_list
+from ugrpo.cli.options import add_override_flags, config_default, given, parse_overrides, ray_options
+from ugrpo.experiments.common import command_line, parse_float_list, parse_int_list
 from ugrpo.stats.estimators import ESTIMATORS
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--env", default=None, help="env JSON (from `ugrpo make-env`) or builtin:demo (the default "
+    from ugrpo.experiments.sweep.env import AllocSweepConfig, SweepConfig
+    from ugrpo.experiments.sweep.executors import RayOptions
+    from ugrpo.experiments.sweep.lm import SWEEP_KEYS
+
+    def env(name):
+        return config_default(SweepConfig, name)
+
+    def alloc(name):
+        return config_default(AllocSweepConfig, name)
+
+    p.add_argument("--env", default=None, help=f"env JSON (from `ugrpo make-env`) or {env('env')} (the default "
                    "without --config)")
     p.add_argument("--config", default=None, help="a training YAML (as for `ugrpo train`): sweep a language model")
     p.add_argument("--workers", type=int, default=None,
@@ -33,25 +56,29 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="with --config: one Ray task per run (pip install 'ugrpo[ray]'); a local Ray of --workers CPUs "
                    "unless --ray-address or $RAY_ADDRESS names a cluster")
     p.add_argument("--ray-address", default=None, help="with --ray: the cluster to join (auto, ray://HOST:10001, ...)")
-    p.add_argument("--ray-cpus", type=float, default=None, help="with --ray: CPUs per run (default 1; also its "
-                   "torch threads)")
-    p.add_argument("--ray-gpus", type=float, default=None, help="with --ray: GPUs per run (default 0)")
+    p.add_argument("--ray-cpus", type=float, default=None, help="with --ray: CPUs per run (default "
+                   f"{config_default(RayOptions, 'cpus_per_run'):g}; also its torch threads)")
+    p.add_argument("--ray-gpus", type=float, default=None,
+                   help=f"with --ray: GPUs per run (default {config_default(RayOptions, 'gpus_per_run'):g})")
     p.add_argument("--set", action="append", default=None, metavar="KEY=VALUE",
                    help="with --config: override a config field, repeatable (e.g. --set optim.lr=1e-4); the same as "
                    "--optim.lr 1e-4")
     p.add_argument("--plan-pilot", default=None, metavar="B0,G0",
                    help="with --config: also run the planner (Thm 7) from a B0 x G0 pilot at the initial model")
     p.add_argument("--budget", required=True, help="samples per step N = B*G; comma-separated for several")
-    p.add_argument("--groups", default="2,4,8,16,32,64", help="group sizes G; each must divide every budget")
+    p.add_argument("--groups", default=",".join(map(str, env("groups"))),
+                   help="group sizes G; each must divide every budget")
     p.add_argument("--steps", type=int, default=None,
-                   help="SGD steps of Algorithm 1 (default 200); with --config: steps per run (default: the config's)")
+                   help=f"SGD steps of Algorithm 1 (default {env('steps')}); with --config: steps per run (default: "
+                   "the config's)")
     p.add_argument("--lr", default=None,
                    help="learning rate (constant) or beta (inverse: lr/i); one value, or one per budget "
-                   "(comma-separated); default 1.0")
-    p.add_argument("--lr-schedule", default=None, choices=["constant", "inverse"], help="default constant")
-    p.add_argument("--baseline", default=None, choices=ESTIMATORS, help="default grpo")
-    p.add_argument("--seeds", type=int, default=5, help="independent runs per (N, G)")
-    p.add_argument("--seed", type=int, default=0, help="first seed (runs use seed..seed+seeds-1)")
+                   f"(comma-separated); default {env('lr')[0]}")
+    p.add_argument("--lr-schedule", default=None, choices=["constant", "inverse"],
+                   help=f"default {env('lr_schedule')}")
+    p.add_argument("--baseline", default=None, choices=ESTIMATORS, help=f"default {env('baseline')}")
+    p.add_argument("--seeds", type=int, default=env("seeds"), help="independent runs per (N, G)")
+    p.add_argument("--seed", type=int, default=env("seed"), help="first seed (runs use seed..seed+seeds-1)")
     p.add_argument("--checkpoints", default=None,
                    help="steps at which the gap is recorded, comma-separated (default: steps/4, steps/2, 3 steps/4, "
                    "steps)")
@@ -64,19 +91,20 @@ def configure(p: argparse.ArgumentParser) -> None:
                    f"With --env: {','.join(RULES)}, exact gap vs samples per rule (docs/math.md M44); with "
                    f"--config: {','.join(ALLOCATION_RULES)}, one training run per (N, G, rule, seed) with "
                    "allocation.rule set, held-out accuracy vs samples spent (docs/lm-sweep.md)")
+    moments = {"history": "false", "exact": "true"}[alloc("moments")]
     p.add_argument("--allocation-moments", default=None, help="with --allocation: true = exact per-prompt "
-                   "moments at the current theta (the ceiling); false (default) = the run's own history")
-    p.add_argument("--g-min", type=int, default=None, help="with --allocation: smallest G_b (default 2)")
-    p.add_argument("--g-max", type=int, default=None, help="with --allocation: largest G_b (default 64)")
-    from ugrpo.experiments.lm_sweep import SWEEP_KEYS
-
+                   f"moments at the current theta (the ceiling); {moments} (default) = the run's own history")
+    p.add_argument("--g-min", type=int, default=None,
+                   help=f"with --allocation: smallest G_b (default {alloc('g_min')})")
+    p.add_argument("--g-max", type=int, default=None,
+                   help=f"with --allocation: largest G_b (default {alloc('g_max')})")
     # the sweep sets SWEEP_KEYS itself (--budget, --groups, --seed, --steps); --baseline is the synthetic sweep's
     add_override_flags(p, "with --config: training-config overrides", skip=(*SWEEP_KEYS, "baseline"))
 
 
 def _env_config(args: argparse.Namespace):
-    """The flags of a synthetic sweep -> ``SweepConfig``."""
-    from ugrpo.experiments.sweep import SweepConfig, default_checkpoints
+    """The flags of a synthetic sweep -> ``SweepConfig`` (flags not given: its defaults)."""
+    from ugrpo.experiments.sweep.env import SweepConfig
 
     lm_only = [f"--{n.replace('_', '-')}" for n in ("set", "plan_pilot", "ray_address", "ray_cpus", "ray_gpus")
                if getattr(args, n, None) is not None]
@@ -88,22 +116,22 @@ def _env_config(args: argparse.Namespace):
         lm_only.append(args.overrides[0])
     if lm_only:
         raise ValueError(f"{', '.join(lm_only)} need --config (a language-model sweep); drop them for --env")
-    steps = 200 if args.steps is None else args.steps
-    cps = (default_checkpoints(steps) if args.checkpoints is None
-           else tuple(parse_int_list(args.checkpoints, name="--checkpoints", minimum=0)))
-    budgets = tuple(parse_int_list(args.budget, name="--budget"))
-    lrs = tuple(parse_float_list("1.0" if args.lr is None else args.lr, name="--lr"))
-    lrs = lrs * len(budgets) if len(lrs) == 1 else lrs
-    return SweepConfig(env=args.env or "builtin:demo", budgets=budgets,
-                       groups=tuple(parse_int_list(args.groups, name="--groups")), steps=steps, lr=lrs,
-                       seeds=args.seeds, checkpoints=cps, baseline=args.baseline or "grpo",
-                       lr_schedule=args.lr_schedule or "constant", seed=args.seed)
+    opt = given(args, steps="steps", baseline="baseline", lr_schedule="lr_schedule")
+    if args.env:
+        opt["env"] = args.env
+    if args.checkpoints is not None:
+        opt["checkpoints"] = tuple(parse_int_list(args.checkpoints, name="--checkpoints", minimum=0))
+    if args.lr is not None:
+        opt["lr"] = tuple(parse_float_list(args.lr, name="--lr"))
+    return SweepConfig(budgets=tuple(parse_int_list(args.budget, name="--budget")),
+                       groups=tuple(parse_int_list(args.groups, name="--groups")), seeds=args.seeds, seed=args.seed,
+                       **opt)
 
 
 def _lm_config(args: argparse.Namespace):
     """The flags of a language-model sweep -> ``LMSweepConfig`` (training-config overrides: ``--section.field
     VALUE``, or the older ``--set section.field=VALUE``)."""
-    from ugrpo.experiments.lm_sweep import LMSweepConfig, parse_sets
+    from ugrpo.experiments.sweep.lm import LMSweepConfig, parse_sets
 
     env_only = [f"--{n.replace('_', '-')}" for n in ("env", "lr", "lr_schedule", "baseline", "checkpoints")
                 if getattr(args, n, None) is not None]
@@ -124,12 +152,12 @@ def _lm_config(args: argparse.Namespace):
     return LMSweepConfig(config=args.config, ray=ray_options(args), rules=rules,
                          budgets=tuple(parse_int_list(args.budget, name="--budget")),
                          groups=tuple(parse_int_list(args.groups, name="--groups")), seeds=args.seeds,
-                         seed=args.seed, steps=args.steps, overrides=overrides,
-                         workers=default_workers() if args.workers is None else args.workers, plan_pilot=pilot)
+                         seed=args.seed, steps=args.steps, overrides=overrides, plan_pilot=pilot,
+                         **given(args, workers="workers"))
 
 
 def _main_lm(args: argparse.Namespace) -> int:
-    from ugrpo.experiments.lm_sweep import sweep_lm
+    from ugrpo.experiments.sweep.lm import sweep_lm
     from ugrpo.report.markdown import fmt_ci, fmt_values, text_table
 
     results = sweep_lm(_lm_config(args), args.out, argv=command_line("sweep", args), progress=not args.no_progress)
@@ -148,7 +176,7 @@ def _main_lm(args: argparse.Namespace) -> int:
             print(f"N={b['budget']} step {b['checkpoint']}: empirical best G = {b['G']} ({b['mean']:.3f}{tie})")
     pl = results.get("planner")
     if pl:
-        from ugrpo.report.lm_sweep_report import swept_g_star
+        from ugrpo.report.sweep import swept_g_star
 
         print(f"planner G* = {pl['g_star']} (95% CI {pl['g_star_ci']}), among the swept G: {swept_g_star(pl)}")
     if results["config"]["seeds"] == 1:
@@ -161,8 +189,8 @@ def _main_lm(args: argparse.Namespace) -> int:
 
 def _print_alloc_lm(args: argparse.Namespace, results: dict) -> int:
     """Console summary of ``sweep --config --allocation``: per (N, G) and metric the rule comparison table."""
-    from ugrpo.report.lm_alloc_report import allocation_reading, comparison_table
     from ugrpo.report.markdown import text_table
+    from ugrpo.report.sweep import allocation_reading, comparison_table
 
     alloc = results["allocation"]
     for e in alloc["cells"]:
@@ -180,7 +208,7 @@ def _print_alloc_lm(args: argparse.Namespace, results: dict) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
-    from ugrpo.experiments.sweep import sweep_experiment
+    from ugrpo.experiments.sweep.env import sweep_experiment
     from ugrpo.report.markdown import text_table
 
     if args.allocation is not None and args.config is None:
@@ -211,9 +239,9 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _alloc_config(args: argparse.Namespace):
-    """The flags of ``sweep --allocation`` -> ``AllocSweepConfig`` (an exact env, one budget, the LOO baseline)."""
-    from ugrpo.experiments.sweep import default_checkpoints
-    from ugrpo.experiments.sweep_alloc import AllocSweepConfig
+    """The flags of ``sweep --allocation`` -> ``AllocSweepConfig`` (an exact env, one budget, the LOO baseline;
+    flags not given: its defaults)."""
+    from ugrpo.experiments.sweep.env import AllocSweepConfig
 
     other = [f"--{n.replace('_', '-')}" for n in ("config", "set", "plan_pilot", "workers", "ray_address")
              if getattr(args, n, None) is not None] + (["--ray"] if args.ray else []) + list(args.overrides[:1])
@@ -225,30 +253,33 @@ def _alloc_config(args: argparse.Namespace):
     budgets = parse_int_list(args.budget, name="--budget")
     if len(budgets) != 1:
         raise ValueError(f"--allocation compares rules at one budget; give one --budget, got {budgets}")
-    moments = {"false": "history", "true": "exact"}.get(str(args.allocation_moments or "false").lower())
-    if moments is None:
-        raise ValueError(f"--allocation-moments {args.allocation_moments!r}: give true (exact moments, the ceiling) "
-                         "or false (the run's own history)")
-    lrs = parse_float_list(args.lr, name="--lr") if args.lr is not None else [1.0]
-    if len(lrs) != 1:
-        raise ValueError(f"--allocation runs one budget: give one --lr, got {lrs}")
-    steps = 200 if args.steps is None else args.steps
-    return AllocSweepConfig(
-        env=args.env or "builtin:demo", budget=budgets[0],
-        rules=tuple(r.strip() for r in str(args.allocation).split(",") if r.strip()),
-        groups=tuple(parse_int_list(args.groups, name="--groups")), steps=steps, lr=lrs[0], seeds=args.seeds,
-        checkpoints=(tuple([0, *default_checkpoints(steps)]) if args.checkpoints is None
-                     else tuple(parse_int_list(args.checkpoints, name="--checkpoints", minimum=0))),
-        lr_schedule=args.lr_schedule or "constant", seed=args.seed, moments=moments,
-        g_min=2 if args.g_min is None else args.g_min, g_max=64 if args.g_max is None else args.g_max)
+    opt = given(args, steps="steps", lr_schedule="lr_schedule", g_min="g_min", g_max="g_max")
+    if args.env:
+        opt["env"] = args.env
+    if args.allocation_moments is not None:
+        opt["moments"] = {"false": "history", "true": "exact"}.get(str(args.allocation_moments).lower())
+        if opt["moments"] is None:
+            raise ValueError(f"--allocation-moments {args.allocation_moments!r}: give true (exact moments, the "
+                             "ceiling) or false (the run's own history)")
+    if args.lr is not None:
+        lrs = parse_float_list(args.lr, name="--lr")
+        if len(lrs) != 1:
+            raise ValueError(f"--allocation runs one budget: give one --lr, got {lrs}")
+        opt["lr"] = lrs[0]
+    if args.checkpoints is not None:
+        opt["checkpoints"] = tuple(parse_int_list(args.checkpoints, name="--checkpoints", minimum=0))
+    return AllocSweepConfig(budget=budgets[0], rules=tuple(r.strip() for r in str(args.allocation).split(",")
+                                                          if r.strip()),
+                            groups=tuple(parse_int_list(args.groups, name="--groups")), seeds=args.seeds,
+                            seed=args.seed, **opt)
 
 
 def _main_alloc(args: argparse.Namespace) -> int:
-    from ugrpo.experiments.sweep_alloc import allocation_sweep_experiment
+    from ugrpo.experiments.sweep.env import sweep_experiment
     from ugrpo.report.markdown import fmt_ci, text_table
 
     cfg = _alloc_config(args)
-    res = allocation_sweep_experiment(cfg, args.out, argv=command_line("sweep", args), progress=not args.no_progress)
+    res = sweep_experiment(cfg, args.out, argv=command_line("sweep", args), progress=not args.no_progress)
     last = max(r["checkpoint"] for r in res["rows"])
     print(f"gap at step {last} (N={cfg.budget}, B={res['B']}; mean over seeds, 95% CI):")
     print(text_table(["rule", "gap", "95% CI", "seeds"],

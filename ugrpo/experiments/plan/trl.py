@@ -19,7 +19,7 @@ completions per optimizer step (TRL requires it divisible by ``num_generations``
 (:func:`ugrpo.lm.sampling.sample_groups`, the run's temperature / top_p / max_completion_length),
 scored with the reward functions (weighted by ``reward_weights``; a completion no function scores
 gets 0 and is counted), its per-sample scores are sketched (:func:`ugrpo.lm.sketch.sketch_scores`),
-and :func:`ugrpo.experiments.plan.run_plan` estimates c1, c2, c3 and plans G at N. The answer is
+and :func:`ugrpo.experiments.plan.env.run_plan` estimates c1, c2, c3 and plans G at N. The answer is
 ``num_generations = G*`` with the batch settings unchanged (N fixed, so B = N / G* prompts per step).
 
 Deviations: chat templates are applied to conversational prompts with TRL's
@@ -250,12 +250,12 @@ def run_trl_plan(config: str | Path | TrlPlanConfig, out: str | Path, *, argv: l
     """
     from trl.data_utils import is_conversational, maybe_apply_chat_template
 
-    from ugrpo.experiments.pilot_io import Pilot
-    from ugrpo.experiments.plan import run_plan
+    from ugrpo.experiments.plan.env import run_plan
+    from ugrpo.experiments.plan.pilot_io import Pilot
     from ugrpo.lm.loading import load_policy
     from ugrpo.lm.sampling import sample_groups
     from ugrpo.lm.sketch import sketch_scores
-    from ugrpo.report.plan_report import write_plan_outputs
+    from ugrpo.report.plan import write_report
 
     cfg = config if isinstance(config, TrlPlanConfig) else load_trl_config(config, **overrides)
     fns = [load_reward_function(s) for s in cfg.reward_funcs]  # fail before loading the model
@@ -285,8 +285,7 @@ def run_trl_plan(config: str | Path | TrlPlanConfig, out: str | Path, *, argv: l
                         "sketch_dim": cfg.sketch_dim, "n_unscorable": n_unscorable})
     results = run_plan(pilot, cfg.N, n_boot=cfg.n_boot, seed=cfg.seed, run=rd)
     results["trl"] = _trl_answer(cfg, results)
-    write_plan_outputs(rd, results, argv)
-    rd.write_report(rd.file("report.md").read_text() + _trl_section(results["trl"]))
+    write_report(rd, results, argv)
     return results
 
 
@@ -316,22 +315,8 @@ def _trl_answer(cfg: TrlPlanConfig, results: dict) -> dict[str, Any]:
     else:
         msg = f"the pilot does not pin the best num_generations down: {results['message']}"
     if G in table:
-        from ugrpo.experiments.plan import group_answer
+        from ugrpo.experiments.plan.env import group_answer
 
         msg += "; " + group_answer(results, G)["message"].replace("your G", "your num_generations")
     return {"budget_N": N, "current": current, "recommended": rec, "num_generations_band": [lo, hi],
             "num_generations_interval": results.get("g_star_ci"), "current_inside_band": inside, "message": msg}
-
-
-def _trl_section(trl: dict) -> str:
-    c, r = trl["current"], trl["recommended"]
-    lines = ["", "## In TRL's terms", "", f"- {trl['message']}.", "",
-             "| | num_generations | per_device_train_batch_size | gradient_accumulation_steps | prompts per step | "
-             "predicted MSE |",
-             "|---|---|---|---|---|---|"]
-    for name, d in (("your config", c), ("recommended", r)):
-        if d is not None:
-            lines.append(f"| {name} | {d['num_generations']} | {d['per_device_train_batch_size']} | "
-                         f"{d['gradient_accumulation_steps']} | {d['prompts_per_step']} | {d['predicted_mse']} |")
-    return "\n".join(lines) + "\n"
-

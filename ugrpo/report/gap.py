@@ -1,15 +1,16 @@
 """Report of ``ugrpo gap`` (:mod:`ugrpo.experiments.gap`, paper Theorem 8): results.json, ``qq.png``,
-``n_dependence.png``, ``corollary9.png`` and report.md. Reads the results dict only."""
+``n_dependence.png``, ``corollary9.png`` and report.md. Reads the results dict and the run's config.json only."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
-from ugrpo.stats.intervals import Z95, normal_interval
+from ugrpo.stats.intervals import TOO_SMALL, Z95, normal_interval
 
-__all__ = ["THM8_PRECISION", "TOO_SMALL", "fit_ok", "cell_verdict", "write_gap_outputs"]
-
-TOO_SMALL = "too small to decide"
+__all__ = ["THM8_PRECISION", "fit_ok", "cell_verdict", "write_report"]
 
 THM8_PRECISION = 0.25
 """Theorem 8 is judged from the mean of n*gap over the runs against the limit's mean E: when 1.96 SE exceeds 25% of E
@@ -54,12 +55,14 @@ def _bias_sentence(cells: list[dict[str, Any]]) -> str:
             "runs).")
 
 
-def write_gap_outputs(rd, results: dict[str, Any], cfg: Any, argv: list[str] | None, seconds: float) -> None:
-    """results.json, qq.png, n_dependence.png, corollary9.png and report.md (reads only ``results``)."""
+def write_report(rd, results: dict[str, Any], argv: Sequence[str] | None = None) -> Path:
+    """results.json (each cell with its verdicts), qq.png, n_dependence.png, corollary9.png and report.md; the
+    simulation's settings come from the run's config.json (a ``GapConfig``), its wall time from ``seconds``."""
     from ugrpo.report.markdown import config_block, fmt, header, image, md_table
     from ugrpo.report.plots import Panel, Series, line_plot, panel_plot
 
-    results = {**results, "seconds": seconds}
+    cfg = SimpleNamespace(**(rd.read_config() or {}))
+    seconds = results["seconds"]
     for cell in results["cells"]:
         cell["verdict"] = _verdicts(cell)
     rd.write_results(results)
@@ -136,4 +139,4 @@ def write_gap_outputs(rd, results: dict[str, Any], cfg: Any, argv: list[str] | N
                         ", ".join(fmt(v) for v in c.get("ratio_to_2G", [])) or "-",
                         ", ".join(fmt(v) for v in c["vanilla_minus_oracle"])] for c in cor]),
              "", image("corollary9.png", "Corollary 9"), "", "## Config", "", config_block(rd.read_config() or {})]
-    rd.write_report("\n".join(lines) + "\n")
+    return rd.write_report("\n".join(lines) + "\n")

@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from ugrpo.stats.allocation import PromptStats, allocate, predicted_mse, prediction_quality
-from ugrpo.stats.intervals import ratio_interval
+from ugrpo.stats.intervals import Interval, ratio_interval
 from ugrpo.stats.mc_mse import (
     ReferenceMoments,
     block_squared_errors,
@@ -68,10 +68,10 @@ class _Target:
     c1: float
 
 
-def _ratio(a: Tensor, b: Tensor, t: _Target) -> dict[str, float | None]:
+def _ratio(a: Tensor, b: Tensor, t: _Target) -> Interval:
     """Corrected mean(a) / mean(b) over paired repetitions (same blocks, same reference: the shift is common, R10)."""
     if torch.equal(a, b):
-        return {"ratio": 1.0, "ci_low": 1.0, "ci_high": 1.0}
+        return Interval(1.0, 1.0, 1.0, kind="identical errors", n=a.numel())
     return ratio_interval(a, b, t.sub, t.sub, common_sd=t.sd)  # cut at 0: a ratio of MSEs
 
 
@@ -84,10 +84,10 @@ def _cells(errs: dict[str, Tensor], preds: dict[str, float], t: _Target) -> dict
         pr = preds[rule] / preds["uniform"] if preds["uniform"] > 0 else None
         same = torch.equal(e, errs["uniform"])
         # no verdict for uniform itself, nor for a rule that chose uniform G everywhere (ratio 1 [1, 1] trivially)
-        ok = None not in (r["ci_low"], pr) and not same
-        out[rule] = {**row, "predicted": preds[rule], "ratio": r["ratio"],
-                     "ratio_ci": [r["ci_low"], r["ci_high"]], "predicted_ratio": pr,
-                     "predicted_inside": (r["ci_low"] <= pr <= r["ci_high"]) if ok else None}
+        ok = None not in (r.ci_low, pr) and not same
+        out[rule] = {**row, "predicted": preds[rule], "ratio": r.estimate,
+                     "ratio_ci": [r.ci_low, r.ci_high], "predicted_ratio": pr,
+                     "predicted_inside": (r.ci_low <= pr <= r.ci_high) if ok else None}
     return out
 
 

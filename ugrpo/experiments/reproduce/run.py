@@ -1,13 +1,13 @@
 """``ugrpo reproduce``: the paper's experiments (Fig. 4, Fig. 5, Table 2, Theorem 8) at one scale, one report.
 
-Built only from the commands that exist: :func:`ugrpo.experiments.lm_mse.run_lm_mse` (Fig. 4, one
-sub-folder per model strength), :func:`ugrpo.experiments.lm_sweep.sweep_lm` (Fig. 5 with the
+Built only from the commands that exist: :func:`ugrpo.experiments.mse.lm.run_lm_mse` (Fig. 4, one
+sub-folder per model strength), :func:`ugrpo.experiments.sweep.lm.sweep_lm` (Fig. 5 with the
 planner's G*, Theorem 7 / eq. (12); Table 2 over several budgets N) and
 :func:`ugrpo.experiments.gap.run_gap` (Theorem 8). Each part writes its own run folder under
 ``OUT/<part>/``; this module then reads their ``results.json`` files only and writes
 ``OUT/results.json`` and ``OUT/report.html`` (figures inline as base64 PNG, the paper's numbers
-beside ours where the paper prints any, and a Claims section: :mod:`ugrpo.experiments.reproduce_claims`
-judges each claim, :mod:`ugrpo.report.reproduce_html` writes the page).
+beside ours where the paper prints any, and a Claims section: :mod:`ugrpo.experiments.reproduce.claims`
+judges each claim, :mod:`ugrpo.report.composite` writes the page).
 
 Resumable: a Fig. 4 strength or Theorem 8 folder with ``results.json`` is skipped; the sweeps use
 the sweep's own resume (finished training runs are skipped, the planner's pilot is cached).
@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ugrpo.experiments.reproduce_claims import STRENGTHS
+from ugrpo.experiments.reproduce.claims import STRENGTHS
 from ugrpo.runs import RunDir, to_jsonable
 
 __all__ = ["PARTS", "SCALES", "PAPER_TABLE2", "ReproduceConfig", "ScalePlan", "scale_plan", "check_paper_ready",
@@ -55,7 +55,7 @@ class ReproduceConfig:
     workers: int = 1
     seed: int = 0
     ray: Any = None
-    """:class:`ugrpo.experiments.executors.RayOptions` to train the sweeps' runs on Ray; None = local processes"""
+    """:class:`ugrpo.experiments.sweep.executors.RayOptions` to train the sweeps' runs on Ray; None = local processes"""
     overrides: tuple[tuple[str, Any], ...] = ()
     """training-config overrides ``(dotted key, value)`` applied to every run of the fig5 and table2 sweeps"""
 
@@ -201,8 +201,8 @@ def _write_yaml(path: Path, obj: dict) -> str:
 
 
 def _fig4(cfg: ReproduceConfig, plan: ScalePlan, out: Path, progress: bool, log: Callable[[str], None]) -> dict:
-    from ugrpo.experiments.lm_mse import LMMSEConfig, run_lm_mse
-    from ugrpo.report.lm_mse_report import write_lm_mse_outputs
+    from ugrpo.experiments.mse.lm import LMMSEConfig, run_lm_mse
+    from ugrpo.report.mse import write_report
 
     done = {}
     for label, model in plan.fig4_models:
@@ -216,13 +216,13 @@ def _fig4(cfg: ReproduceConfig, plan: ScalePlan, out: Path, progress: bool, log:
         rd.write_config({**asdict(mc), "command": "mse", "part": "reproduce fig4"})
         if rd.file("metrics.jsonl").exists():
             rd.file("metrics.jsonl").unlink()  # an unfinished measurement restarts
-        write_lm_mse_outputs(rd, run_lm_mse(mc, rd, progress=progress))
+        write_report(rd, run_lm_mse(mc, rd, progress=progress))
         done[label] = "ran"
     return done
 
 
 def _sweep(part: str, cfg: ReproduceConfig, plan: ScalePlan, out: Path, progress: bool) -> str:
-    from ugrpo.experiments.lm_sweep import LMSweepConfig, sweep_lm
+    from ugrpo.experiments.sweep.lm import LMSweepConfig, sweep_lm
 
     folder = out / part
     folder.mkdir(parents=True, exist_ok=True)
@@ -245,7 +245,7 @@ def sweep_action(runs: list[dict]) -> str:
 
 def _thm8(cfg: ReproduceConfig, plan: ScalePlan, out: Path, progress: bool) -> str:
     from ugrpo.experiments.gap import GapConfig, run_gap
-    from ugrpo.report.gap_report import write_gap_outputs
+    from ugrpo.report.gap import write_report
 
     rd = RunDir(out / "thm8")
     if rd.finished_results() is not None:
@@ -254,15 +254,10 @@ def _thm8(cfg: ReproduceConfig, plan: ScalePlan, out: Path, progress: bool) -> s
     rd.write_config({**asdict(gc), "checkpoints": gc.checkpoints, "command": "gap", "part": "reproduce thm8"})
     rd.file("metrics.jsonl").unlink(missing_ok=True)
     t0 = time.perf_counter()
-    write_gap_outputs(rd, run_gap(gc, rd, progress=progress), gc, None, time.perf_counter() - t0)
+    res = run_gap(gc, rd, progress=progress)
+    res["seconds"] = time.perf_counter() - t0
+    write_report(rd, res)
     return "ran"
-
-
-def _read(folder: Path) -> dict | None:
-    """A part's results.json, or None when it has not finished (no folder is created)."""
-    from ugrpo.runs import finished_results
-
-    return finished_results(folder)
 
 
 def run_reproduce(cfg: ReproduceConfig, *, progress: bool = True, log: Callable[[str], None] = print) -> dict:
@@ -294,14 +289,10 @@ def run_reproduce(cfg: ReproduceConfig, *, progress: bool = True, log: Callable[
             if len(models) == 1 < len(plan.fig4_models):  # smoke or --model-override: the strengths are names only
                 what += f" (one model for all three: {models.pop()})"
         log(f"   {part}: {what} ({seconds[part]:.1f} s)")
-    parts = {}
-    for part in PARTS:
-        if part == "fig4":
-            res = {lab: _read(out / "fig4" / lab) for lab, _ in plan.fig4_models}
-            parts[part] = res if all(v is not None for v in res.values()) else None
-        else:
-            parts[part] = _read(out / part)
-    from ugrpo.experiments.reproduce_claims import claims, summary
+    from ugrpo.experiments.reproduce.claims import claims, summary
+    from ugrpo.report.composite import read_parts, write_reproduce_report
+
+    parts = read_parts(out, [lab for lab, _ in plan.fig4_models])  # no folder is created
 
     results = {"scale": cfg.scale, "actions": actions, "seconds": seconds, "claims": claims(parts),
                "paper": {"table2": PAPER_TABLE2, "fig4": "no numbers in the text (docs/paper.md 8.1)",
@@ -309,7 +300,5 @@ def run_reproduce(cfg: ReproduceConfig, *, progress: bool = True, log: Callable[
                "summary": summary(parts), "models": {"fig4": dict(plan.fig4_models), "fig5": plan.train["model"],
                                                         "table2": plan.train_table2["model"]}}
     root.write_results(results)
-    from ugrpo.report.reproduce_html import write_report
-
-    write_report(root, results, parts, PAPER_TABLE2)
+    write_reproduce_report(root, results)
     return results

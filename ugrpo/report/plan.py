@@ -1,13 +1,17 @@
-"""Report of ``ugrpo plan`` (:mod:`ugrpo.experiments.plan`, :mod:`ugrpo.experiments.lm_plan`; paper Thm 7):
-results.json, ``plan.png`` and report.md, with a cost section for a language-model pilot. Reads the results dict
-only."""
+"""Report of ``ugrpo plan`` (:mod:`ugrpo.experiments.plan`; paper Thm 7): results.json, ``plan.png`` and
+report.md, with a cost section for a language-model pilot (results with ``pilot_cost``) and the answer in TRL's
+terms for ``--trl-config`` (results with ``trl``). Reads the results dict only.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from ugrpo.runs import RunDir
+
+__all__ = ["write_report", "reading"]
 
 
 def reading(results: dict[str, Any]) -> list[str]:
@@ -47,8 +51,9 @@ def reading(results: dict[str, Any]) -> list[str]:
     return out
 
 
-def write_plan_outputs(run: RunDir, results: dict[str, Any], argv: Sequence[str] | None = None) -> None:
-    """results.json, ``plan.png`` (predicted bound vs G with bootstrap band, G* marked), report.md."""
+def write_report(run: RunDir, results: dict[str, Any], argv: Sequence[str] | None = None) -> Path:
+    """results.json, ``plan.png`` (predicted bound vs G with bootstrap band, G* marked) and report.md (plus the
+    cost section of a language-model pilot, and the TRL section); returns the report's path."""
     from ugrpo.report.markdown import fmt_ci, header, image, md_table
     from ugrpo.report.plots import Marker, Series, line_plot
 
@@ -101,12 +106,16 @@ def write_plan_outputs(run: RunDir, results: dict[str, Any], argv: Sequence[str]
                    r.get("band_probability"), exact_at.get(r["G"])] for r in c]),
         "",
     ]
-    run.write_report("\n".join(md))
+    text = "\n".join(md)
+    if "pilot_cost" in results:
+        text = text.rstrip() + "\n\n" + _cost_section(results)
+    if "trl" in results:
+        text += _trl_section(results["trl"])
+    return run.write_report(text)
 
 
-def write_lm_plan_outputs(run: RunDir, results: dict[str, Any], argv: Sequence[str] | None = None) -> None:
-    """The synthetic planner's results.json, plan.png and report.md, plus a cost section."""
-    write_plan_outputs(run, results, argv)
+def _cost_section(results: dict[str, Any]) -> str:
+    """A language-model pilot's costs, and the estimated cost of one training step at the budget."""
     pc, sc = results["pilot_cost"], results["step_cost"]
     lines = ["## Cost", "",
              f"Pilot: {pc['samples']} samples in {pc['seconds']:.1f} s (sampling {pc['seconds_sampling']:.1f}, scoring "
@@ -114,5 +123,19 @@ def write_lm_plan_outputs(run: RunDir, results: dict[str, Any], argv: Sequence[s
              f"{100 * results['pilot_fraction_of_100_steps']:.1f}% of the samples of 100 training steps at N = "
              f"{results['budget']}.",
              f"One training step at N = {results['budget']}: about {sc['seconds']:.2f} s ({sc['how']}).", ""]
-    text = run.file("report.md").read_text()
-    run.write_report(text.rstrip() + "\n\n" + "\n".join(lines))
+    return "\n".join(lines)
+
+
+def _trl_section(trl: dict) -> str:
+    """The plan in GRPOConfig terms (``ugrpo plan --trl-config``): the message and the current / recommended table."""
+    c, r = trl["current"], trl["recommended"]
+    lines = ["", "## In TRL's terms", "", f"- {trl['message']}.", "",
+             "| | num_generations | per_device_train_batch_size | gradient_accumulation_steps | prompts per step | "
+             "predicted MSE |",
+             "|---|---|---|---|---|---|"]
+    for name, d in (("your config", c), ("recommended", r)):
+        if d is not None:
+            lines.append(f"| {name} | {d['num_generations']} | {d['per_device_train_batch_size']} | "
+                         f"{d['gradient_accumulation_steps']} | {d['prompts_per_step']} | {d['predicted_mse']} |")
+    return "\n".join(lines) + "\n"
+

@@ -1,27 +1,98 @@
-"""``report.html`` of ``ugrpo reproduce``: one self-contained page (figures inline as PNG).
+"""Reports of the two commands built from other commands' run folders: ``ugrpo demo`` (a top-level ``report.md``
+that links its mse, plan and sweep runs, :func:`write_demo_report`) and ``ugrpo reproduce`` (one self-contained
+``report.html``, figures inline as PNG, :func:`write_reproduce_report`).
 
-Order: the Claims table (supports / contradicts / cannot tell, with the numbers), then Fig. 4, Fig. 5
-(with the empirical best G per checkpoint and the planner's G*), Table 2 (this run with 95%
-intervals beside the paper's published accuracies) and Theorem 8 (fit of n * gap and Corollary 9).
-Reads only the parts' ``results.json`` contents handed in by :func:`ugrpo.experiments.reproduce.run_reproduce`.
+The reproduce page's order: the Claims table (supports / contradicts / cannot tell, with the numbers), then Fig. 4,
+Fig. 5 (with the empirical best G per checkpoint and the planner's G*), Table 2 (this run with 95% intervals beside
+the paper's published accuracies) and Theorem 8 (fit of n * gap and Corollary 9). It reads only the parts'
+``results.json`` files (:func:`read_parts`) and the results of :func:`ugrpo.experiments.reproduce.run.run_reproduce`.
 """
 
 from __future__ import annotations
 
 import base64
 import html
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ugrpo.report.markdown import count, fmt
-from ugrpo.runs import RunDir
+from ugrpo.runs import RunDir, finished_results
 
-__all__ = ["write_report", "html_table", "inline_png"]
+__all__ = ["write_demo_report", "summary_rows", "write_reproduce_report", "read_part", "read_parts", "html_table",
+           "inline_png"]
 
 STYLE = ("body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse;margin:6px 0}"
          "td,th{border:1px solid #bbb;padding:2px 6px}td.supports{background:#dfd}td.contradicts{background:#fdd}"
          "td.cannot{background:#eee}")
+
+
+# ----------------------------------------------------------------------------------------------- ugrpo demo
+
+
+def summary_rows(res: dict[str, Any]) -> dict[str, list[list[Any]]]:
+    """The demo's three summary tables: MSE at G=4 and G=32, constants and G*, best G per budget."""
+    from ugrpo.report.markdown import fmt_ci
+
+    mse_rows = [[r["G"], r["estimator"], r["mse"], r["exact"]] for r in res["mse"]["rows"] if r["G"] in (4, 32)]
+    p = res["plan"]
+    ex = p.get("exact") or {}
+    const = [[k, p[k]["estimate"], fmt_ci(p[k]["ci_low"], p[k]["ci_high"]), ex.get(k)] for k in ("c1", "c2", "c3")]
+    lo, hi = p["g_star_ci"]
+    const.append(["G*", p["g_star"], fmt_ci(lo, hi if hi is not None else math.inf), ex.get("g_star")])
+    sw = res["sweep"]
+    last = max(r["checkpoint"] for r in sw["rows"])
+    star = {q["budget"]: q["g_star"] for q in sw["planner"]["per_budget"]}
+    best = [[b["budget"], b["checkpoint"], b["G"],
+             star.get(b["budget"])] for b in sw["best_G"] if b["checkpoint"] == last]
+    return {"mse": mse_rows, "constants": const, "best": best}
+
+
+def write_demo_report(run: RunDir, res: dict[str, Any], argv: Sequence[str] | None = None) -> Path:
+    """Top-level DIR/report.md of ``ugrpo demo`` linking the three sub-runs, with the headline tables (``res``:
+    the three sub-runs' results and ``wall_s``); returns its path."""
+    from ugrpo.report.markdown import header, image, md_table
+    from ugrpo.report.mse import reading as mse_reading
+    from ugrpo.report.plan import reading as plan_reading
+    from ugrpo.report.sweep import reading as sweep_reading
+
+    t = summary_rows(res)
+    w = res["wall_s"]
+    md = [
+        header("ugrpo demo: estimate, measure and choose G on builtin:demo", argv),
+        f"Three runs on the built-in exact synthetic policy (total {sum(w.values()):.0f} s: "
+        + ", ".join(f"{k} {v:.0f} s" for k, v in w.items()) + ").",
+        "",
+        "## 1. Gradient MSE per estimator ([mse/report.md](mse/report.md))",
+        "",
+        *[f"- {s}" for s in mse_reading(res["mse"])],
+        "",
+        md_table(["G", "estimator", "MC MSE", "exact"], t["mse"]),
+        "",
+        image("mse/mse.png", "MSE vs G"),
+        "",
+        "## 2. Group-size plan from a pilot ([plan/report.md](plan/report.md))",
+        "",
+        *[f"- {s}" for s in plan_reading(res["plan"])],
+        "",
+        md_table(["", "pilot", "95% CI", "exact"], t["constants"]),
+        "",
+        image("plan/plan.png", "plan"),
+        "",
+        "## 3. Fixed-budget sweep with Algorithm 1 ([sweep/report.md](sweep/report.md))",
+        "",
+        *[f"- {s}" for s in sweep_reading(res["sweep"])],
+        "",
+        md_table(["budget N", "checkpoint", "empirical best G", "planner G*"], t["best"]),
+        "",
+        image("sweep/sweep.png", "sweep"),
+        "",
+    ]
+    return run.write_report("\n".join(md))
+
+
+# ------------------------------------------------------------------------------------------ ugrpo reproduce
 
 
 def inline_png(path: Path, alt: str) -> str:
@@ -70,7 +141,7 @@ def _fig4(out: Path, summ: dict) -> list[str]:
 def _planner(pl: dict | None) -> str:
     if not pl:
         return "<p>Planner: not run for this part.</p>"
-    from ugrpo.report.lm_sweep_report import swept_g_star
+    from ugrpo.report.sweep import swept_g_star
 
     same = " (the same at every budget: the bound (11) scales with 1/N)" if pl["g_star_swept"] is not None else ""
     return (f"<p>Planner (Theorem 7, eq. (12), from a B0 x G0 = {pl['pilot'][0]} x {pl['pilot'][1]} pilot at the "
@@ -78,7 +149,7 @@ def _planner(pl: dict | None) -> str:
 
 
 def _best_per_checkpoint(r: dict) -> list[str]:
-    from ugrpo.report.lm_sweep_report import METRICS, best_g_table
+    from ugrpo.report.sweep import METRICS, best_g_table
 
     h = []
     for m in METRICS:
@@ -105,7 +176,7 @@ def _fig5(out: Path, parts: dict) -> list[str]:
 
 
 def _table2(out: Path, parts: dict, paper: Mapping[int, Mapping[int, float]]) -> list[str]:
-    from ugrpo.report.lm_sweep_report import table2
+    from ugrpo.report.sweep import table2
 
     h = ["<h2>Table 2: accuracy at the last step, budget x G</h2>"]
     r = parts.get("table2")
@@ -153,8 +224,26 @@ def _thm8(out: Path, summ: dict, parts: dict) -> list[str]:
     return h
 
 
-def write_report(root: RunDir, results: dict, parts: dict, paper_table2: Mapping[int, Mapping[int, float]]) -> Path:
-    """Write ``report.html`` into ``root``; returns its path."""
+def read_part(folder: Path) -> dict | None:
+    """A part's results.json, or None when it has not finished (:func:`ugrpo.runs.finished_results`; no folder is
+    created)."""
+    return finished_results(folder)
+
+
+def read_parts(out: Path, fig4_labels: Sequence[str]) -> dict[str, Any]:
+    """The parts' results.json contents under ``out`` ({part: results, or None when it has not finished}; Fig. 4:
+    {strength: results}, None unless every strength has finished)."""
+    fig4 = {lab: read_part(out / "fig4" / lab) for lab in fig4_labels}
+    return {"fig4": fig4 if all(v is not None for v in fig4.values()) else None,
+            **{part: read_part(out / part) for part in ("fig5", "table2", "thm8")}}
+
+
+def write_reproduce_report(root: RunDir, results: dict, argv: Sequence[str] | None = None) -> Path:
+    """Write ``report.html`` of ``ugrpo reproduce`` into ``root`` from its results and its parts' folders (the
+    strengths of Fig. 4 are ``results["models"]["fig4"]``'s keys, the paper's Table 2 ``results["paper"]``'s);
+    returns its path."""
+    parts = read_parts(root.path, list(results["models"]["fig4"]))
+    paper_table2 = results["paper"]["table2"]
     out, summ = root.path, results["summary"]
     h = ["<!doctype html><html><head><meta charset='utf-8'><title>ugrpo reproduce</title>"
          f"<style>{STYLE}</style></head><body>",

@@ -36,11 +36,11 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from ugrpo.experiments.lm_plan import check_context, load_lm_task, sample_sketched
-from ugrpo.experiments.mse import ESTIMATORS
+from ugrpo.experiments.mse.env import ESTIMATORS
+from ugrpo.experiments.plan.lm import check_context, load_lm_task, sample_sketched
 from ugrpo.runs import RunDir, to_jsonable
 from ugrpo.stats.exact_mse import hoeffding_split
-from ugrpo.stats.intervals import difference_interval, ratio_interval
+from ugrpo.stats.intervals import MEAN_KEYS, RATIO_KEYS, difference_interval, ratio_interval
 from ugrpo.stats.mc_mse import DT, block_squared_errors, corrected_row, reference_moments
 from ugrpo.stats.seeds import derive_seed
 
@@ -98,7 +98,7 @@ class LMMSEConfig:
 
     def _check_allocation(self) -> None:
         """Every allocation error before any sampling (unknown rule, bounds, budget N = B G < B g_min)."""
-        from ugrpo.experiments.lm_alloc import allocation_groups
+        from ugrpo.experiments.mse.lm_alloc import allocation_groups
         from ugrpo.stats.allocation import RULES
 
         bad = [r for r in self.allocation if r not in RULES]
@@ -287,14 +287,15 @@ def run_lm_mse(cfg: LMMSEConfig, run: RunDir, *, progress: bool = True, n_boot: 
                       "total": grp["mse"], "residual_share": res["mse"] / grp["mse"] if grp["mse"] > 0 else None,
                       "predicted_oracle_part": _predicted(comp, "oracle", B, G),
                       "predicted_residual": hoeffding_split(0.0, 0.0, comp["c3"]["estimate"], B, G)["residual"]})
-        comps.append({"G": G, "vanilla_minus_grpo": difference_interval(err["vanilla"], err["grpo"]),
+        diff = difference_interval(err["vanilla"], err["grpo"])
+        comps.append({"G": G, "vanilla_minus_grpo": diff.to_dict(*MEAN_KEYS),
                       "grpo_over_oracle": ratio_interval(err["grpo"], err["oracle"], ref.ref_err, ref.ref_err + extra,
-                                                    common_sd=sd_ref),
+                                                    common_sd=sd_ref).to_dict(*RATIO_KEYS),
                       "residual_over_oracle": ratio_interval(err["residual"], err["oracle"], extra, ref.ref_err + extra,
-                                                        b_sd=sd_ref)})
+                                                        b_sd=sd_ref).to_dict(*RATIO_KEYS)})
     alloc = None
     if cfg.allocation:
-        from ugrpo.experiments.lm_alloc import run_allocation_study
+        from ugrpo.experiments.mse.lm_alloc import run_allocation_study
 
         alloc = run_allocation_study(cfg, ref_s, ref_z, est_s, est_z, idx, *hist, ref, sd_ref, comp)
         for row in alloc["rows"]:
@@ -319,11 +320,11 @@ def run_lm_mse(cfg: LMMSEConfig, run: RunDir, *, progress: bool = True, n_boot: 
 def lm_mse_experiment(cfg: LMMSEConfig, out: str, *, argv: list[str] | None = None,
                       progress: bool = True) -> dict[str, Any]:
     """``ugrpo mse --model``: measure ``cfg`` into the run folder ``out`` (fresh), write its outputs, return results."""
-    from ugrpo.report.lm_mse_report import write_lm_mse_outputs
+    from ugrpo.report.mse import write_report
 
     rd = RunDir(out)
     rd.write_config({**asdict(cfg), "command": "mse", "argv": argv})
     rd.file("metrics.jsonl").unlink(missing_ok=True)
     results = run_lm_mse(cfg, rd, progress=progress)
-    write_lm_mse_outputs(rd, results, argv)
+    write_report(rd, results, argv)
     return results

@@ -1,10 +1,12 @@
-"""``report.md`` of a training run, with the reward and held-out accuracy curves as PNG.
+"""Report of ``ugrpo train`` (:func:`ugrpo.train.loop.train`): ``report.md`` of a training run, with the reward and
+held-out accuracy curves as PNG.
 
-Reads only the run folder (config.json, metrics.jsonl, results.json), as DESIGN.md asks.
+Reads only the run folder (config.json, metrics.jsonl, results.json).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from ugrpo.report.plots import Series, line_plot
@@ -26,9 +28,9 @@ def _accuracy_series(rows: list[dict], key: str, label: str) -> Series:
     of one problem are correlated, and a per-problem mean in [0, 1] has variance at most p(1-p), so the band is
     conservative. No band where the value lies outside [0, 1] (a custom reward) or n was not recorded."""
     pts = [(r["step"], r[key], r.get("eval_n_problems")) for r in rows if r.get(key) is not None]
-    bands = [wilson_interval(y, int(n)) if n and 0.0 <= y <= 1.0 else (None, None) for _, y, n in pts]
-    return Series(label, x=[p[0] for p in pts], y=[p[1] for p in pts], low=[b[0] for b in bands],
-                  high=[b[1] for b in bands])
+    bands = [wilson_interval(y, int(n)) if n and 0.0 <= y <= 1.0 else None for _, y, n in pts]
+    return Series(label, x=[p[0] for p in pts], y=[p[1] for p in pts], low=[b and b.ci_low for b in bands],
+                  high=[b and b.ci_high for b in bands])
 
 
 def _acc(row: dict | None, key: str) -> str:
@@ -39,8 +41,8 @@ def _acc(row: dict | None, key: str) -> str:
     n = row.get("eval_n_problems")
     if not n or not 0.0 <= y <= 1.0:
         return _f(y)
-    lo, hi = wilson_interval(y, int(n))
-    return f"{_f(y)} [{_f(lo)}, {_f(hi)}]"
+    w = wilson_interval(y, int(n))
+    return f"{_f(y)} [{_f(w.ci_low)}, {_f(w.ci_high)}]"
 
 
 def _band_series(rows: list[dict], key: str, label: str, color: str | None = None) -> Series:
@@ -172,11 +174,14 @@ conditioned on informative prompts, so each step estimates the gradient of a dif
 """
 
 
-def write_report(run: RunDir) -> Path:
-    """Write ``reward.png``, ``eval.png`` (and the monitor's plots) and ``report.md``; returns the report path."""
+def write_report(run: RunDir, results: dict | None = None, argv: Sequence[str] | None = None) -> Path:
+    """Write ``reward.png``, ``eval.png`` (and the monitor's plots) and ``report.md``; returns the report path.
+
+    A training run's report reads its folder: the metrics rows, config.json, and ``results`` (None: the folder's
+    results.json, which the trainer has written); ``argv`` is not shown (the config is the command's record)."""
     rows = run.metrics()
     cfg = run.read_config() or {}
-    res = run.read_results() or {}
+    res = (run.read_results() if results is None else results) or {}
     for name, series, ylabel, title in (
         ("reward.png", [_series(rows, "reward_mean", "train reward (mean of B*G)")], "reward", "training reward"),
         ("eval.png", [_accuracy_series(rows, "eval_accuracy", "greedy accuracy"),

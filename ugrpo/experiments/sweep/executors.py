@@ -1,6 +1,6 @@
 """Where the training runs of a sweep execute: in this process, on a local process pool, or on Ray.
 
-Every backend calls the same :func:`train_one` with the same :class:`~ugrpo.experiments.lm_sweep.RunSpec`
+Every backend calls the same :func:`train_one` with the same :class:`~ugrpo.experiments.sweep.lm.RunSpec`
 (validated config, seed) and the same folder, and every worker trains with a fixed number of torch
 threads, so a run's numbers do not depend on where it ran (tested: pool = in-process = Ray).
 
@@ -58,7 +58,7 @@ class RayOptions:
 
 @dataclass(frozen=True)
 class Job:
-    """One run to execute: its :class:`~ugrpo.experiments.lm_sweep.RunSpec` and the folder it trains into."""
+    """One run to execute: its :class:`~ugrpo.experiments.sweep.lm.RunSpec` and the folder it trains into."""
 
     spec: Any
     folder: str

@@ -3,7 +3,7 @@
 the report.
 
 'too small to decide' comes before any other verdict when the run lacks the power to reach one (the
-``MIN_*`` constants below and ``ugrpo.report.gap_report.THM8_PRECISION``): a verdict from such a run would say
+``MIN_*`` constants below and ``ugrpo.report.gap.THM8_PRECISION``): a verdict from such a run would say
 more than its data do.
 
 Pure functions of the parts' ``results.json`` contents (Fig. 4 per strength, the two sweeps, Theorem 8);
@@ -14,16 +14,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ugrpo.report.gap_report import THM8_PRECISION, fit_ok
+from ugrpo.report.gap import THM8_PRECISION, fit_ok
 from ugrpo.report.markdown import fmt
-from ugrpo.stats.intervals import Z95
+from ugrpo.stats.intervals import TOO_SMALL, Z95
 
 __all__ = ["STRENGTHS", "claims", "summary"]
 
 STRENGTHS = ("base", "instruct", "fewshot")
 """Fig. 4's model strengths, weakest first"""
-
-TOO_SMALL = "too small to decide"
 
 MIN_REPS = 10
 """Fig. 4's intervals are normal ones (mean +- 1.96 SE over ``reps`` repetitions per G). At 10 repetitions the t
@@ -131,7 +129,7 @@ def _best_g_claim(r: dict | None) -> dict:
         return _claim(name, TOO_SMALL, f"{ev}; one seed per (N, G): no intervals, so no ordering is evidence")
     pl = r.get("planner")
     if pl:
-        from ugrpo.report.lm_sweep_report import swept_g_star
+        from ugrpo.report.sweep import swept_g_star
 
         ev += f"; planner (Thm 7) among the swept G: {swept_g_star(pl)} (interval {pl['g_star_ci']})"
     interior = all(groups[0] < b["G"] < groups[-1] for b in best)

@@ -1,10 +1,13 @@
-"""report.md and allocation.png of an ``ugrpo allocate`` run folder (reads only ``results``)."""
+"""Report of ``ugrpo allocate`` (:mod:`ugrpo.experiments.allocate`): results.json, allocation.png and report.md
+(reads only ``results``)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-__all__ = ["write_allocate_outputs"]
+__all__ = ["write_report"]
 
 
 def _plot(rd, results: dict[str, Any]) -> None:
@@ -26,11 +29,11 @@ def _plot(rd, results: dict[str, Any]) -> None:
               title=f"N = {results['config']['budget']} samples per step: per-prompt rules vs uniform G")
 
 
-def write_allocate_outputs(rd, results: dict[str, Any], argv: list[str] | None, seconds: float) -> None:
-    """results.json, allocation.png and report.md."""
+def write_report(rd, results: dict[str, Any], argv: Sequence[str] | None = None) -> Path:
+    """results.json, allocation.png and report.md (the run time from ``seconds``); returns the report's path."""
     from ugrpo.report.markdown import fmt, fmt_ci, header, image, md_table
 
-    results = {**results, "seconds": seconds}
+    seconds = results["seconds"]
     rd.write_results(results)
     _plot(rd, results)
     inst, cfg = results["instance"], results["config"]
@@ -73,4 +76,4 @@ def write_allocate_outputs(rd, results: dict[str, Any], argv: list[str] | None, 
         "`ustat+screen` rule (with `--screen`), whose MSE includes that bias exactly (vector formula given the "
         f"batch). Run time {seconds:.1f} s.",
     ]
-    rd.write_report("\n\n".join(parts) + "\n")
+    return rd.write_report("\n\n".join(parts) + "\n")

@@ -7,11 +7,11 @@ For each budget N, each G dividing N (B = N/G) and each seed, the existing train
 the last), so held-out ``eval_accuracy`` / ``eval_pass1`` are aggregated per (N, G, checkpoint):
 mean over seeds with a 95% Student-t interval (none with one seed), the empirical best G per
 (N, checkpoint), and optionally the planner's G* (Theorem 7, eq. (12)) from a sketched pilot at the
-initial model (:func:`ugrpo.experiments.lm_plan.run_lm_plan`).
+initial model (:func:`ugrpo.experiments.plan.lm.run_lm_plan`).
 
 Runs go to a local ``ProcessPoolExecutor`` (spawn context, ``torch.set_num_threads(1)`` per
 worker; each run's console output goes to its ``train.log``), or with ``--ray`` one Ray task per run
-(:mod:`ugrpo.experiments.executors`). Resumable: a run with ``results.json`` is skipped, a run with
+(:mod:`ugrpo.experiments.sweep.executors`). Resumable: a run with ``results.json`` is skipped, a run with
 a checkpoint resumes from it, a run without one restarts; a changed training config in the same
 ``--out`` is an error naming the first differing field.
 
@@ -27,8 +27,9 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from ugrpo.experiments.executors import RayOptions
-from ugrpo.report.lm_sweep_report import METRICS, uniform_rows
+from ugrpo.experiments.sweep import DEFAULT_GROUPS, DEFAULT_SEEDS
+from ugrpo.experiments.sweep.executors import RayOptions
+from ugrpo.report.sweep import METRICS, uniform_rows
 from ugrpo.runs import RunDir, read_jsonl, to_jsonable
 from ugrpo.stats.budget import check_divides
 from ugrpo.stats.intervals import t_interval
@@ -42,22 +43,24 @@ SWEEP_KEYS = ("budget.samples_per_step", "budget.group_size", "seed", "steps", "
 
 @dataclass(frozen=True)
 class LMSweepConfig:
-    """Resolved settings of ``ugrpo sweep --config``."""
+    """Resolved settings of ``ugrpo sweep --config``; the defaults are the command's."""
 
     config: str
     """YAML training config (``ugrpo train --config``)"""
     budgets: tuple[int, ...]
     """samples per step N = B*G, one sweep per budget"""
-    groups: tuple[int, ...]
+    groups: tuple[int, ...] = DEFAULT_GROUPS
     """group sizes G; each must divide every budget"""
-    seeds: int
+    seeds: int = DEFAULT_SEEDS
     """independent runs per (N, G); run seeds are seed, seed+1, ..., seed+seeds-1"""
     seed: int = 0
     steps: int | None = None
     """optimisation steps of every run (None = the config's)"""
     overrides: tuple[tuple[str, Any], ...] = ()
     """(dotted key, value) pairs applied to the config (``--set key=value``)"""
-    workers: int = 1
+    workers: int | None = None
+    """parallel training runs; None = :func:`ugrpo.experiments.common.default_workers` (the CPU cores available;
+    1 when a GPU is visible)"""
     plan_pilot: tuple[int, int] | None = None
     """(B0, G0) of the planner's pilot at the initial model; None = no planner"""
     ray: RayOptions | None = None
@@ -66,6 +69,10 @@ class LMSweepConfig:
     """allocation rules (``allocation.rule``), one run per (N, G, rule, seed); () = no allocation axis"""
 
     def __post_init__(self) -> None:
+        if self.workers is None:
+            from ugrpo.experiments.common import default_workers
+
+            object.__setattr__(self, "workers", default_workers())
         if self.seeds < 1:
             raise ValueError(f"--seeds must be >= 1, got {self.seeds}")
         if self.seed < 0:
@@ -79,7 +86,7 @@ class LMSweepConfig:
                 raise ValueError(f"override {key}: the sweep sets {key} itself; use --budget / --groups / --seed / "
                                  "--steps / --allocation instead")
         if self.rules:
-            from ugrpo.experiments.lm_sweep_alloc import check_rules
+            from ugrpo.experiments.sweep.lm_alloc import check_rules
 
             check_rules(self.rules)
         for N in self.budgets:  # every (N, G) before any work starts
@@ -197,9 +204,9 @@ def check_lm_resume(old: dict | None, base: dict, out: str) -> None:
 
 def run_lm_sweep(cfg: LMSweepConfig, specs: Sequence[RunSpec], root: RunDir, *,
                  progress: bool = True) -> dict[str, str]:
-    """Run every unfinished spec (:mod:`ugrpo.experiments.executors`); returns {run name: 'skipped' |
+    """Run every unfinished spec (:mod:`ugrpo.experiments.sweep.executors`); returns {run name: 'skipped' |
     'resumed' | 'started'}."""
-    from ugrpo.experiments.executors import Job, run_jobs, run_state
+    from ugrpo.experiments.sweep.executors import Job, run_jobs, run_state
 
     actions: dict[str, str] = {}
     jobs = []
@@ -226,8 +233,8 @@ def run_lm_sweep(cfg: LMSweepConfig, specs: Sequence[RunSpec], root: RunDir, *,
 
 def collect_evals(root: RunDir, specs: Sequence[RunSpec]) -> list[dict[str, Any]]:
     """One row per run: {budget, G, seed, name, rule, samples_source, evals: {step: {metric: value, samples}}} from
-    its metrics.jsonl (samples spent: :func:`ugrpo.experiments.lm_sweep_alloc.eval_points`)."""
-    from ugrpo.experiments.lm_sweep_alloc import eval_points
+    its metrics.jsonl (samples spent: :func:`ugrpo.experiments.sweep.lm_alloc.eval_points`)."""
+    from ugrpo.experiments.sweep.lm_alloc import eval_points
 
     out = []
     for sp in specs:
@@ -248,10 +255,8 @@ def aggregate_lm(runs: Sequence[dict[str, Any]], *,
     a row has ``rule`` when its runs do).
 
     ``bounds``: the range the metrics can take (``(0, 1)`` for a binary task); each interval is cut to it
-    (:func:`ugrpo.stats.intervals.clip_interval`: the coverage is unchanged) and the row says ``clipped``.
+    (:meth:`ugrpo.stats.intervals.Interval.clip`: the coverage is unchanged) and the row says ``clipped``.
     """
-    from ugrpo.stats.intervals import clip_interval
-
     common = set.intersection(*(set(r["evals"]) for r in runs)) if runs else set()
     cps = sorted(common)
     cells: dict[tuple[int, int, str], list[dict]] = {}
@@ -265,18 +270,16 @@ def aggregate_lm(runs: Sequence[dict[str, Any]], *,
                 if any(v is None for v in vals):
                     continue
                 st = t_interval(vals)
-                low, high = st["ci_low"], st["ci_high"]
-                if bounds is not None:
-                    low, high = clip_interval(low, high, lo=bounds[0], hi=bounds[1])
-                rows.append({"budget": N, "G": G, "B": N // G, "checkpoint": c, "metric": m, "mean": st["mean"],
-                             "se": st["se"], "ci_low": low, "ci_high": high, "seeds": st["n"],
-                             "clipped": (low, high) != (st["ci_low"], st["ci_high"])}
+                cut = st if bounds is None else st.clip(*bounds)
+                rows.append({"budget": N, "G": G, "B": N // G, "checkpoint": c, "metric": m, "mean": st.estimate,
+                             "se": st.se, "ci_low": cut.ci_low, "ci_high": cut.ci_high, "seeds": st.n,
+                             "clipped": (cut.ci_low, cut.ci_high) != (st.ci_low, st.ci_high)}
                             | ({"rule": rule} if rule else {}))
     return cps, rows
 
 
 def _rule_order(rule: str) -> int:
-    from ugrpo.experiments.lm_sweep_alloc import LM_RULES
+    from ugrpo.experiments.sweep.lm_alloc import LM_RULES
 
     return LM_RULES.index(rule) if rule in LM_RULES else -1
 
@@ -305,8 +308,8 @@ def best_lm_groups(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def lm_planner(cfg: LMSweepConfig, base, folder: RunDir, *, progress: bool = True) -> dict[str, Any]:
     """Planner G* (Theorem 7) from a sketched pilot at the initial model; cached in ``folder/results.json``."""
-    from ugrpo.experiments.lm_plan import LMPlanConfig, run_lm_plan
-    from ugrpo.report.plan_report import write_lm_plan_outputs
+    from ugrpo.experiments.plan.lm import LMPlanConfig, run_lm_plan
+    from ugrpo.report.plan import write_report
     from ugrpo.stats.planner import bound
 
     res = folder.finished_results()  # a plan that stopped part way is planned again
@@ -317,7 +320,7 @@ def lm_planner(cfg: LMSweepConfig, base, folder: RunDir, *, progress: bool = Tru
                           temperature=base.sampling.temperature, max_new_tokens=base.sampling.max_new_tokens,
                           chat=base.model.chat)
         res = run_lm_plan(pc, folder, progress=progress)
-        write_lm_plan_outputs(folder, res)
+        write_report(folder, res)
     c = [max(res[k]["estimate"], 0.0) for k in ("c1", "c2", "c3")]
     cands = [g for g in cfg.groups if g >= 2]  # the bound needs G >= 2
     swept = min(cands, key=lambda g: bound(*c, cfg.budgets[0], g)) if cands else None
@@ -362,11 +365,11 @@ def sweep_lm(cfg: LMSweepConfig, out: str, *, argv: Sequence[str] | None = None,
                    {k: r[k] for k in ("budget", "G", "seed", "name", "rule", "samples_source")}
                    | {"action": actions[r["name"]]} for r in runs]}
     if cfg.rules:
-        from ugrpo.experiments.lm_sweep_alloc import allocation_section
+        from ugrpo.experiments.sweep.lm_alloc import allocation_section
 
         results["allocation"] = allocation_section(runs, cps, METRICS, bounds=bounds, seed=cfg.seed)
-    from ugrpo.report.lm_sweep_report import write_lm_sweep_outputs
+    from ugrpo.report.sweep import write_report
 
-    write_lm_sweep_outputs(root, results, argv)
+    write_report(root, results, argv)
     return results
 

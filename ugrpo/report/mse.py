@@ -1,7 +1,12 @@
-"""Report of ``ugrpo mse --model`` (:mod:`ugrpo.experiments.lm_mse`): ``results.json``, ``mse.png`` (paper
-Fig. 4 layout, the values predicted from c1, c2, c3 dashed), ``mse_within.png`` and ``report.md`` with a
-plain-language reading of the two checks (vanilla vs grpo, grpo vs oracle at G = 32) and the Hoeffding split;
-with ``--allocation`` also ``allocation.png`` and the allocation table (realised vs predicted ratio per rule).
+"""Report of ``ugrpo mse`` (:mod:`ugrpo.experiments.mse`): results.json, ``mse.png`` (paper Fig. 4 layout) and
+report.md; :func:`write_report` writes it from the results dict alone, for either source:
+
+- an exact env (:mod:`ugrpo.experiments.mse.env`): Monte Carlo against the exact values, the Hoeffding split,
+  and the sentences and table rows the demo reuses (:func:`reading`, :func:`table_rows`);
+- a language model (:mod:`ugrpo.experiments.mse.lm`; its results carry ``policy``): the values predicted from
+  c1, c2, c3 dashed, ``mse_within.png``, a plain-language reading of the two checks (vanilla vs grpo, grpo vs
+  oracle at G = 32) and the Hoeffding split (:func:`lm_reading`); with ``--allocation`` also ``allocation.png``
+  and the allocation table (realised vs predicted ratio per rule, :func:`allocation_table`).
 """
 
 from __future__ import annotations
@@ -15,12 +20,140 @@ from ugrpo.report.markdown import fmt, fmt_ci, fmt_values, header, image, md_tab
 from ugrpo.report.plots import estimator_series, line_plot
 from ugrpo.runs import RunDir
 from ugrpo.stats.estimators import ESTIMATORS
+from ugrpo.stats.intervals import Z95
 
-__all__ = ["reading", "write_lm_mse_outputs", "allocation_table", "allocation_section"]
+__all__ = ["write_report", "reading", "table_rows", "lm_reading", "allocation_table", "allocation_section"]
+
+
+def write_report(run: RunDir, results: dict[str, Any], argv: Sequence[str] | None = None) -> Path:
+    """results.json, ``mse.png`` and report.md (and, for a language model, ``mse_within.png`` and with an allocation
+    study ``allocation.png``) into ``run``; returns the report's path."""
+    if "policy" in results:
+        return _write_lm(run, results, argv)
+    return _write_env(run, results, argv)
 
 
 def reading(results: dict[str, Any]) -> list[str]:
-    """Plain-language sentences: the issue's two checks, with intervals, and the Hoeffding split."""
+    """Plain-language sentences about an ``ugrpo mse`` result (for report.md)."""
+    rows = results["rows"]
+    by = {(r["estimator"], r["G"]): r for r in rows}
+    groups = sorted({r["G"] for r in rows})
+    out = []
+    Gmax = groups[-1]
+    g, o = by[("grpo", Gmax)], by[("oracle", Gmax)]
+    rel = 100 * (g["mse"] / o["mse"] - 1) if o["mse"] > 0 else float("nan")
+    rel_ex = 100 * (g["exact"] / o["exact"] - 1) if o["exact"] > 0 else float("nan")
+    out.append(
+        f"At G={Gmax}, GRPO's Monte-Carlo MSE is {rel:+.1f}% relative to the oracle's "
+        f"(exact: {rel_ex:+.2f}%); the gap is the O(1/G^2) residual of Theorem 2."
+    )
+    above = [G for G in groups if by[("vanilla", G)]["mse"] > by[("grpo", G)]["mse"]]
+    if len(above) == len(groups):
+        out.append("Vanilla (no baseline) is above GRPO at every G, as Corollary 5 predicts.")
+    else:
+        out.append(_vanilla_below_grpo(by, groups, above))
+    if ("grpo_mean", Gmin := groups[0]) in by and by[("grpo_mean", Gmin)]["mse"] < by[("oracle", Gmin)]["mse"]:
+        out.append(
+            f"grpo_mean (the full-mean baseline most trainers use) is below the oracle at G={Gmin}: it is "
+            "biased, shrinking the gradient by (G-1)/G (docs/math.md M3), which cuts variance more than the "
+            "bias costs in squared error. It is not an unbiased estimator of g, so Corollary 5 does not cover it."
+        )
+    z = [(r["mse"] - r["exact"]) / r["se"] for r in rows if r["se"] and r["se"] > 0]
+    if z:
+        zmax = max(abs(v) for v in z)
+        inside = sum(abs(v) <= Z95 for v in z)
+        out.append(
+            f"Monte Carlo vs exact: {inside} of {len(z)} estimates have the exact value inside their 95% interval; "
+            f"the largest deviation is {zmax:.2f} standard errors."
+        )
+    sp = {s["G"]: s for s in results["hoeffding_grpo"]}
+    Gmin = groups[0]
+    out.append(
+        f"Hoeffding split of GRPO's MSE: the residual c3/(BG(G-1)) is {100 * (sp[Gmin]['residual_share'] or 0):.1f}% "
+        f"of the total at G={Gmin} and {100 * (sp[Gmax]['residual_share'] or 0):.2f}% at G={Gmax}."
+    )
+    return out
+
+
+def _vanilla_below_grpo(by: dict, groups: Sequence[int], above: Sequence[int]) -> str:
+    """The sentence for the G where vanilla's Monte-Carlo MSE is not above GRPO's, with what the exact values say
+    there: a tie (within 1%), GRPO's residual outweighing its baseline's saving, or Monte-Carlo noise."""
+    below = [G for G in groups if G not in above]
+    exact = {G: (by[("vanilla", G)]["exact"], by[("grpo", G)]["exact"]) for G in below}
+    tie = [G for G in below if abs(exact[G][0] - exact[G][1]) <= 0.01 * max(exact[G])]
+    residual = [G for G in below if G not in tie and exact[G][0] < exact[G][1]]
+    noise = [G for G in below if G not in tie and G not in residual]
+    why = []
+    if tie:
+        why.append(f"at {fmt_values(tie)} the exact MSEs are within 1% of each other (GRPO's O(1/G^2) residual "
+                   "about cancels what its baseline saves)")
+    if residual:
+        why.append(f"at {fmt_values(residual)} the exact values agree: GRPO's O(1/G^2) residual outweighs what its "
+                   "baseline saves")
+    if noise:
+        why.append(f"at {fmt_values(noise)} the exact values do not: Monte-Carlo noise")
+    where = f"above GRPO at {fmt_values(above)} but not at {fmt_values(below)}" if above else "not above GRPO at any G"
+    return f"Vanilla is {where}; " + "; ".join(why) + "."
+
+
+def table_rows(results: dict[str, Any], groups: Sequence[int] | None = None) -> list[list[Any]]:
+    """Rows [G, estimator, MC mse, 95% CI, exact] for stdout / markdown tables."""
+    out = []
+    for r in results["rows"]:
+        if groups is None or r["G"] in groups:
+            out.append([r["G"], r["estimator"], r["mse"], f"[{r['ci_low']:.4g}, {r['ci_high']:.4g}]", r["exact"]])
+    return out
+
+
+def _write_env(run: RunDir, results: dict[str, Any], argv: Sequence[str] | None) -> Path:
+    """results.json, ``mse.png`` (Fig. 4 style: log-log MSE vs G, CI bands, exact dashed), report.md."""
+    run.write_results(results)
+    rows = results["rows"]
+    groups = sorted({r["G"] for r in rows})
+    series = estimator_series(rows, ESTIMATORS, label="{est} (MC)", reference="exact", reference_label="{est} (exact)")
+    B = rows[0]["B"]
+    line_plot(run.file("mse.png"), series, xlabel="group size G", ylabel="MSE  E||ghat - g||^2",
+              title=f"Gradient MSE vs G (B={B}, R={rows[0]['reps']})", logx=True, logy=True, xticks=groups)
+    comp = results["exact_components"]
+    split = results["hoeffding_grpo"]
+    md = [
+        header("ugrpo mse: gradient MSE per estimator and group size (paper Fig. 4)", argv),
+        f"Env `{results['config']['env']}` at theta (D = {results['D']}); B = {B} prompts per minibatch, "
+        f"R = {rows[0]['reps']} independent minibatches per G, the same samples for all four estimators. "
+        "MC = mean squared error with a 95% interval (mean +- 1.96 SE); exact = paper Prop. 3 / docs/math.md.",
+        "",
+        "## Reading",
+        "",
+        *[f"- {s}" for s in reading(results)],
+        "",
+        image("mse.png", "MSE vs G"),
+        "",
+        "## Table",
+        "",
+        md_table(["G", "estimator", "MC MSE", "95% CI", "SE", "exact"],
+                 [[r["G"], r["estimator"], r["mse"], f"[{r['ci_low']:.4g}, {r['ci_high']:.4g}]", r["se"], r["exact"]]
+                  for r in rows]),
+        "",
+        "## Hoeffding split of GRPO's MSE (exact; residual also by MC)",
+        "",
+        f"Exact constants at theta: c1 = {comp['c1']:.6g}, c2 = {comp['c2']:.6g}, c3 = {comp['c3']:.6g}.",
+        "",
+        md_table(["G", "oracle part c1/B + "
+                  "c2/(BG)", "residual c3/(BG(G-1))", "residual share", "residual (MC)", "MC 95% CI"],
+                 [[s["G"], s["oracle_part"], s["residual"], s["residual_share"], s["residual_mc"],
+                   f"[{s['residual_mc_ci'][0]:.4g}, {s['residual_mc_ci'][1]:.4g}]"] for s in split]),
+        "",
+    ]
+    return run.write_report("\n".join(md))
+
+
+# ---------------------------------------------------------------------------------------------
+# a language model (ugrpo mse --model)
+
+
+def lm_reading(results: dict[str, Any]) -> list[str]:
+    """Plain-language sentences about a language model's results: the two checks, with intervals, and the Hoeffding
+    split."""
     comps = {c["G"]: c for c in results["comparisons"]}
     groups = sorted(comps)
     out = []
@@ -63,8 +196,8 @@ def reading(results: dict[str, Any]) -> list[str]:
     return out
 
 
-def write_lm_mse_outputs(run: RunDir, results: dict[str, Any], argv: Sequence[str] | None = None) -> None:
-    """results.json, ``mse.png`` (Fig. 4 style, predicted-from-c's dashed), report.md."""
+def _write_lm(run: RunDir, results: dict[str, Any], argv: Sequence[str] | None) -> Path:
+    """results.json, ``mse.png`` (Fig. 4 style, predicted-from-c's dashed), ``mse_within.png``, report.md."""
     run.write_results(results)
     rows = results["rows"]
     groups = sorted({r["G"] for r in rows})
@@ -86,7 +219,7 @@ def write_lm_mse_outputs(run: RunDir, results: dict[str, Any], argv: Sequence[st
         "prompt. "
         f"Squared errors in a k = {results['sketch']['dim']} sketch of the {results['sketch']['D']}-dim gradient "
         "(unbiased). See docs/lm-mse.md.",
-        "", "## Reading", "", *[f"- {s}" for s in reading(results)], "", image("mse.png", "MSE vs G"), "",
+        "", "## Reading", "", *[f"- {s}" for s in lm_reading(results)], "", image("mse.png", "MSE vs G"), "",
         "## Table (MSE after the reference corrections; predicted = c1, c2, c3 of the reference pool in Prop. 3)", "",
         md_table(["G", "estimator", "MSE", "95% CI", "raw", "correction", "predicted", "within prompts", "95% CI"],
                  [[r["G"], r["estimator"], r["mse"], fmt_ci(r["ci_low"], r["ci_high"]), r["raw_mse"], r["correction"],
@@ -119,11 +252,11 @@ def write_lm_mse_outputs(run: RunDir, results: dict[str, Any], argv: Sequence[st
     ]
     if results.get("allocation"):
         md += allocation_section(run, results)
-    run.write_report("\n".join(md))
+    return run.write_report("\n".join(md))
 
 
 # ---------------------------------------------------------------------------------------------
-# the allocation study (docs/lm-mse.md R8-R10)
+# a language model's allocation study (docs/lm-mse.md R8-R10)
 
 
 def allocation_table(alloc: dict[str, Any], part: str = "total") -> tuple[list[str], list[list[Any]]]:

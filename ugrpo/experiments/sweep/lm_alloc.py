@@ -1,6 +1,6 @@
 """``ugrpo sweep --config FILE --allocation RULES``: held-out accuracy against samples spent, per allocation rule.
 
-The sweep trains one run per (N, G, rule, seed) (:mod:`ugrpo.experiments.lm_sweep`, ``allocation.rule`` set in the
+The sweep trains one run per (N, G, rule, seed) (:mod:`ugrpo.experiments.sweep.lm`, ``allocation.rule`` set in the
 config); this module turns the runs' ``metrics.jsonl`` into the comparison, with pure functions only:
 
 - **samples spent** at each evaluation: the row's ``samples_cum`` (policy samples drawn up to that step, DAPO-dynamic's
@@ -9,7 +9,7 @@ config); this module turns the runs' ``metrics.jsonl`` into the comparison, with
   variable number per step, so it has no fallback.
 - **curves**: per (N, G, rule) and evaluation step, the mean over seeds of the samples spent and of the held-out
   metric, with a 95% Student-t interval over seeds cut to [0, 1] (an accuracy's range; cutting keeps the coverage,
-  :func:`ugrpo.stats.intervals.clip_interval`). Rules that spend a variable number of samples are placed at their
+  :meth:`ugrpo.stats.intervals.Interval.clip`). Rules that spend a variable number of samples are placed at their
   seeds' mean spend (the spread is kept as ``samples_min`` / ``samples_max``).
 - **samples to reach uniform's final accuracy**: the target is uniform's final mean accuracy; each rule's
   mean curve is read as piecewise linear in samples and the first crossing of the target is taken
@@ -30,10 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from ugrpo.experiments.reproduce_claims import TOO_SMALL
-from ugrpo.experiments.sweep_alloc import samples_to_reach
+from ugrpo.experiments.sweep.env import samples_to_reach
 from ugrpo.stats.allocation import RULES
-from ugrpo.stats.intervals import clip_interval, t_interval
+from ugrpo.stats.intervals import TOO_SMALL, t_interval
 from ugrpo.train.config import ALLOCATION_RULES
 
 __all__ = ["LM_RULES", "FALLBACK", "GOAL_RATIO", "check_rules", "eval_points", "curve", "first_reach",
@@ -104,11 +103,10 @@ def curve(acc: np.ndarray, samples: np.ndarray, checkpoints: Sequence[int], *,
     out = []
     for j, c in enumerate(checkpoints):
         st = t_interval([float(v) for v in acc[:, j]])
-        lo, hi = (st["ci_low"], st["ci_high"]) if bounds is None else clip_interval(st["ci_low"], st["ci_high"],
-                                                                                     lo=bounds[0], hi=bounds[1])
+        cut = st if bounds is None else st.clip(*bounds)
         out.append({"checkpoint": int(c), "samples": float(samples[:, j].mean()),
                     "samples_min": float(samples[:, j].min()), "samples_max": float(samples[:, j].max()),
-                    "mean": st["mean"], "se": st["se"], "ci_low": lo, "ci_high": hi, "seeds": st["n"]})
+                    "mean": st.estimate, "se": st.se, "ci_low": cut.ci_low, "ci_high": cut.ci_high, "seeds": st.n})
     return out
 
 

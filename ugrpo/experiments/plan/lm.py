@@ -4,7 +4,7 @@ The pilot is B0 prompts drawn iid uniformly (with replacement, seeded) from the 
 problems, G0 completions each, sampled at the frozen policy; every completion is scored with the
 task's verifier and its score W = grad log pi(Y|x) is sketched (``ugrpo.lm.sketch``, k rows, E[S^T S] = I,
 one batched backward), which keeps the unbiased estimates of :mod:`ugrpo.stats.components` unbiased
-(docs/math.md M19). The planner itself is the synthetic one (:func:`ugrpo.experiments.plan.run_plan`);
+(docs/math.md M19). The planner itself is the synthetic one (:func:`ugrpo.experiments.plan.env.run_plan`);
 the pilot is saved as ``pilot.npz`` (docs/pilot-format.md, sketched scores) so that
 ``ugrpo plan --pilot DIR/pilot.npz --budget N2`` re-plans without sampling again.
 
@@ -31,7 +31,7 @@ from ugrpo.stats.band import check_n_boot
 from ugrpo.stats.seeds import derive_seed
 
 __all__ = ["LMPlanConfig", "SketchedSamples", "parse_task_options", "load_lm_task", "sample_sketched",
-           "sample_lm_pilot", "run_lm_plan"]
+           "sample_lm_pilot", "run_lm_plan", "lm_plan_experiment"]
 
 DT = torch.float64
 
@@ -161,7 +161,7 @@ class LMPlanConfig:
     chunk_size: int = 512
 
     def __post_init__(self) -> None:
-        from ugrpo.experiments.pilot_io import MIN_PILOT_GROUP
+        from ugrpo.experiments.plan.pilot_io import MIN_PILOT_GROUP
         from ugrpo.stats.budget import check_divides
 
         if self.pilot_group < MIN_PILOT_GROUP or self.pilot_batch < 2:
@@ -202,7 +202,7 @@ def _backward_seconds(model, rollout, temperature: float, chunk_size: int) -> fl
 
 def sample_lm_pilot(cfg: LMPlanConfig, *, progress: bool = True):
     """Sample, score and sketch the pilot in chunks of prompts; returns (Pilot, pilot cost, step cost)."""
-    from ugrpo.experiments.pilot_io import Pilot
+    from ugrpo.experiments.plan.pilot_io import Pilot
     from ugrpo.lm.loading import load_policy
 
     task, opts = load_lm_task(cfg.model, cfg.task, dict(cfg.task_options))
@@ -250,8 +250,8 @@ def sample_lm_pilot(cfg: LMPlanConfig, *, progress: bool = True):
 
 def run_lm_plan(cfg: LMPlanConfig, run: RunDir, *, progress: bool = True) -> dict[str, Any]:
     """Pilot -> pilot.npz -> c1, c2, c3 and G* for the budget (``run_plan``), plus costs; the results.json object."""
-    from ugrpo.experiments.pilot_io import save_pilot
-    from ugrpo.experiments.plan import run_plan
+    from ugrpo.experiments.plan.env import run_plan
+    from ugrpo.experiments.plan.pilot_io import save_pilot
 
     pilot, cost, step = sample_lm_pilot(cfg, progress=progress)
     save_pilot(run.file("pilot.npz"), pilot)
@@ -262,3 +262,16 @@ def run_lm_plan(cfg: LMPlanConfig, run: RunDir, *, progress: bool = True) -> dic
     results["pilot_file"] = str(run.file("pilot.npz"))
     results["config"] = asdict(cfg)
     return to_jsonable(results)
+
+
+def lm_plan_experiment(cfg: LMPlanConfig, out: str, *, argv: list[str] | None = None) -> dict[str, Any]:
+    """``ugrpo plan --model``: an :class:`LMPlanConfig` -> the run folder ``out`` (pilot.npz, results.json,
+    plan.png, report.md with the costs); returns the results."""
+    from ugrpo.report.plan import write_report
+
+    rd = RunDir(out)
+    rd.write_config({**asdict(cfg), "command": "plan", "argv": argv})
+    rd.file("metrics.jsonl").unlink(missing_ok=True)
+    results = run_lm_plan(cfg, rd)
+    write_report(rd, results, argv)
+    return results

@@ -29,7 +29,7 @@ from ugrpo.runs import RunDir
 from ugrpo.stats.advantages import compute_advantages
 from ugrpo.stats.estimators import ESTIMATORS
 from ugrpo.stats.exact_mse import hoeffding_split
-from ugrpo.stats.intervals import clip_interval, mean_interval
+from ugrpo.stats.intervals import mean_interval
 from ugrpo.stats.seeds import derive_seed  # re-exported; the split lives in stats
 
 __all__ = ["ESTIMATORS", "MSEConfig", "squared_errors", "run_mse", "mse_experiment", "hoeffding_split"]
@@ -96,9 +96,7 @@ def squared_errors(batch, g_true: torch.Tensor, B: int) -> dict[str, torch.Tenso
 
 def _stats(x: torch.Tensor) -> dict[str, float]:
     """Mean squared error over the repetitions with its 95% interval, cut at 0 (a squared error is never negative)."""
-    r = mean_interval(x)
-    lo, hi = clip_interval(r["ci_low"], r["ci_high"], hi=math.inf)
-    return {"mse": r["mean"], "se": r["se"], "ci_low": lo, "ci_high": hi}
+    return mean_interval(x).clip(hi=math.inf).to_dict("mse", "se", "ci_low", "ci_high")
 
 
 def run_mse(env, theta: torch.Tensor, cfg: MSEConfig, run: RunDir, *, progress: bool = True) -> dict[str, Any]:
@@ -157,7 +155,7 @@ def mse_experiment(cfg: MSEConfig, out: str, *, argv: Sequence[str] | None = Non
     """``ugrpo mse --env``: measure ``cfg`` into the run folder ``out`` (a fresh measurement, not a resume),
     write results.json, mse.png and report.md; return the results."""
     from ugrpo.experiments.common import resolve_env, resolve_theta
-    from ugrpo.report.mse_report import write_mse_outputs
+    from ugrpo.report.mse import write_report
 
     env = resolve_env(cfg.env)
     theta = resolve_theta(env, cfg.theta)
@@ -168,7 +166,7 @@ def mse_experiment(cfg: MSEConfig, out: str, *, argv: Sequence[str] | None = Non
         results = run_mse(env, theta, cfg, rd, progress=progress)
     except KeyboardInterrupt:
         raise KeyboardInterrupt(f"interrupted: the rows finished so far are in {rd.file('metrics.jsonl')}") from None
-    write_mse_outputs(rd, results, argv)
+    write_report(rd, results, argv)
     return results
 
 

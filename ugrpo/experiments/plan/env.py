@@ -1,8 +1,11 @@
-"""``ugrpo plan`` logic: pilot -> c1, c2, c3 -> the group size G for a budget N (paper Thm 7).
+"""``ugrpo plan`` from an exact env or a pilot file: pilot -> c1, c2, c3 -> the group size G for a budget N
+(paper Thm 7); :func:`run_plan` is the planner every pilot source calls (``--model``: :mod:`.lm`, ``--trl-config``:
+:mod:`.trl`).
 
-The pilot comes from an exact env (sampled at theta0, optionally saved with ``--save-pilot``)
-or from a pilot file (docs/pilot-format.md). The constants are estimated by
-:func:`ugrpo.stats.components.estimate_components` (unbiased, bootstrap intervals over prompts)
+:class:`PlanConfig` holds the settings of a plan from an exact env or a saved pilot; :func:`plan_experiment`
+samples (or loads) the pilot, plans and writes the run folder. The pilot comes from an exact env (sampled at
+theta0, optionally saved with ``--save-pilot``) or from a pilot file (docs/pilot-format.md). The constants are
+estimated by :func:`ugrpo.stats.components.estimate_components` (unbiased, bootstrap intervals over prompts)
 and the group size by :func:`ugrpo.stats.planner.plan_group_size`, which minimises the bound
 c1 G/N + c2/N + c3/(N(G-1)) of paper eq. (11)-(12) over the divisors G of N.
 
@@ -14,15 +17,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
 
-from ugrpo.experiments.pilot_io import Pilot
+from ugrpo.experiments.plan.pilot_io import MIN_PILOT_GROUP, Pilot
 from ugrpo.runs import RunDir, to_jsonable
+from ugrpo.stats.band import check_n_boot
+from ugrpo.stats.budget import check_divides
 from ugrpo.stats.exact_mse import uniform_mse
+from ugrpo.stats.intervals import ESTIMATE_KEYS
 
-__all__ = ["sample_pilot", "exact_planner", "run_plan"]
+__all__ = ["PlanConfig", "plan_experiment", "sample_pilot", "exact_planner", "run_plan"]
 
 
 def sample_pilot(env, theta: torch.Tensor, B0: int, G0: int, generator: torch.Generator, meta: dict) -> Pilot:
@@ -54,7 +61,7 @@ def band_block(p, vc=None) -> dict[str, Any]:
 def group_answer(results: dict[str, Any], G: int, replicates=None, level: float = 0.95) -> dict[str, Any]:
     """``--group G``: G's MSE over the best G's (the bootstrap mean ratio, M41, when the candidates carry it; else the
     ratio of predicted MSEs), with a bootstrap interval, and the sentence."""
-    from ugrpo.stats.band import ratio_interval
+    from ugrpo.stats.band import ratio_to_best_interval
 
     cand = {c["G"]: c for c in results["candidates"]}
     if G not in cand:
@@ -65,7 +72,8 @@ def group_answer(results: dict[str, Any], G: int, replicates=None, level: float 
     ci = None
     if replicates is not None:  # the replicates with c1* > 0, as for the expected ratio (docs/math.md M41)
         reps = replicates[replicates[:, 0] > 0] if int((replicates[:, 0] > 0).sum()) >= 2 else replicates
-        ci = ratio_interval(reps, results["budget"], sorted(cand), G, level)
+        iv = ratio_to_best_interval(reps, results["budget"], sorted(cand), G, level)
+        ci = (iv.ci_low, iv.ci_high)
     rec = results.get("g_recommended") or results.get("g_star")
     msg = (f"your G = {G} costs {100 * (ratio - 1):.0f}% more gradient error than the best G at this budget "
            f"({ratio:.3f}x the best G's MSE" + (", bootstrap mean" if "expected_ratio" in cand[G] else ""))
@@ -86,10 +94,6 @@ def exact_planner(pm, budgets: Sequence[int], groups: Sequence[int] | None = Non
     return {"g_star": per[0]["g_star"], "g_star_continuous": per[0]["g_star_continuous"],
             "g_star_paper": per[0]["g_star_paper"], "per_budget": per,
             "constants": {"c1": pm.c1, "c2": pm.c2, "c3": pm.c3}}
-
-
-def _est(e) -> dict[str, Any]:
-    return {"estimate": e.estimate, "ci_low": e.ci_low, "ci_high": e.ci_high, "se": e.se}
 
 
 def run_plan(pilot: Pilot, budget: int, *, n_boot: int, seed: int, run: RunDir,
@@ -119,7 +123,8 @@ def run_plan(pilot: Pilot, budget: int, *, n_boot: int, seed: int, run: RunDir,
     gen = torch.Generator().manual_seed(seed)
     kw = {"scores": pilot.scores} if pilot.scores is not None else {"gram": pilot.gram}
     vc = estimate_components(pilot.rewards, n_boot=n_boot, generator=gen, method=method, **kw)
-    run.append_metrics({"kind": "components", "c1": _est(vc.c1), "c2": _est(vc.c2), "c3": _est(vc.c3),
+    est = {k: getattr(vc, k).to_dict(*ESTIMATE_KEYS) for k in ("c1", "c2", "c3")}  # the bootstrap Intervals' JSON
+    run.append_metrics({"kind": "components", **est,
                         "frac_zero_std": vc.frac_zero_std, "n_boot_degenerate": vc.n_boot_degenerate})
     p = _plan(vc, budget, tolerance=tolerance)
     cands = [{"G": G, "B": B, "predicted_mse": v} for G, B, v in p.candidates]
@@ -131,7 +136,7 @@ def run_plan(pilot: Pilot, budget: int, *, n_boot: int, seed: int, run: RunDir,
         ci = [p.g_star_lower_bound if p.g_star_lower_bound is not None and math.isfinite(p.g_star_lower_bound)
               else None, None]
     results: dict[str, Any] = {
-        "c1": _est(vc.c1), "c2": _est(vc.c2), "c3": _est(vc.c3),
+        **est,
         "g_star_continuous": p.g_star_continuous, "g_star_paper": p.g_star_paper, "g_star": p.g_star,
         "g_star_ci": [None if v is None or (isinstance(v, float) and not math.isfinite(v)) else v for v in ci],
         "g_star_continuous_ci": p.g_star_continuous_ci, "g_star_lower_bound": p.g_star_lower_bound,
@@ -163,3 +168,83 @@ def _bootstrap_band(replicates: torch.Tensor, N: int, groups: Sequence[int]) -> 
         q = torch.quantile(vals, torch.tensor([0.025, 0.975], dtype=vals.dtype))
         out.append((float(q[0]), float(q[1])))
     return out
+
+
+@dataclass(frozen=True)
+class PlanConfig:
+    """Resolved settings of ``ugrpo plan`` from an env or a pilot file."""
+
+    budget: int
+    """samples per step N = B*G"""
+    seed: int
+    """seeds the pilot sampling and the bootstrap"""
+    n_boot: int
+    """bootstrap replicates for the intervals"""
+    env: str | None = None
+    """env JSON or builtin:NAME: sample a pilot (exactly one of env and pilot)"""
+    pilot: str | None = None
+    """a saved pilot .npz (docs/pilot-format.md)"""
+    pilot_batch: int | None = None
+    """pilot prompts B0 (with env)"""
+    pilot_group: int | None = None
+    """pilot samples per prompt G0 (with env)"""
+    save_pilot: str | None = None
+    """write the sampled pilot to this .npz (with env)"""
+    theta: tuple[float, ...] | None = None
+    """the pilot's parameters (with env); None = theta0"""
+    group: int | None = None
+    """the group size in use (must divide the budget): the results say how much more gradient error it costs than
+    the best G"""
+    ci_method: str = "studentized-log"
+    """bootstrap intervals of c1, c2, c3: studentized-log, studentized, studentized-equal-tailed or percentile
+    (docs/math.md M39)"""
+
+    def __post_init__(self) -> None:
+        if (self.env is None) == (self.pilot is None):
+            raise ValueError("give exactly one of --env (sample a pilot), --pilot FILE (a saved pilot) or --model PATH "
+                             "(sample a pilot from a language model)")
+        if self.env is not None and (self.pilot_batch is None or self.pilot_group is None):
+            raise ValueError("--env needs --pilot-batch B0 and --pilot-group G0 (e.g. 64 and 8)")
+        if self.pilot is not None and self.save_pilot is not None:
+            raise ValueError("--save-pilot only applies to --env (the pilot is already a file)")
+        if self.pilot is not None and self.theta is not None:
+            raise ValueError("--theta only applies to --env (a pilot file was sampled at its own theta)")
+        if self.budget < 2:
+            raise ValueError(f"--budget N = {self.budget} must be >= 2 (GRPO needs G >= 2 samples per prompt)")
+        if self.env is not None and (self.pilot_group < MIN_PILOT_GROUP or self.pilot_batch < 2):
+            raise ValueError(f"--pilot-group G0 = {self.pilot_group} and --pilot-batch B0 = {self.pilot_batch}: "
+                             f"need G0 >= {MIN_PILOT_GROUP} (the unbiased c3 estimate) and B0 >= 2 (c1)")
+        check_n_boot(self.n_boot)
+        if self.group is not None:
+            check_divides(self.budget, self.group)
+
+
+def plan_experiment(cfg: PlanConfig, out: str, *, argv: list[str] | None = None) -> dict[str, Any]:
+    """Pilot (sampled from ``cfg.env`` at ``cfg.theta``, or read from ``cfg.pilot``) -> plan; writes the run
+    folder ``out`` (results.json, plan.png, report.md) and returns the results."""
+    from ugrpo.experiments.common import resolve_env, resolve_theta
+    from ugrpo.experiments.plan.pilot_io import load_pilot, save_pilot
+    from ugrpo.report.plan import write_report
+
+    exact_pm = curve = None
+    if cfg.env is not None:
+        env = resolve_env(cfg.env)
+        theta = resolve_theta(env, cfg.theta)
+        gen = torch.Generator().manual_seed(cfg.seed)
+        pilot = sample_pilot(env, theta, cfg.pilot_batch, cfg.pilot_group, gen,
+                             meta={"env": cfg.env, "theta": theta.tolist(), "seed": cfg.seed})
+        if cfg.save_pilot:
+            save_pilot(cfg.save_pilot, pilot)
+        ex = env.exact(theta, sigma=False)
+        exact_pm = ex.policy_moments
+        curve = [{"G": G, "mse": ex.mse("grpo", cfg.budget // G, G)}
+                 for G in range(2, cfg.budget + 1) if cfg.budget % G == 0]
+    else:
+        pilot = load_pilot(cfg.pilot)
+    rd = RunDir(out)
+    rd.write_config({**asdict(cfg), "command": "plan", "argv": argv})
+    rd.file("metrics.jsonl").unlink(missing_ok=True)
+    results = run_plan(pilot, cfg.budget, n_boot=cfg.n_boot, seed=cfg.seed, run=rd, exact_pm=exact_pm,
+                       exact_curve=curve, method=cfg.ci_method, group=cfg.group)
+    write_report(rd, results, argv)
+    return results
