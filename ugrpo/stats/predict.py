@@ -36,17 +36,17 @@ c2 = c3 = E p(1-p).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from .allocation import PromptStats
-from .prior_p import P_GRID, fit_beta_prior, fit_p_prior, posterior_weights
+from .prior_p import P_GRID, fit_beta_prior, fit_p_prior, posterior_nodes
 
 __all__ = ["Hyper", "Posterior", "P_GRID", "fit_beta_prior", "fit_p_prior", "fit_hyper", "posterior", "predict",
-           "posterior_means", "draw", "bootstrap_posteriors", "random_effects", "check_sums", "REQUIRED",
-           "SECOND_MOMENTS"]
+           "posterior_means", "reward_variance", "draw", "draw_mixture", "bootstrap_posteriors", "random_effects",
+           "check_sums", "REQUIRED", "SECOND_MOMENTS"]
 
 REQUIRED: tuple[str, ...] = ("visits", "samples", "successes", "w2_success", "w2_failure", "t0_sum")
 """history sums every prediction reads"""
@@ -118,7 +118,8 @@ class Posterior:
 
     Attributes
     ----------
-    pw : (B, K) posterior weights of p on :data:`P_GRID`
+    pv, pw : (B, K) each prompt's posterior of p: values (its own grid, :func:`ugrpo.stats.prior_p.posterior_nodes`)
+        and weights
     logm : (B, 2) posterior mean of (log m_1, log m_0); logm_cov : (B, 2, 2) its covariance
     eta, eta_sd : normal posterior of eta before its truncation to [0, 1/(p(1-p))]
     seen : prompts with at least one visit; the others are draws from ``pool``
@@ -126,6 +127,7 @@ class Posterior:
     hyper : the fitted :class:`Hyper`
     """
 
+    pv: np.ndarray
     pw: np.ndarray
     logm: np.ndarray
     logm_cov: np.ndarray
@@ -138,7 +140,7 @@ class Posterior:
     def take(self, idx: np.ndarray) -> Posterior:
         """The posterior of the prompts ``idx`` (e.g. a drawn batch); the pool is shared."""
         i = np.asarray(idx, dtype=np.int64)
-        return replace(self, pw=self.pw[i], logm=self.logm[i], logm_cov=self.logm_cov[i],
+        return replace(self, pv=self.pv[i], pw=self.pw[i], logm=self.logm[i], logm_cov=self.logm_cov[i],
                        eta=self.eta[i], eta_sd=self.eta_sd[i], seen=self.seen[i])
 
     def __len__(self) -> int:
@@ -245,16 +247,17 @@ def _normal_update(mu: np.ndarray, cov: np.ndarray, y: np.ndarray, v: np.ndarray
     return mean, np.broadcast_to(post, (n, 2, 2)).copy()
 
 
-def _pq(pw: np.ndarray, i: int, j: int) -> np.ndarray:
-    """E[p^i (1-p)^j] under the grid posterior ``pw`` (..., K)."""
-    return pw @ (P_GRID**i * (1 - P_GRID) ** j)
+def _pq(pp: tuple[np.ndarray, np.ndarray], i: int, j: int) -> np.ndarray:
+    """E[p^i (1-p)^j] under each prompt's posterior ``pp`` = (values, weights), both (B, K)."""
+    v, w = pp
+    return (w * v**i * (1 - v) ** j).sum(-1)
 
 
-def _e_parts(pw, em1, em0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _e_parts(pp, em1, em0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Posterior means of (E||W (Z - p)||^2, E||W||^2 Var(Z), p(1-p) E||W (Z - p)||^2) at the grid posterior ``pw`` of
     p and the means em1, em0 of m_1, m_0 (independent given the history; polynomials in p, M38 and M49)."""
-    q1, q0 = _pq(pw, 1, 2), _pq(pw, 2, 1)                          # E p(1-p)^2, E p^2 (1-p)
-    return q1 * em1 + q0 * em0, q0 * em1 + q1 * em0, _pq(pw, 2, 3) * em1 + _pq(pw, 3, 2) * em0
+    q1, q0 = _pq(pp, 1, 2), _pq(pp, 2, 1)                          # E p(1-p)^2, E p^2 (1-p)
+    return q1 * em1 + q0 * em0, q0 * em1 + q1 * em0, _pq(pp, 2, 3) * em1 + _pq(pp, 3, 2) * em0
 
 
 def fit_hyper(history, *, scores: bool = True) -> Hyper:
@@ -266,10 +269,10 @@ def _parts(s: dict, h: Hyper) -> dict:
     """Per-prompt grid posterior of p, log-moment posterior and predicted E||W (Z - p)||^2 under the model ``h``."""
     y, v, _ = _log_means(s, h.scores, h.cv2)
     logm, logm_cov = _normal_update(h.mu, h.cov, y, v)
-    pw = posterior_weights(h.p_prior, s["successes"], s["samples"])
+    pp = posterior_nodes(h.p_prior, s["successes"], s["samples"])
     em = np.exp(logm + 0.5 * np.diagonal(logm_cov, axis1=1, axis2=2))
-    e, _, d = _e_parts(pw, em[:, 0], em[:, 1])
-    return {"pw": pw, "logm": logm, "logm_cov": logm_cov, "e_hat": e, "d_hat": d, "u_hat": _pq(pw, 1, 0) * em[:, 0]}
+    e, _, d = _e_parts(pp, em[:, 0], em[:, 1])
+    return {"pp": pp, "logm": logm, "logm_cov": logm_cov, "e_hat": e, "d_hat": d, "u_hat": _pq(pp, 1, 0) * em[:, 0]}
 
 
 def _fit(s: dict, scores: bool) -> tuple[Hyper, dict]:
@@ -345,15 +348,15 @@ def posterior(history, prompts: np.ndarray | None = None, *, scores: bool = True
         h, parts = _fit(s, scores)
     else:  # the same data under another population model (its ``scores`` decides)
         h, parts = hyper, _parts(s, hyper)
-    pw, logm, logm_cov = parts["pw"], parts["logm"], parts["logm_cov"]
+    (pv, pw), logm, logm_cov = parts["pp"], parts["logm"], parts["logm_cov"]
     eta, eta_sd = _eta_posterior(h, s, parts)
     seen = s["visits"] > 0
-    full = Posterior(pw=pw, logm=logm, logm_cov=logm_cov, eta=eta, eta_sd=eta_sd, seen=seen, pool=None,
+    full = Posterior(pv=pv, pw=pw, logm=logm, logm_cov=logm_cov, eta=eta, eta_sd=eta_sd, seen=seen, pool=None,
                      hyper=h)
     if seen.any():
         pool = full.take(np.flatnonzero(seen))
     else:  # nothing visited: the unseen prompts get the population model itself
-        pool = replace(full.take(np.zeros(1, dtype=np.int64)), pw=h.p_prior[None].copy(),
+        pool = replace(full.take(np.zeros(1, dtype=np.int64)), pv=P_GRID[None].copy(), pw=h.p_prior[None].copy(),
                        logm=h.mu[None].copy(), logm_cov=h.cov[None].copy(), eta=np.array([h.eta_mu]),
                        eta_sd=np.array([math.sqrt(h.eta_tau2)]), seen=np.ones(1, bool))
     full = replace(full, pool=pool)
@@ -380,9 +383,9 @@ def _means(post: Posterior) -> PromptStats:
     """Posterior means of p, c2, c3, ||g||^2 of each prompt, unseen ones included as if seen (M49); eta is cut to
     [0, 4] (4 = min over p of 1/(p(1-p))) and c2 at 0."""
     em = np.exp(post.logm + 0.5 * np.diagonal(post.logm_cov, axis1=1, axis2=2))
-    e, m2var, d = _e_parts(post.pw, em[:, 0], em[:, 1])
+    e, m2var, d = _e_parts((post.pv, post.pw), em[:, 0], em[:, 1])
     g2 = np.minimum(_trunc_mean(post.eta, post.eta_sd, 4.0) * d, e)
-    return PromptStats(value=_pq(post.pw, 1, 0), c2=np.clip(e - g2, 0.0, None), c3=m2var + g2, g_norm2=g2)
+    return PromptStats(value=_pq((post.pv, post.pw), 1, 0), c2=np.clip(e - g2, 0.0, None), c3=m2var + g2, g_norm2=g2)
 
 
 def predict(history, prompts: np.ndarray | None = None, *, scores: bool = True,
@@ -415,13 +418,27 @@ def posterior_means(post: Posterior) -> PromptStats:
     return PromptStats(**vals)
 
 
-def _draw_rows(rng: np.random.Generator, pw, logm, logm_cov, eta, eta_sd, scores: bool):
-    """One draw of (p, c2, c3) per entry of the parameter arrays (shapes (..., K), (..., 2), (..., 2, 2), (...,))."""
+def reward_variance(post: Posterior) -> np.ndarray:
+    """(B,) posterior mean E[p(1-p)] of each prompt (M46); unseen prompts: the pool's average."""
+    own = _pq((post.pv, post.pw), 1, 1)
+    if post.seen.all():
+        return own
+    return np.where(post.seen, own, float(_pq((post.pool.pv, post.pool.pw), 1, 1).mean()))
+
+
+def _draw_p(rng: np.random.Generator, pv: np.ndarray, pw: np.ndarray, D: int) -> np.ndarray:
+    """(D, B) draws of p, column b from the discrete posterior (pv[b], pw[b]) (B, K) by inverse CDF."""
+    cdf = np.cumsum(pw, -1)
+    u = rng.uniform(size=(D, len(pw))) * cdf[:, -1]
+    k = np.stack([np.searchsorted(cdf[b], u[:, b], side="right") for b in range(len(pw))], 1)
+    return pv[np.arange(len(pv))[None], np.minimum(k, pv.shape[1] - 1)]
+
+
+def _draw_rows(rng: np.random.Generator, p, logm, logm_cov, eta, eta_sd, scores: bool):
+    """(p, c2, c3) for drawn p and one draw of the score parameters per entry (shapes (...,), (..., 2),
+    (..., 2, 2), (...,))."""
     from scipy.special import ndtr, ndtri
 
-    cdf = np.cumsum(pw, -1)
-    k = (rng.uniform(size=eta.shape)[..., None] * cdf[..., -1:] > cdf).sum(-1)
-    p = P_GRID[np.minimum(k, len(P_GRID) - 1)]
     a = eta
     q = p * (1 - p)
     if not scores:
@@ -445,22 +462,26 @@ def _draw_rows(rng: np.random.Generator, pw, logm, logm_cov, eta, eta_sd, scores
 def draw(post: Posterior, rng: np.random.Generator, draws: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(D, B) joint posterior draws of (p, c2, c3) (docs/math.md M49).
 
-    Visited prompts: p from its grid posterior, (log m_1, log m_0) ~ N(logm, logm_cov), eta ~ N(eta, eta_sd^2) cut to
+    Visited prompts: p from its posterior, (log m_1, log m_0) ~ N(logm, logm_cov), eta ~ N(eta, eta_sd^2) cut to
     [0, 1/(p(1-p))], independent given the history; with e = E||W(Z-p)||^2 and ||g||^2 = eta p(1-p) e at the drawn
     values, c2 = e - ||g||^2 and c3 = E||W||^2 p(1-p) + ||g||^2. An unseen prompt: per draw a visited prompt
     chosen uniformly, then a draw of its posterior.
     """
     D = int(draws)
-    tile = lambda x: np.broadcast_to(x, (D,) + x.shape)  # noqa: E731
-    args = [tile(getattr(post, k)) for k in ("pw", "logm", "logm_cov", "eta", "eta_sd")]
+    keys = ("logm", "logm_cov", "eta", "eta_sd")
+    args = [np.broadcast_to(getattr(post, k), (D,) + getattr(post, k).shape) for k in keys]
+    p = _draw_p(rng, post.pv, post.pw, D)                                               # (D, B)
     un = np.flatnonzero(~post.seen)
-    if len(un):
+    if len(un):  # an unseen prompt: per draw a random visited prompt's posterior
         pool = post.pool
         donor = rng.integers(len(pool), size=(D, len(un)))
         args = [x.copy() for x in args]
-        for x, k in zip(args, ("pw", "logm", "logm_cov", "eta", "eta_sd")):
+        for x, k in zip(args, keys):
             x[:, un] = getattr(pool, k)[donor]
-    return _draw_rows(rng, *args, scores=post.hyper.scores)
+        cdf = np.cumsum(pool.pw[donor], -1)                                              # (D, n_un, K)
+        k = (rng.uniform(size=donor.shape)[..., None] * cdf[..., -1:] > cdf).sum(-1)
+        p[:, un] = pool.pv[donor, np.minimum(k, pool.pv.shape[1] - 1)]
+    return _draw_rows(rng, p, *args, scores=post.hyper.scores)
 
 
 def bootstrap_posteriors(history, prompts: np.ndarray | None, *, scores: bool, replicates: int,
@@ -482,3 +503,13 @@ def bootstrap_posteriors(history, prompts: np.ndarray | None, *, scores: bool, r
         h = fit_hyper({k: v[pick] for k, v in s.items()}, scores=scores)
         out.append(posterior(s, prompts, scores=scores, hyper=h))
     return out
+
+
+def draw_mixture(posts: Posterior | Sequence[Posterior], rng: np.random.Generator,
+                 draws: int) -> tuple[np.ndarray, np.ndarray]:
+    """(D, B) draws of (c2, c3) split as evenly as possible over the posteriors ``posts`` (e.g. the bootstrap
+    replicates of :func:`bootstrap_posteriors`, M51): draws from their equal-weight mixture."""
+    posts = [posts] if isinstance(posts, Posterior) else list(posts)
+    n = len(posts)
+    parts = [draw(p, rng, draws // n + (k < draws % n))[1:] for k, p in enumerate(posts)]
+    return np.concatenate([c2 for c2, _ in parts]), np.concatenate([c3 for _, c3 in parts])

@@ -18,17 +18,26 @@ Both statements are about the posterior; how often they hold for the true moment
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from .allocation import PromptStats, allocate
+from .allocation import RULES, PromptStats, allocate
 from .exact_mse import prompt_error
+from .predict import Posterior, draw_mixture, posterior_means
 
-__all__ = ["SafeChoice", "safe_sizes", "check_safety", "BLENDS"]
+__all__ = ["SafeChoice", "safe_sizes", "choose_sizes", "check_safety", "BLENDS", "SAFE_TOL", "SAFE_LEVEL",
+           "GUARD_DRAWS"]
 
 BLENDS: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
 """the blend weights l of the candidates (0: the plug-in sizes, 1: the pooled moments)"""
+SAFE_TOL = 0.0
+"""default tolerance: the chosen sizes' posterior quantile of R may not exceed 1"""
+SAFE_LEVEL = 0.9
+"""default posterior quantile the guard bounds"""
+GUARD_DRAWS = 400
+"""posterior draws per batch for the guard"""
 
 
 @dataclass(frozen=True)
@@ -61,8 +70,8 @@ def check_safety(tol: float, level: float, where: str = "allocation") -> None:
                          "guard bounds (0.9 = the 90% quantile)")
 
 
-def safe_sizes(stats: PromptStats, c2_draws: np.ndarray, c3_draws: np.ndarray, budget: int,
-               group_size: int, *, g_min: int = 2, g_max: int | None = None, tol: float = 0.0, level: float = 0.9,
+def safe_sizes(stats: PromptStats, c2_draws, c3_draws, budget: int, group_size: int, *, g_min: int = 2,
+               g_max: int | None = None, tol: float = 0.0, level: float = 0.9,
                blends: tuple[float, ...] = BLENDS) -> SafeChoice:
     """The guarded ``ustat`` sizes for one batch (module docstring; docs/math.md M50).
 
@@ -70,7 +79,8 @@ def safe_sizes(stats: PromptStats, c2_draws: np.ndarray, c3_draws: np.ndarray, b
     ----------
     stats : the B prompts' posterior-mean moments (:func:`ugrpo.stats.predict.predict`)
     c2_draws, c3_draws : (D, B) posterior draws of c2, c3 (:func:`ugrpo.stats.predict.draw`; one row of the true
-        moments gives the plain plug-in choice)
+        moments gives the plain plug-in choice), or lists of such arrays, one per posterior: a candidate must then
+        pass under every one of them (a robust guard over a set of priors)
     budget, group_size : N = B G samples and the uniform G
     g_min, g_max : bounds on every G_b
     tol, level : the guard (:func:`check_safety`)
@@ -87,20 +97,21 @@ def safe_sizes(stats: PromptStats, c2_draws: np.ndarray, c3_draws: np.ndarray, b
     if budget != B * group_size:
         raise ValueError(f"the guard compares against uniform G = {group_size}: the budget must be B G = "
                          f"{B * group_size}, got {budget}")
-    c2d, c3d = np.asarray(c2_draws, dtype=np.float64), np.asarray(c3_draws, dtype=np.float64)
-    if c2d.ndim != 2 or c2d.shape[1] != B or c3d.shape != c2d.shape:
-        raise ValueError(f"c2_draws and c3_draws must be (D, {B}); got {c2d.shape} and {c3d.shape}")
-    uni = np.full(B, group_size, dtype=np.int64)
-    base = prompt_error(c2d, c3d, uni.astype(np.float64)).sum(1)                     # (D,)
-    base = np.where(base > 0, base, 1.0)
-    best, plugin_upper = (None, 1.0, uni), None
-    best_obj = float(prompt_error(stats.c2, stats.c3, uni.astype(np.float64)).sum())
+    sets = list(zip(c2_draws, c3_draws)) if isinstance(c2_draws, list) else [(c2_draws, c3_draws)]
+    sets = [(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)) for a, b in sets]
+    for c2d, c3d in sets:
+        if c2d.ndim != 2 or c2d.shape[1] != B or c3d.shape != c2d.shape:
+            raise ValueError(f"c2_draws and c3_draws must be (D, {B}); got {c2d.shape} and {c3d.shape}")
+    uni = np.full(B, group_size, dtype=np.float64)
+    bases = [np.maximum(prompt_error(c2d, c3d, uni).sum(1), 1e-300) for c2d, c3d in sets]       # (D,) each
+    best, plugin_upper = (None, 1.0, uni.astype(np.int64)), None
+    best_obj = float(prompt_error(stats.c2, stats.c3, uni).sum())
     for lam in blends:
         mix = PromptStats(value=stats.value, c2=(1 - lam) * stats.c2 + lam * stats.c2.mean(),
                           c3=(1 - lam) * stats.c3 + lam * stats.c3.mean())
         sizes = allocate("ustat", mix, budget, g_min=g_min, g_max=g_max).sizes
-        r = prompt_error(c2d, c3d, sizes.astype(np.float64)).sum(1) / base
-        upper = float(np.quantile(r, level))
+        upper = max(float(np.quantile(prompt_error(c2d, c3d, sizes.astype(np.float64)).sum(1) / base, level))
+                    for (c2d, c3d), base in zip(sets, bases))
         if lam == blends[0]:
             plugin_upper = upper
         obj = float(prompt_error(stats.c2, stats.c3, sizes.astype(np.float64)).sum())
@@ -108,3 +119,38 @@ def safe_sizes(stats: PromptStats, c2_draws: np.ndarray, c3_draws: np.ndarray, b
             best, best_obj = (lam, upper, sizes), obj
     lam, upper, sizes = best
     return SafeChoice(sizes=sizes, blend=lam, upper=upper, plugin_upper=float(plugin_upper), fallback=lam is None)
+
+
+def choose_sizes(rule: str, known: Posterior | PromptStats, budget: int, group_size: int, *, g_min: int = 2,
+                 g_max: int | None = None, tol: float = SAFE_TOL, level: float = SAFE_LEVEL,
+                 draws: int = GUARD_DRAWS, rng: np.random.Generator | None = None,
+                 draws_from: Sequence[Posterior] | None = None, reference: Posterior | None = None
+                 ) -> tuple[np.ndarray, SafeChoice | None]:
+    """The sizes a rule uses for one batch of B prompts, as in the trainer (docs/allocation.md A1; M50).
+
+    ``uniform``: G for every prompt. ``vip``, ``knapsack``: their plug-in sizes at the posterior means of p.
+    ``ustat``: :func:`safe_sizes` with ``draws`` posterior draws when ``known`` is the predictor's
+    :class:`~ugrpo.stats.predict.Posterior`; with known moments (:class:`PromptStats`, e.g. the exact ones) the
+    posterior is a point mass and the guard returns the plug-in sizes. ``draws_from``: draw from these posteriors
+    of the same prompts instead (bootstrap replicates of the population model, M51); ``reference``: a second
+    posterior of the same prompts (e.g. under a vague p prior) under which every candidate must pass as well.
+    Returns (sizes (B,), the guard's choice or None).
+    """
+    if rule not in RULES:
+        raise ValueError(f"unknown allocation rule {rule!r}; choose one of {list(RULES)}")
+    B = len(known)
+    if rule == "uniform":
+        return np.full(B, group_size, dtype=np.int64), None
+    stats = posterior_means(known) if isinstance(known, Posterior) else known
+    if rule != "ustat":
+        return allocate(rule, stats, budget, g_min=g_min, g_max=g_max).sizes, None
+    if isinstance(known, Posterior):
+        rng = rng if rng is not None else np.random.default_rng(0)
+        c2d, c3d = draw_mixture(draws_from if draws_from else known, rng, draws)
+        if reference is not None:
+            r2, r3 = draw_mixture(reference, rng, draws)
+            c2d, c3d = [c2d, r2], [c3d, r3]
+    else:
+        c2d, c3d = stats.c2[None], stats.c3[None]
+    choice = safe_sizes(stats, c2d, c3d, budget, group_size, g_min=g_min, g_max=g_max, tol=tol, level=level)
+    return choice.sizes, choice
