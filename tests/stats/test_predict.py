@@ -21,7 +21,7 @@ from ugrpo.stats.predict import (
     random_effects,
     reward_variance,
 )
-from ugrpo.stats.prior_p import P_GRID, _objective, fit_p_prior, posterior_weights
+from ugrpo.stats.prior_p import P_GRID, _beta_from_logs, fit_p_prior, posterior_weights
 
 P_TRUE = np.array([0.05, 0.2, 0.35, 0.5, 0.65, 0.8, 0.9])
 M1 = np.array([2.0, 1.5, 1.0, 0.8, 0.6, 0.5, 3.0])
@@ -81,28 +81,33 @@ def test_posterior_weights_are_bayes_rule_and_the_grid_fit_finds_two_bumps():
     # a pool of 95 prompts at p = 0.5 and 5 at p = 0.015, 200 samples each, counts at their expectations
     s = np.r_[np.full(95, 100.0), np.full(5, 3.0)]
     w = fit_p_prior(s, np.full(100, 200.0))
-    assert 0.035 < w[P_GRID < 0.05].sum() < 0.07                          # the rare bump (a Beta has none)
+    assert 0.035 < w[P_GRID < 0.05].sum() < 0.07                          # the rare bump (one Beta has none)
     assert w[(P_GRID > 0.4) & (P_GRID < 0.6)].sum() > 0.85
     u = fit_p_prior(np.zeros(4), np.zeros(4))                               # nothing visited: uniform in p
     assert w @ P_GRID != pytest.approx(0.5) and u @ P_GRID == pytest.approx(0.5)
 
 
-def test_grid_objective_derivatives_match_finite_differences():
+def test_the_em_m_step_matches_the_beta_sufficient_statistics():
+    """_beta_from_logs solves psi(a) - psi(a+b) = E log p, psi(b) - psi(a+b) = E log(1-p) (the Beta MLE)."""
+    from scipy.special import digamma
+
+    for a, b in ((0.3, 0.7), (2.0, 5.0), (40.0, 12.0)):
+        lp, lq = digamma(a) - digamma(a + b), digamma(b) - digamma(a + b)
+        assert _beta_from_logs(lp, lq, 1.0, 1.0) == pytest.approx((a, b), rel=1e-6)
+
+
+def test_one_beta_pool_keeps_one_component():
+    """A pool drawn from one Beta: the BIC keeps one component, close to beta-binomial ML of that Beta."""
     rng = np.random.default_rng(0)
-    K = len(P_GRID)
-    Q = np.concatenate([np.log(P_GRID)[:, None], np.log1p(-P_GRID)[:, None], rng.normal(size=(K, 3))], 1)
-    L = rng.uniform(0.1, 1.0, size=(6, K))
-    c = rng.dirichlet(np.ones(6))
-    pen = np.array([0.0, 0.0, 0.1, 0.1, 0.1])
-    a = np.array([1.2, 0.8, 0.1, -0.2, 0.3])
-    f, g, H = _objective(Q, L, c, pen, a)
-    eps = 1e-6
-    for j in range(5):
-        e = np.eye(5)[j] * eps
-        fp, gp, _ = _objective(Q, L, c, pen, a + e)
-        fm, gm, _ = _objective(Q, L, c, pen, a - e)
-        assert (fp - fm) / (2 * eps) == pytest.approx(g[j], rel=1e-5, abs=1e-8)
-        np.testing.assert_allclose((gp - gm) / (2 * eps), H[:, j], rtol=1e-4, atol=1e-7)
+    p = rng.beta(0.8, 2.0, size=3000)
+    s = rng.binomial(16, p).astype(float)
+    w = fit_p_prior(s, np.full(3000, 16.0))
+    mean = float(w @ P_GRID)
+    assert mean == pytest.approx(0.8 / 2.8, abs=0.02)
+    dens = 0.8 * np.log(P_GRID) + 2.0 * np.log1p(-P_GRID)
+    ref = np.exp(dens - dens.max())
+    ref /= ref.sum()
+    assert np.abs(np.cumsum(w) - np.cumsum(ref)).max() < 0.05           # Kolmogorov distance to the truth
 
 
 def test_no_history_is_the_prior_and_every_prompt_gets_the_same_moments():

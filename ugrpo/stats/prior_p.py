@@ -9,32 +9,21 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["P_GRID", "NODES", "G_DEGREE", "G_PENALTY", "fit_beta_prior", "fit_p_prior", "posterior_weights",
+__all__ = ["P_GRID", "NODES", "MAX_COMPONENTS", "fit_beta_prior", "fit_p_prior", "posterior_weights",
            "posterior_nodes"]
 
 P_GRID = 1.0 / (1.0 + np.exp(-np.linspace(-8.0, 8.0, 81)))
 """the success rates the p prior lives on: 81 points, equally spaced in logit from 3.4e-4 to 1 - 3.4e-4"""
 NODES = 64
 """points of each prompt's own posterior grid (:func:`posterior_nodes`)"""
-G_DEGREE = 6
-"""Legendre degree of the p prior's log-density correction (M46)"""
-G_PENALTY = 0.0
-"""its ridge penalty per visited prompt (0: none, the degree is the regularisation; chosen on other seeds than the
-benchmarks' instances)"""
+MAX_COMPONENTS = 3
+"""most Beta components of the p population (chosen by BIC, M46)"""
 
 
 def _log_lik(successes: np.ndarray, samples: np.ndarray) -> np.ndarray:
     """(n, K) binomial log likelihood s log p_k + (n - s) log(1 - p_k) on :data:`P_GRID` (fractional counts)."""
     s, n = np.asarray(successes, dtype=np.float64), np.asarray(samples, dtype=np.float64)
     return s[:, None] * np.log(P_GRID)[None] + (n - s)[:, None] * np.log1p(-P_GRID)[None]
-
-
-def _basis(degree: int) -> np.ndarray:
-    """(K, degree) Legendre polynomials 1..degree of logit(p) / 8 on :data:`P_GRID` (the g-model's basis, M46)."""
-    from numpy.polynomial import legendre
-
-    t = np.log(P_GRID / (1 - P_GRID)) / 8.0
-    return np.stack([legendre.legval(t, np.eye(degree + 1)[j]) for j in range(1, degree + 1)], 1)
 
 
 def fit_beta_prior(successes: np.ndarray, samples: np.ndarray, *, grid: int = 41) -> tuple[float, float]:
@@ -62,24 +51,67 @@ def fit_beta_prior(successes: np.ndarray, samples: np.ndarray, *, grid: int = 41
     return float(v[i]), float(v[j])
 
 
-def _basis(degree: int) -> np.ndarray:
-    """(K, degree) Legendre polynomials 1..degree of logit(p) / 8 on :data:`P_GRID` (the g-model's basis, M46)."""
-    from numpy.polynomial import legendre
+def _beta_logit_density(a: float, b: float) -> np.ndarray:
+    """(K,) Beta(a, b) on :data:`P_GRID` in the logit measure (p^a (1-p)^b), normalised."""
+    lw = a * np.log(P_GRID) + b * np.log1p(-P_GRID)
+    w = np.exp(lw - lw.max())
+    return w / w.sum()
 
-    t = np.log(P_GRID / (1 - P_GRID)) / 8.0
-    return np.stack([legendre.legval(t, np.eye(degree + 1)[j]) for j in range(1, degree + 1)], 1)
+
+def _beta_from_logs(lp: float, lq: float, a: float, b: float) -> tuple[float, float]:
+    """The Beta(a, b) whose E log p and E log(1-p) are (lp, lq): Newton on psi(a) - psi(a+b) = lp,
+    psi(b) - psi(a+b) = lq (the M-step of EM for a Beta prior, M46), from (a, b), kept in [0.02, 200]."""
+    from scipy.special import digamma, polygamma
+
+    x = np.log([a, b])
+    for _ in range(30):
+        a, b = np.exp(x)
+        r = np.array([digamma(a) - digamma(a + b) - lp, digamma(b) - digamma(a + b) - lq])
+        t, t0 = polygamma(1, [a, b]), float(polygamma(1, a + b))
+        J = np.array([[t[0] - t0, -t0], [-t0, t[1] - t0]]) * np.array([a, b])[None]  # d r / d log(a, b)
+        step = np.linalg.solve(J, -r)
+        x = np.clip(x + np.clip(step, -1.0, 1.0), np.log(0.02), np.log(200.0))
+        if np.abs(step).max() < 1e-10:
+            break
+    a, b = np.exp(x)
+    return float(a), float(b)
 
 
-def fit_p_prior(successes: np.ndarray, samples: np.ndarray, *, steps: int = 50) -> np.ndarray:
+def _mixture_em(L: np.ndarray, c: np.ndarray, comps: list[tuple[float, float]], weights: np.ndarray,
+                steps: int) -> tuple[float, list[tuple[float, float]], np.ndarray]:
+    """EM for a mixture of Betas on the grid: (mean log likelihood per prompt, components, weights); L (U, K) are
+    the prompts' log-likelihoods on :data:`P_GRID`, c (U,) their normalised counts."""
+    from scipy.special import logsumexp
+
+    lp, lq = np.log(P_GRID), np.log1p(-P_GRID)
+    ll = -np.inf
+    for _ in range(int(steps)):
+        dens = np.log(np.stack([_beta_logit_density(a, b) for a, b in comps]) + 1e-300)   # (J, K)
+        joint = L[:, None, :] + dens[None]                                                 # (U, J, K)
+        lm = logsumexp(joint, axis=2) + np.log(weights)[None]                              # (U, J)
+        tot = logsumexp(lm, axis=1)                                                        # (U,)
+        ll_new = float((c * tot).sum())
+        resp = np.exp(lm - tot[:, None]) * c[:, None]                                      # (U, J)
+        post = np.exp(joint - logsumexp(joint, axis=2, keepdims=True))                     # (U, J, K)
+        mass = np.maximum(resp.sum(0), 1e-12)
+        comps = [_beta_from_logs(float((resp[:, j, None] * post[:, j] * lp).sum() / mass[j]),
+                                 float((resp[:, j, None] * post[:, j] * lq).sum() / mass[j]), *comps[j])
+                 for j in range(len(comps))]
+        weights = mass / mass.sum()
+        if ll_new - ll < 1e-10:
+            break
+        ll = ll_new
+    return ll_new, comps, weights
+
+
+def fit_p_prior(successes: np.ndarray, samples: np.ndarray, *, steps: int = 200) -> np.ndarray:
     """(K,) weights on :data:`P_GRID`: the population of p fitted to all visited prompts (docs/math.md M46).
 
-    An exponential family on the grid (Efron's g-model): w_k proportional to exp(Q_k alpha) with the statistics
-    Q = (log p, log(1-p), Legendre polynomials 1..:data:`G_DEGREE` of logit(p) / 8) in the logit measure; alpha
-    = (1, 1, 0, ..) is Beta(1, 1), any alpha with zero Legendre part a Beta. alpha maximises the marginal
-    likelihood sum_x log sum_k w_k p_k^s_x (1 - p_k)^(n_x - s_x) of the visited prompts (minus
-    :data:`G_PENALTY` times the squared Legendre part) by damped Newton steps from the fitted Beta
-    (:func:`fit_beta_prior`): so it can take the pool's shape (a bulk near 1/2 and rare prompts near 0 are two
-    bumps, which one Beta cannot be). Fewer than two visited prompts: Beta(1, 1).
+    A mixture of up to :data:`MAX_COMPONENTS` Betas, fitted by EM to the marginal (beta-binomial) likelihood of the
+    prompts' (s_x, n_x) on the grid, the number of components chosen by BIC (each added one costs 3 parameters):
+    one Beta when the pool is one population, a bulk near 1/2 plus a few rare prompts near 0 when it is two (which
+    one Beta cannot be). Each component keeps a Beta's smooth tails, so a prompt's posterior is never sharper than
+    its own data and a smooth population allow. Fewer than two visited prompts: Beta(1, 1).
 
     Examples
     --------
@@ -89,59 +121,43 @@ def fit_p_prior(successes: np.ndarray, samples: np.ndarray, *, steps: int = 50) 
     """
     s = np.asarray(successes, dtype=np.float64)
     n = np.asarray(samples, dtype=np.float64)
-    Q = np.concatenate([np.log(P_GRID)[:, None], np.log1p(-P_GRID)[:, None], _basis(G_DEGREE)], 1)   # (K, d)
     seen = n > 0
     if seen.sum() < 2:
-        return _weights(Q, np.r_[1.0, 1.0, np.zeros(G_DEGREE)])
+        return _beta_logit_density(1.0, 1.0)
     pairs, count = np.unique(np.stack([s[seen], n[seen]], 1), axis=0, return_counts=True)
-    ll = _log_lik(pairs[:, 0], pairs[:, 1])
-    L = np.exp(ll - ll.max(1, keepdims=True))                                    # (U, K), rows scaled
+    L = _log_lik(pairs[:, 0], pairs[:, 1])                                       # (U, K)
     c = count / count.sum()
-    pen = np.r_[0.0, 0.0, np.full(G_DEGREE, G_PENALTY)]
-    best = None
-    for a0, b0 in (fit_beta_prior(s, n), (1.0, 1.0)):  # the fitted Beta and the uniform start: the better optimum
-        alpha, f = _newton(Q, L, c, pen, np.r_[a0, b0, np.zeros(G_DEGREE)], steps)
-        if best is None or f < best[1]:
-            best = (alpha, f)
-    return _weights(Q, best[0])
+    N = float(seen.sum())
+    rate = (pairs[:, 0] + 0.5) / (pairs[:, 1] + 1.0)
+    best = (-np.inf, None, None)
+    for J in range(1, MAX_COMPONENTS + 1):
+        starts = [[fit_beta_prior(s, n)]] if J == 1 else [_split_start(rate, c, q) for q in _SPLITS[J]]
+        for comps in (x for x in starts if x is not None):
+            ll, comps, weights = _mixture_em(L, c, comps, np.full(J, 1.0 / J), steps)
+            bic = N * ll - 0.5 * (3 * J - 1) * np.log(N)
+            if bic > best[0]:
+                best = (bic, comps, weights)
+    _, comps, weights = best
+    return sum(wj * _beta_logit_density(a, b) for wj, (a, b) in zip(weights, comps))
 
 
-def _newton(Q, L, c, pen, alpha: np.ndarray, steps: int) -> tuple[np.ndarray, float]:
-    """Damped (Levenberg) Newton descent of :func:`_objective` from ``alpha``; (alpha, f)."""
-    f, g, H = _objective(Q, L, c, pen, alpha)
-    mu = 1e-3
-    for _ in range(int(steps)):
-        d = Q.shape[1]
-        step = np.linalg.solve(H + mu * (np.abs(np.diag(H)).mean() + 1e-12) * np.eye(d), -g)
-        f2, g2, H2 = _objective(Q, L, c, pen, alpha + step)
-        if f2 <= f:
-            alpha, f, g, H, mu = alpha + step, f2, g2, H2, max(mu / 10, 1e-9)
-            if np.abs(step).max() < 1e-8:
-                break
-        else:
-            mu *= 10
-            if mu > 1e8:
-                break
-    return alpha, f
+_SPLITS = {2: ((0.1,), (0.5,), (0.9,)), 3: ((0.1, 0.9), (0.33, 0.67))}
 
 
-def _weights(Q: np.ndarray, alpha: np.ndarray) -> np.ndarray:
-    z = Q @ alpha
-    w = np.exp(z - z.max())
-    return w / w.sum()
-
-
-def _objective(Q, L, c, pen, alpha) -> tuple[float, np.ndarray, np.ndarray]:
-    """(f, gradient, Hessian) of f = -sum_u c_u log(L_u . w) + sum pen alpha^2 at w = softmax(Q alpha):
-    d f / d z = w - c post, d^2 f / dz dz^T = diag(w) - w w^T - diag(c post) + post^T diag(c) post."""
-    w = _weights(Q, alpha)
-    m = L @ w
-    post = L * w[None] / m[:, None]                                              # (U, K)
-    cp = c @ post
-    f = float(-(c * np.log(m)).sum() + (pen * alpha**2).sum())
-    g = Q.T @ (w - cp) + 2 * pen * alpha
-    Hz = np.diag(w) - np.outer(w, w) - np.diag(cp) + post.T @ (post * c[:, None])
-    return f, g, Q.T @ Hz @ Q + 2 * np.diag(pen)
+def _split_start(rate: np.ndarray, c: np.ndarray, qs: tuple[float, ...]) -> list[tuple[float, float]] | None:
+    """Starting components: the prompts split at the weighted quantiles ``qs`` of their success rates, one Beta at
+    each group's mean rate with a moderate spread (a + b = 4); None when a group would be empty."""
+    order = np.argsort(rate)
+    cum = np.cumsum(c[order])
+    edges = [0] + [int(np.clip(np.searchsorted(cum, q), 1, len(rate) - 1)) for q in qs] + [len(rate)]
+    out = []
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        idx = order[lo:hi]
+        if len(idx) == 0:
+            return None
+        m = float(np.clip(np.average(rate[idx], weights=c[idx]), 0.01, 0.99))
+        out.append((4.0 * m, 4.0 * (1 - m)))
+    return out
 
 
 def posterior_weights(prior: np.ndarray, successes: np.ndarray, samples: np.ndarray) -> np.ndarray:
