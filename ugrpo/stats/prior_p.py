@@ -7,6 +7,8 @@ the fixed grid :data:`P_GRID`. Pure numpy/scipy.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 __all__ = ["P_GRID", "NODES", "MAX_COMPONENTS", "fit_beta_prior", "fit_p_prior", "posterior_weights",
@@ -63,26 +65,34 @@ def _beta_from_logs(lp: float, lq: float, a: float, b: float) -> tuple[float, fl
     psi(b) - psi(a+b) = lq (the M-step of EM for a Beta prior, M46), from (a, b), kept in [0.02, 200]."""
     from scipy.special import digamma, polygamma
 
-    x = np.log([a, b])
-    for _ in range(30):
-        a, b = np.exp(x)
-        r = np.array([digamma(a) - digamma(a + b) - lp, digamma(b) - digamma(a + b) - lq])
-        t, t0 = polygamma(1, [a, b]), float(polygamma(1, a + b))
-        J = np.array([[t[0] - t0, -t0], [-t0, t[1] - t0]]) * np.array([a, b])[None]  # d r / d log(a, b)
-        step = np.linalg.solve(J, -r)
-        x = np.clip(x + np.clip(step, -1.0, 1.0), np.log(0.02), np.log(200.0))
-        if np.abs(step).max() < 1e-10:
+    x0, x1 = math.log(a), math.log(b)
+    lo, hi = math.log(0.02), math.log(200.0)
+    for _ in range(12):
+        a, b = math.exp(x0), math.exp(x1)
+        d = digamma(np.array([a, b, a + b]))
+        t = polygamma(1, np.array([a, b, a + b]))
+        r0, r1 = d[0] - d[2] - lp, d[1] - d[2] - lq
+        j00, j01, j10, j11 = (t[0] - t[2]) * a, -t[2] * b, -t[2] * a, (t[1] - t[2]) * b  # d r / d log(a, b)
+        det = j00 * j11 - j01 * j10
+        s0 = max(-1.0, min(1.0, -(j11 * r0 - j01 * r1) / det))
+        s1 = max(-1.0, min(1.0, -(j00 * r1 - j10 * r0) / det))
+        x0, x1 = min(hi, max(lo, x0 + s0)), min(hi, max(lo, x1 + s1))
+        if max(abs(s0), abs(s1)) < 1e-8:
             break
-    a, b = np.exp(x)
-    return float(a), float(b)
+    return math.exp(x0), math.exp(x1)
+
+
+def logsumexp(a: np.ndarray, axis: int, keepdims: bool = False) -> np.ndarray:
+    """log sum exp along ``axis`` (max-shifted; a plain numpy version, faster than scipy's for small arrays)."""
+    m = a.max(axis=axis, keepdims=True)
+    out = m + np.log(np.exp(a - m).sum(axis=axis, keepdims=True))
+    return out if keepdims else np.squeeze(out, axis=axis)
 
 
 def _mixture_em(L: np.ndarray, c: np.ndarray, comps: list[tuple[float, float]], weights: np.ndarray,
                 steps: int) -> tuple[float, list[tuple[float, float]], np.ndarray]:
     """EM for a mixture of Betas on the grid: (mean log likelihood per prompt, components, weights); L (U, K) are
     the prompts' log-likelihoods on :data:`P_GRID`, c (U,) their normalised counts."""
-    from scipy.special import logsumexp
-
     lp, lq = np.log(P_GRID), np.log1p(-P_GRID)
     ll = -np.inf
     for _ in range(int(steps)):
@@ -98,17 +108,18 @@ def _mixture_em(L: np.ndarray, c: np.ndarray, comps: list[tuple[float, float]], 
                                  float((resp[:, j, None] * post[:, j] * lq).sum() / mass[j]), *comps[j])
                  for j in range(len(comps))]
         weights = mass / mass.sum()
-        if ll_new - ll < 1e-10:
+        if ll_new - ll < 1e-7:
             break
         ll = ll_new
     return ll_new, comps, weights
 
 
-def fit_p_prior(successes: np.ndarray, samples: np.ndarray, *, steps: int = 200) -> np.ndarray:
+def fit_p_prior(successes: np.ndarray, samples: np.ndarray, *, steps: int = 100) -> np.ndarray:
     """(K,) weights on :data:`P_GRID`: the population of p fitted to all visited prompts (docs/math.md M46).
 
     A mixture of up to :data:`MAX_COMPONENTS` Betas, fitted by EM to the marginal (beta-binomial) likelihood of the
-    prompts' (s_x, n_x) on the grid, the number of components chosen by BIC (each added one costs 3 parameters):
+    prompts' (s_x, n_x) on the grid, the number of components chosen by BIC (each added one costs 3 parameters; the
+    search stops at the first J that does not improve it):
     one Beta when the pool is one population, a bulk near 1/2 plus a few rare prompts near 0 when it is two (which
     one Beta cannot be). Each component keeps a Beta's smooth tails, so a prompt's posterior is never sharper than
     its own data and a smooth population allow. Fewer than two visited prompts: Beta(1, 1).
@@ -132,11 +143,14 @@ def fit_p_prior(successes: np.ndarray, samples: np.ndarray, *, steps: int = 200)
     best = (-np.inf, None, None)
     for J in range(1, MAX_COMPONENTS + 1):
         starts = [[fit_beta_prior(s, n)]] if J == 1 else [_split_start(rate, c, q) for q in _SPLITS[J]]
+        improved = False
         for comps in (x for x in starts if x is not None):
             ll, comps, weights = _mixture_em(L, c, comps, np.full(J, 1.0 / J), steps)
             bic = N * ll - 0.5 * (3 * J - 1) * np.log(N)
             if bic > best[0]:
-                best = (bic, comps, weights)
+                best, improved = (bic, comps, weights), True
+        if not improved:  # BIC stopped improving: more components will not be kept
+            break
     _, comps, weights = best
     return sum(wj * _beta_logit_density(a, b) for wj, (a, b) in zip(weights, comps))
 
