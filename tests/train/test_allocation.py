@@ -357,11 +357,31 @@ def test_console_line_carries_the_measured_coverage_read_from_the_shipped_table(
     monkeypatch.setattr(cov, "COVERAGE_FILE", tmp_path / "c.json")
     cov.certificate_coverage.cache_clear()
     try:
-        assert "G_b=3..12 predicted_mse_ratio=0.849 (posterior 0.792-0.939, measured coverage 0.71-0.96)" \
-            in line(row)
-        assert "0.71-0.965 over 2 cells" in cov.coverage_phrase() and "1 below 0.90" in cov.coverage_phrase()
+        assert "G_b=3..12 predicted_mse_ratio=0.849 (posterior 0.792-0.939, measured coverage 0.71-0.96, below 95% " \
+            "in 1 of 2 cells)" in line(row)
+        long = cov.coverage_phrase()
+        assert "0.71-0.965 over 2 cells" in long and "below 0.90 in 1: a at 2 steps 0.71;" in long
         monkeypatch.setattr(cov, "COVERAGE_FILE", tmp_path / "absent.json")
         cov.certificate_coverage.cache_clear()
         assert "coverage not measured" in line(row)  # no table: it says so, it never invents a number
+    finally:
+        cov.certificate_coverage.cache_clear()
+
+
+def test_shipped_coverage_table_is_the_committed_benchmark_result_of_what_the_trainer_does():
+    from pathlib import Path
+
+    import ugrpo.report.coverage as cov
+
+    root = Path(__file__).resolve().parents[2]
+    bench = json.loads((root / "benchmarks/results/certificate_calibration.json").read_text())
+    table = json.loads(cov.COVERAGE_FILE.read_text())
+    assert bench["boot"] == table["boot"] == 0  # the trainer's certificate takes no bootstrap refits (M51)
+    assert [(c["instance"], c["history_steps"], c["coverage"], c["reps"]) for c in table["cells"]] == \
+        [(r["instance"], r["history_steps"], r["coverage"], r["reps"]) for r in bench["rows"]]
+    cov.certificate_coverage.cache_clear()
+    try:
+        low = sum(r["coverage"] < 0.95 for r in bench["rows"])
+        assert f"below 95% in {low} of {len(bench['rows'])} cells" in cov.coverage_phrase(short=True)
     finally:
         cov.certificate_coverage.cache_clear()

@@ -32,16 +32,23 @@ def certificate_coverage() -> dict | None:
 
 
 def coverage_phrase(short: bool = False) -> str:
-    """``measured coverage 0.xx-0.yy`` (short, the console) or a sentence with the cell count and the source."""
+    """``measured coverage 0.xx-0.yy, below 95% in k of n cells`` (short, the console) or a sentence with the cell
+    count, the cells below 0.90 by name and the source (the report)."""
     data = certificate_coverage()
     if data is None:
         return "coverage not measured" if short else "its coverage has not been measured (no calibration table)"
-    cov = [float(c["coverage"]) for c in data["cells"]]
+    cells = data["cells"]
+    cov = [float(c["coverage"]) for c in cells]
     lo, hi = min(cov), max(cov)
+    level = float(data.get("level", 0.95))
+    under = sum(c < level for c in cov)
     if short:
-        return f"measured coverage {lo:.2f}-{hi:.2f}"
-    low = sum(c < 0.9 for c in cov)
+        return f"measured coverage {lo:.2f}-{hi:.2f}, below {level:.0%} in {under} of {len(cov)} cells"
+    low = [c for c in cells if float(c["coverage"]) < 0.9]
+    named = ", ".join(f"{c.get('instance', '?')} at {c.get('history_steps', '?')} steps {float(c['coverage']):.2f}"
+                      for c in low)
     src = data.get("source", "benchmarks/bench_certificate_calibration.py")
     return (f"its measured coverage of the true ratio in the exact synthetic lab was {lo:.3g}-{hi:.3g} over "
-            f"{len(cov)} cells (instances x history lengths; {low} below 0.90; {src}, docs/allocation.md A6): a "
-            f"posterior interval, nominal {float(data.get('level', 0.95)):.0%}")
+            f"{len(cov)} cells (instances x history lengths; below {level:.0%} in {under}, below 0.90 in {len(low)}"
+            f"{': ' + named if named else ''}; {src}, docs/allocation.md A6): a posterior interval, nominal "
+            f"{level:.0%}, not a calibrated confidence interval")
