@@ -1,30 +1,33 @@
 """Calibration of the group-size planner on random synthetic policies (exact truth; no language model).
 
-For each instance (``ugrpo.envs.generate.random_env``: both kinds, several difficulty and reward-spread
-settings, seeds fixed below) the exact constants c1, c2, c3 at theta0 give the exact bound (= GRPO's
-exact minibatch MSE with B = N/G), the exact best G and the exact 5% band. Many independent pilots
-of B0 x 8 (B0 = 16, 64, 256) are drawn at theta0; each is planned twice from the same bootstrap
-replicates:
+Instance families (settings fixed below before any result; 3 seeds each, seeds 4000 and up, apart from the
+tests'): where the exact 5% band at N = 1024 is a single G (4 or 8), where it excludes 8 (16-32, and the
+small-c1 families whose band reaches 64-128), mixed prompt difficulty, a spread of per-prompt score scales, and
+rare hard prompts with large score norms. The last two are softmax bandits built here from
+:class:`~ugrpo.envs.policies.LinearSoftmax` with one-hot features scaled per prompt (``scaled_bandit``: the
+policy of a bandit, scores W = s_x (e_a - pi) with a per-prompt scale s_x).
 
-* before: percentile intervals, and the old point rule (G* = argmin at the point estimates, given
-  only when c1's interval excludes 0);
-* after: the default intervals (symmetric bootstrap-t, c1's on the log(c1 + s) scale, docs/math.md M39), and
-  the band's recommendation (argmin of the expected relative MSE over the bootstrap, docs/math.md M41).
+For each instance the exact constants c1, c2, c3 at theta0 give the exact bound (= GRPO's exact minibatch MSE
+with B = N/G), the exact best G and the exact 5% band. Independent pilots of B0 x 8 (B0 = 16, 64, 256) are
+drawn at theta0; each is estimated once (the default intervals, symmetric bootstrap-t with c1's on the
+log(c1 + s) scale, docs/math.md M39) and planned twice from the same bootstrap replicates:
 
-The plain symmetric bootstrap-t (``coverage_studentized``, the previous default) and the equal-tailed
-bootstrap-t (``coverage_equal_tailed_t``) intervals of the same replicates are scored too (the same in both
-rows), with c1's mean and median width relative to the plain symmetric interval (``c1_width_ratio_*``).
+* before: the recommendation of the previous planner (argmin of the bootstrap expected MSE ratio over the
+  replicates with c1* > 0; minimax over c1 in [0, max(c1_hi, 2 se)] when fewer than 5% have c1* > 0),
+  re-implemented here from its definition;
+* after: the planner (:func:`ugrpo.stats.planner.plan_group_size`, docs/math.md M41).
 
-Reported per pilot size and method: coverage of each constant's 95% interval; coverage of the band
-(the exact band inside the reported confidence band [g_band_low, g_band_high]); how often the chosen
-G is inside the exact band (a pilot with no answer counts as outside, and the answer rate is given);
-mean and worst regret (exact MSE at the chosen G / at the exact best G, over pilots with an answer);
-how often the stated lower bound on G* is false.
+Reported per pilot size, pooled and per family: coverage of each constant's 95% interval; coverage of the band
+(the exact band inside [g_band_low, g_band_high]); how often the chosen G is inside the exact band; mean and
+worst regret (exact MSE at the chosen G / at the exact best G); how often the planner says the pilot cannot
+tell (``undecided``; it still names a G, which is what is scored) and the in-band rate of the pilots it
+decides; how often the stated lower bound on G* is false.
 
-Run: ``python benchmarks/bench_planner_calibration.py [--pilots 150] [--n-boot 400]``
--> benchmarks/results/planner_calibration.json (a few minutes on 2 cores with the defaults).
-``--seed-offset K`` adds K to every instance seed (other random policies of the same settings: an
-out-of-sample check; write it elsewhere with ``--out``).
+Run: ``python benchmarks/bench_planner_calibration.py [--pilots 100] [--n-boot 400]``
+-> benchmarks/results/local/planner_calibration.json. ``--seed-offset K`` adds K to every instance seed (other
+random policies of the same settings: the rule's settings were chosen on such seeds, never on these; write it
+elsewhere with ``--out``). ``--families a,b`` runs some families only; ``--sizes 64`` some pilot sizes only;
+``--interval-methods`` also scores c1's plain and equal-tailed bootstrap-t intervals (docs/math.md M39).
 """
 
 from __future__ import annotations
@@ -44,7 +47,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import write_result  # noqa: E402
 
 from ugrpo.envs.generate import random_env  # noqa: E402
-from ugrpo.stats.band import near_optimal_band  # noqa: E402
+from ugrpo.envs.policies import LinearSoftmax  # noqa: E402
+from ugrpo.stats.band import bound_table, near_optimal_band  # noqa: E402
 from ugrpo.stats.components import estimate_components  # noqa: E402
 from ugrpo.stats.planner import bound, candidate_groups, plan_group_size  # noqa: E402
 
@@ -52,18 +56,64 @@ N = 1024
 G0 = 8
 SIZES = (16, 64, 256)
 TOL = 0.05
-AFTER = "studentized-log"
-INSTANCES = (  # (name, random_env kwargs); seeds fixed here
-    ("bandit-mid", dict(kind="softmax_bandit", n_prompts=64, n_actions=4, reward_spread=1.0, seed=11)),
-    ("bandit-hard-flat", dict(kind="softmax_bandit", n_prompts=64, n_actions=4, reward_spread=0.3, difficulty=1.5,
-                              seed=12)),
-    ("bandit-easy", dict(kind="softmax_bandit", n_prompts=32, n_actions=6, reward_spread=0.6, difficulty=-1.0,
-                         seed=13)),
-    ("linear-mid", dict(kind="linear_softmax", n_prompts=64, n_actions=4, dim=6, reward_spread=1.0, seed=21)),
-    ("linear-flat", dict(kind="linear_softmax", n_prompts=64, n_actions=4, dim=6, reward_spread=0.5, seed=1)),
-    ("linear-shared", dict(kind="linear_softmax", n_prompts=64, n_actions=5, dim=8, reward_spread=0.8,
-                           prompt_heterogeneity=0.3, difficulty=0.5, seed=23)),
+METHOD = "studentized-log"
+SEEDS_PER_FAMILY = 3
+_B, _L = dict(kind="softmax_bandit", n_prompts=64, n_actions=4), dict(kind="linear_softmax", n_prompts=64,
+                                                                       n_actions=4, dim=6)
+FAMILIES = (  # (family, builder, settings, first seed); the exact bands at these seeds are in the results
+    ("bandit-steep", "random_env", dict(_B, reward_spread=2.0), 4000),                     # band {4}
+    ("linear-steep", "random_env", dict(_L, reward_spread=2.0), 4010),                     # band {4}
+    ("bandit-mid", "random_env", dict(_B, reward_spread=1.0), 4020),                       # band {4, 8}
+    ("linear-corr", "random_env", dict(_L, reward_spread=0.6, score_reward_corr=-0.6, logit_scale=1.0), 4030),  # {8}
+    ("linear-mixed", "random_env", dict(_L, reward_spread=0.8, extreme_fraction=0.5, extreme_shift=3.0), 4040),
+    ("bandit-easy", "random_env", dict(_B, n_prompts=32, n_actions=6, reward_spread=0.6, difficulty=-1.0), 4050),
+    ("bandit-flat", "random_env", dict(_B, reward_spread=0.2), 4060),                      # band 8/16-32/64
+    ("linear-flat", "random_env", dict(_L, reward_spread=0.25, prompt_heterogeneity=0.5), 4070),  # {16, 32}(, 64)
+    ("bandit-small-c1", "random_env", dict(_B, reward_spread=0.1), 4080),                  # band 16-128
+    ("linear-small-c1", "random_env", dict(_L, reward_spread=0.15, prompt_heterogeneity=0.3), 4090),  # 16-128
+    ("bandit-scale-spread", "scaled_bandit", dict(reward_spread=0.6, scale_sd=0.7), 4100),  # band {8}(, 16)
+    ("bandit-rare-hard", "scaled_bandit", dict(reward_spread=0.6, rare_fraction=0.05, rare_scale=5.0,
+                                               rare_shift=3.0), 4110),                     # band {8}(, 16)
 )
+
+
+def scaled_bandit(*, reward_spread: float, seed: int, n_prompts: int = 64, n_actions: int = 4,
+                  logit_scale: float = 0.5, difficulty: float = 0.0, scale_sd: float = 0.0,
+                  rare_fraction: float = 0.0, rare_scale: float = 1.0, rare_shift: float = 0.0) -> LinearSoftmax:
+    """A softmax bandit whose prompt x has its scores scaled by s_x: features s_x e_(x, a), theta0 = logits / s_x
+    (the same policy as the bandit with those logits). s_x = exp(scale_sd z_x), z_x ~ N(0, 1); a share
+    ``rare_fraction`` of the prompts (at random) gets s_x times ``rare_scale`` and reward logits shifted down by
+    ``rare_shift`` (rare hard prompts with large score norms). Reward means sigmoid(-difficulty + reward_spread e
+    - shift), logits logit_scale t, e, t iid N(0, 1)."""
+    gen = torch.Generator().manual_seed(int(seed))
+    P, K, dt = n_prompts, n_actions, torch.float64
+    noise, logits = torch.randn(P, K, generator=gen, dtype=dt), logit_scale * torch.randn(P, K, generator=gen, dtype=dt)
+    scale = torch.exp(scale_sd * torch.randn(P, generator=gen, dtype=dt))
+    shift = torch.zeros(P, dtype=dt)
+    rare = torch.randperm(P, generator=gen)[: int(round(rare_fraction * P))]
+    scale[rare], shift[rare] = scale[rare] * rare_scale, rare_shift
+    reward = torch.sigmoid(-difficulty + reward_spread * noise - shift[:, None])
+    feats, theta = torch.zeros(P, K, P * K, dtype=dt), torch.zeros(P * K, dtype=dt)
+    for x in range(P):
+        feats[x, torch.arange(K), x * K + torch.arange(K)] = scale[x]
+        theta[x * K:(x + 1) * K] = logits[x] / scale[x]
+    return LinearSoftmax(theta.tolist(), feats.tolist(), reward.tolist(), j_star_starts=0)
+
+
+def instances(seed_offset: int = 0, families: set[str] | None = None) -> list[tuple[str, str, dict]]:
+    """(family, instance name, builder settings with seed) for every instance."""
+    out = []
+    for fam, builder, kw, first in FAMILIES:
+        if families is None or fam in families:
+            for k in range(SEEDS_PER_FAMILY):
+                out.append((fam, f"{fam}-{k}", dict(kw, seed=first + k + seed_offset, builder=builder)))
+    return out
+
+
+def build(settings: dict):
+    kw = dict(settings)
+    builder = kw.pop("builder")
+    return random_env(**kw) if builder == "random_env" else scaled_bandit(**kw)
 
 
 def exact_truth(env) -> dict:
@@ -75,123 +125,170 @@ def exact_truth(env) -> dict:
             cands, TOL), "g_star_continuous": 1 + math.sqrt(pm.c3 / pm.c1) if pm.c1 > 0 else math.inf}
 
 
-def one_pilot(rewards, scores, truth, n_boot: int, seed: int) -> dict:
-    """Both methods on one pilot (same bootstrap replicates: same generator seed); other intervals: coverage only."""
-    out, other = {}, {}
-    for method in ("studentized-equal-tailed", "studentized"):
-        vc = estimate_components(rewards, scores=scores, n_boot=n_boot, method=method,
-                                 generator=torch.Generator().manual_seed(seed))
-        other[method] = ([e.ci_low <= t <= e.ci_high for e, t in zip((vc.c1, vc.c2, vc.c3), truth["c"])],
-                         vc.c1.ci_high - vc.c1.ci_low)
-    for method in ("percentile", AFTER):
-        vc = estimate_components(rewards, scores=scores, n_boot=n_boot, method=method,
-                                 generator=torch.Generator().manual_seed(seed))
-        plan = plan_group_size(vc, N, tolerance=TOL)
-        cov = [e.ci_low <= t <= e.ci_high for e, t in zip((vc.c1, vc.c2, vc.c3), truth["c"])]
-        chosen = plan.g_star if method == "percentile" else plan.g_recommended
-        width = vc.c1.ci_high - vc.c1.ci_low
-        lb = plan.g_star_lower_bound
-        out[method] = {
-            "cover": cov, "c1_below": vc.c1.ci_high < truth["c"][0],
-            "band_cover": plan.g_band[0] <= min(truth["band"]) and max(truth["band"]) <= plan.g_band[1],
-            "chosen": chosen, "in_band": chosen in truth["band"],
-            "regret": None if chosen is None else truth["mse"][chosen] / truth["mse"][truth["g_best"]],
-            "lb": lb, "lb_false": lb is not None and lb > truth["g_star_continuous"],
-            "need": plan.pilot_prompts_needed, "cover_equal_tailed_t": other["studentized-equal-tailed"][0],
-            "cover_studentized": other["studentized"][0],
-            "c1_width_ratio": width / other["studentized"][1] if other["studentized"][1] > 0 else None,
-        }
-    return out
+def before_rule(vc, cands: list[int]) -> int:
+    """The previous recommendation (M41 before this change): argmin of the expected ratio over the replicates with
+    c1* > 0, or the minimax G over c1 in [0, max(c1_hi, 2 se)] (c2, c3 at the estimates) when fewer than 5% of
+    the replicates have c1* > 0."""
+    reps = vc.replicates.numpy()
+    reps = reps[np.isfinite(reps).all(axis=1)]
+    pos = reps[reps[:, 0] > 0]
+    if pos.shape[0] >= max(2, 0.05 * reps.shape[0]):
+        rows = pos
+    else:
+        c1_up = max(vc.c1.ci_high, 2 * vc.c1.se) if math.isfinite(vc.c1.se) else vc.c1.ci_high
+        if not c1_up > 0:
+            rows = reps
+        else:
+            grid = np.column_stack([np.linspace(0.0, c1_up, 201), np.full(201, max(vc.c2.estimate, 0.0)),
+                                    np.full(201, max(vc.c3.estimate, 0.0))])
+            tab = bound_table(grid, N, cands)
+            return cands[int(np.argmin((tab / tab.min(axis=1, keepdims=True)).max(axis=0)))]
+    tab = bound_table(rows, N, cands)
+    best = tab.min(axis=1, keepdims=True)
+    ratio = np.where(best > 0, tab / np.where(best > 0, best, 1.0), 1.0)
+    return cands[int(np.argmin(ratio.mean(axis=0)))]
+
+
+def _scored(chosen: int | None, truth: dict) -> dict:
+    return {"chosen": chosen, "in_band": chosen in truth["band"],
+            "regret": None if chosen is None else truth["mse"][chosen] / truth["mse"][truth["g_best"]]}
+
+
+def one_pilot(rewards, scores, truth, n_boot: int, seed: int, interval_methods: bool = False) -> dict:
+    """Before and after on one pilot (the same bootstrap replicates)."""
+    vc = estimate_components(rewards, scores=scores, n_boot=n_boot, method=METHOD,
+                             generator=torch.Generator().manual_seed(seed))
+    plan = plan_group_size(vc, N, tolerance=TOL)
+    cands = [g for g, _, _ in plan.candidates]
+    cov = [e.ci_low <= t <= e.ci_high for e, t in zip((vc.c1, vc.c2, vc.c3), truth["c"])]
+    lb = plan.g_star_lower_bound
+    common = {"cover": cov, "c1_below": vc.c1.ci_high < truth["c"][0],
+              "band_cover": plan.g_band[0] <= min(truth["band"]) and max(truth["band"]) <= plan.g_band[1],
+              "lb": lb, "lb_false": lb is not None and lb > truth["g_star_continuous"],
+              "need": plan.pilot_prompts_needed}
+    if interval_methods:
+        for method in ("studentized", "studentized-equal-tailed"):
+            other = estimate_components(rewards, scores=scores, n_boot=n_boot, method=method,
+                                        generator=torch.Generator().manual_seed(seed))
+            common[f"cover_{method}"] = [e.ci_low <= t <= e.ci_high
+                                         for e, t in zip((other.c1, other.c2, other.c3), truth["c"])]
+    decided = bool(getattr(plan, "decided", True))
+    return {"before": {**common, **_scored(before_rule(vc, cands), truth), "decided": True},
+            "after": {**common, **_scored(plan.g_recommended, truth), "decided": decided}}
 
 
 def summarise(rows: list[dict]) -> dict:
     def rate(xs):
-        return float(np.mean(xs)) if xs else None
+        return float(np.mean(xs)) if len(xs) else None
 
     regrets = [r["regret"] for r in rows if r["regret"] is not None]
-    ratios = [r["c1_width_ratio"] for r in rows if r["c1_width_ratio"] is not None]
     with_lb = [r for r in rows if r["lb"] is not None]
-    return {
+    decided = [r for r in rows if r["decided"]]
+    out = {
         "pilots": len(rows),
         "coverage_c1": rate([r["cover"][0] for r in rows]), "coverage_c2": rate([r["cover"][1] for r in rows]),
         "coverage_c3": rate([r["cover"][2] for r in rows]),
-        "coverage_equal_tailed_t": [rate([r["cover_equal_tailed_t"][k] for r in rows]) for k in range(3)],
-        "coverage_studentized": [rate([r["cover_studentized"][k] for r in rows]) for k in range(3)],
-        "c1_width_ratio_mean": rate(ratios), "c1_width_ratio_median": float(np.median(ratios)) if ratios else None,
         "c1_interval_below_truth": rate([r["c1_below"] for r in rows]),
         "band_coverage": rate([r["band_cover"] for r in rows]),
-        "answer_rate": rate([r["chosen"] is not None for r in rows]),
         "chosen_in_exact_band": rate([r["in_band"] for r in rows]),
         "mean_regret": rate(regrets), "worst_regret": max(regrets) if regrets else None,
+        "undecided": rate([not r["decided"] for r in rows]),
+        "in_band_when_decided": rate([r["in_band"] for r in decided]),
+        "in_band_when_undecided": rate([r["in_band"] for r in rows if not r["decided"]]),
         "lower_bound_given": rate([r["lb"] is not None for r in rows]),
         "lower_bound_false": rate([r["lb_false"] for r in with_lb]),
     }
+    for method in ("studentized", "studentized-equal-tailed"):
+        if rows and f"cover_{method}" in rows[0]:
+            out[f"coverage_{method}"] = [rate([r[f"cover_{method}"][k] for r in rows]) for k in range(3)]
+    return out
 
 
-def run(pilots: int, n_boot: int, sizes=SIZES, seed_offset: int = 0) -> dict:
-    theta_rows = {}
-    per_instance, pooled = [], {(B0, m): [] for B0 in sizes for m in ("percentile", AFTER)}
-    for k, (name, kw) in enumerate(INSTANCES):
-        kw = dict(kw, seed=kw["seed"] + seed_offset)
-        env = random_env(**kw)
-        truth = exact_truth(env)
-        theta = env.theta0 if hasattr(env, "theta0") else None
-        inst = {"name": name, "random_env": kw, "c1": truth["c"][0], "c2": truth["c"][1], "c3": truth["c"][2],
-                "g_star_continuous": truth["g_star_continuous"], "g_best": truth["g_best"], "band": truth["band"],
-                "sizes": {}}
+def _pilots(env, B0: int, pilots: int, gen: torch.Generator, chunk: int = 25):
+    """(rewards, scores) of ``pilots`` independent B0 x G0 pilots at theta0, sampled in chunks (memory)."""
+    for start in range(0, pilots, chunk):
+        n = min(chunk, pilots - start)
+        batch = env.sample_many(env.theta0.unsqueeze(0).expand(n, -1), B0, G0, gen)
+        for i in range(n):
+            yield batch.rewards[i].double(), batch.scores[i].double()
+
+
+def run(pilots: int, n_boot: int, sizes=SIZES, seed_offset: int = 0, families: set[str] | None = None,
+        interval_methods: bool = False) -> dict:
+    keys = ("before", "after")
+    per_instance = []
+    pooled = {(B0, m): [] for B0 in sizes for m in keys}
+    per_family: dict = {}
+    for k, (fam, name, kw) in enumerate(instances(seed_offset, families)):
+        truth = exact_truth(build(kw))
+        env = build(kw)
+        inst = {"family": fam, "name": name, "settings": kw, "c1": truth["c"][0], "c2": truth["c"][1],
+                "c3": truth["c"][2], "g_star_continuous": truth["g_star_continuous"], "g_best": truth["g_best"],
+                "band": truth["band"], "sizes": {}}
         for B0 in sizes:
-            gen = torch.Generator().manual_seed(1000 * k + B0)
-            th = env._theta(theta).unsqueeze(0).expand(pilots, -1)
-            batch = env.sample_many(th, B0, G0, gen)
-            rows = {"percentile": [], AFTER: []}
-            for i in range(pilots):
-                res = one_pilot(batch.rewards[i].double(), batch.scores[i].double(), truth, n_boot, seed=7 + i)
-                for m, r in res.items():
-                    rows[m].append(r)
-                    pooled[(B0, m)].append(r)
+            gen = torch.Generator().manual_seed(1000 * k + B0 + 17 * seed_offset)
+            rows = {m: [] for m in keys}
+            for i, (rw, sc) in enumerate(_pilots(env, B0, pilots, gen)):
+                res = one_pilot(rw, sc, truth, n_boot, seed=7 + i, interval_methods=interval_methods)
+                for m in keys:
+                    rows[m].append(res[m])
+                    pooled[(B0, m)].append(res[m])
+                    per_family.setdefault((fam, B0, m), []).append(res[m])
             inst["sizes"][str(B0)] = {m: summarise(v) for m, v in rows.items()}
-            needs = [r["need"] for r in rows[AFTER] if r["need"] is not None]
-            inst["sizes"][str(B0)][AFTER]["median_pilot_prompts_needed"] = (
-                float(np.median(needs)) if needs else None)
-            print(f"{name:18s} B0={B0:4d}  " + "  ".join(
-                f"{m[:4]}: cov {s['coverage_c1']:.2f}/{s['coverage_c2']:.2f}/{s['coverage_c3']:.2f} "
-                f"in-band {s['chosen_in_exact_band']:.2f} regret {s['mean_regret'] or float('nan'):.3f}"
-                for m, s in inst["sizes"][str(B0)].items()), flush=True)
+            needs = [r["need"] for r in rows["after"] if r["need"] is not None]
+            inst["sizes"][str(B0)]["after"]["median_pilot_prompts_needed"] = float(np.median(needs)) if needs else None
+            s = inst["sizes"][str(B0)]
+            print(f"{name:22s} band {str(truth['band']):18s} B0={B0:4d}  cov {s['after']['coverage_c1']:.2f}/"
+                  f"{s['after']['coverage_c2']:.2f}/{s['after']['coverage_c3']:.2f}  in-band before "
+                  f"{s['before']['chosen_in_exact_band']:.2f} after {s['after']['chosen_in_exact_band']:.2f}  "
+                  f"regret {s['before']['mean_regret']:.3f} -> {s['after']['mean_regret']:.3f}  undecided "
+                  f"{s['after']['undecided']:.2f}", flush=True)
         per_instance.append(inst)
-        theta_rows[name] = truth["g_best"]
-    table = {str(B0): {("before" if m == "percentile" else "after"): summarise(pooled[(B0, m)])
-                       for m in ("percentile", AFTER)} for B0 in sizes}
+    table = {str(B0): {m: summarise(pooled[(B0, m)]) for m in keys} for B0 in sizes}
+    fams = {fam: {str(B0): {m: summarise(per_family[(fam, B0, m)]) for m in keys} for B0 in sizes}
+            for fam in dict.fromkeys(f for f, _, _ in instances(seed_offset, families))}
     return {"budget_N": N, "pilot_group_G0": G0, "tolerance": TOL, "pilots_per_instance": pilots, "n_boot": n_boot,
-            "seed_offset": seed_offset,
-            "before": "percentile intervals + point G* (only when c1's interval excludes 0)",
-            "after": "symmetric bootstrap-t intervals (c1's on the log(c1 + s) scale) + band recommendation "
-                     "(argmin of the bootstrap expected MSE "
-                     "ratio over replicates with c1* > 0)",
-            "table": table, "instances": per_instance}
+            "seed_offset": seed_offset, "interval_method": METHOD,
+            "before": "the previous recommendation: expected MSE ratio over the replicates with c1* > 0 (minimax "
+                      "fallback)",
+            "after": "plan_group_size's g_recommended (docs/math.md M41)",
+            "table": table, "families": fams, "instances": per_instance}
 
 
 def print_table(res: dict) -> None:
-    cols = ["coverage_c1", "coverage_c2", "coverage_c3", "band_coverage", "answer_rate", "chosen_in_exact_band",
-            "mean_regret", "worst_regret", "lower_bound_false"]
-    print("\nB0 x 8  method  " + "  ".join(c.replace("coverage_", "cov_") for c in cols))
+    cols = ["coverage_c1", "coverage_c2", "coverage_c3", "band_coverage", "chosen_in_exact_band", "mean_regret",
+            "worst_regret", "undecided", "in_band_when_decided", "lower_bound_false"]
+    print("\nB0 x 8  rule    " + "  ".join(c.replace("coverage_", "cov_") for c in cols))
     for B0, d in res["table"].items():
         for m, s in d.items():
             print(f"{B0:>6}  {m:6s}  " + "  ".join("   -  " if s[c] is None else f"{s[c]:6.3f}" for c in cols))
-        s = d["after"]
-        print(f"{'':>6}  plain symmetric t covers c1 {s['coverage_studentized'][0]:.3f}; c1 width after / plain: "
-              f"mean {s['c1_width_ratio_mean']:.3f}, median {s['c1_width_ratio_median']:.3f}")
+    print("\nper family: G in the exact 5% band, before -> after (mean regret)")
+    for fam, d in res["families"].items():
+        print(f"{fam:22s} " + "  ".join(
+            f"{B0}x8 {s['before']['chosen_in_exact_band']:.2f} -> {s['after']['chosen_in_exact_band']:.2f} "
+            f"({s['before']['mean_regret']:.3f} -> {s['after']['mean_regret']:.3f})" for B0, s in d.items()))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--pilots", type=int, default=150, help="independent pilots per instance and pilot size")
+    ap.add_argument("--pilots", type=int, default=100, help="independent pilots per instance and pilot size")
     ap.add_argument("--n-boot", type=int, default=400, help="bootstrap replicates per pilot")
     ap.add_argument("--seed-offset", type=int, default=0, help="added to every instance seed (out-of-sample check)")
-    ap.add_argument("--out", default=None, help="results folder (default benchmarks/results)")
+    ap.add_argument("--families", default=None, help="comma-separated family names (default: all)")
+    ap.add_argument("--sizes", default=None, help="comma-separated pilot sizes B0 (default: 16,64,256)")
+    ap.add_argument("--interval-methods", action="store_true", help="also score the plain and equal-tailed "
+                    "bootstrap-t intervals of the same replicates")
+    ap.add_argument("--out", default=None, help="results folder (default benchmarks/results/local)")
     a = ap.parse_args()
     torch.set_num_threads(1)
+    names = {f for f, _, _, _ in FAMILIES}
+    fams = None if a.families is None else set(a.families.split(","))
+    if fams is not None and not fams <= names:
+        ap.error(f"--families: unknown {sorted(fams - names)}; the families are {sorted(names)}")
+    sizes = SIZES if a.sizes is None else tuple(int(s) for s in a.sizes.split(","))
     t0 = time.perf_counter()
-    res = run(a.pilots, a.n_boot, seed_offset=a.seed_offset)
+    res = run(a.pilots, a.n_boot, sizes=sizes, seed_offset=a.seed_offset, families=fams,
+              interval_methods=a.interval_methods)
     res["seconds"] = time.perf_counter() - t0
     print_table(res)
     path = write_result("planner_calibration", res, Path(a.out) if a.out else None)

@@ -12,13 +12,17 @@
 #   train_step  one `ugrpo train` step (N = 128, G = 8, 128 tokens, bf16, backend vllm; median of steps 2-4)
 #   trl         TRL's GRPOTrainer, use_vllm colocate, on the same model folder and batch (median of steps 2-4)
 #   ustat       a 20-step `ugrpo train --allocation ustat` run (float32 training weights, bf16 engine)
+#   plan        `ugrpo plan --model` pilots (B0 = 8 x G0 = 4, 16 tokens) with --sampling-backend vllm (policy on the
+#               GPU), then hf (policy on the CPU, as plan --model keeps it): the command's pilot seconds side by side.
+#               Last, and only with what the earlier parts left of the budget (often skipped: their caps sum to more)
 # Results: benchmarks/results/local/gpu_check/<part>.json, joined in benchmarks/results/local/gpu_check.json
-# (with the ratios trl_over_ugrpo_s_per_step and vllm_over_hf_tokens_per_s). Logs and runs: $UGRPO_GPU_CHECK_WORK.
+# (with the ratios trl_over_ugrpo_s_per_step, vllm_over_hf_tokens_per_s and plan_hf_cpu_over_vllm_pilot_s).
+# Logs and runs: $UGRPO_GPU_CHECK_WORK.
 #
 # The script's own code on a CPU (measures nothing about GPUs):
 #   UGRPO_GPU_CHECK_SIZE=tiny UGRPO_GPU_CHECK_NO_VLLM=1 UGRPO_GPU_CHECK_B=4 UGRPO_GPU_CHECK_TOKENS=8 \
 #   UGRPO_GPU_CHECK_TRAIN_B=2 UGRPO_GPU_CHECK_TRAIN_TOKENS=8 UGRPO_GPU_CHECK_USTAT_STEPS=3 \
-#   UGRPO_GPU_CHECK_USTAT_TOKENS=8 bash benchmarks/gpu_check.sh
+#   UGRPO_GPU_CHECK_USTAT_TOKENS=8 UGRPO_GPU_CHECK_PLAN_TOKENS=8 bash benchmarks/gpu_check.sh
 set -u
 cd "$(dirname "$0")/.." || exit 1
 PY=${PYTHON:-python}
@@ -40,6 +44,7 @@ B_TRAIN=${UGRPO_GPU_CHECK_TRAIN_B:-16}
 T_TRAIN=${UGRPO_GPU_CHECK_TRAIN_TOKENS:-128}
 USTAT_STEPS=${UGRPO_GPU_CHECK_USTAT_STEPS:-20}
 T_USTAT=${UGRPO_GPU_CHECK_USTAT_TOKENS:-64}
+T_PLAN=${UGRPO_GPU_CHECK_PLAN_TOKENS:-16}
 MODEL="$WORK/model"
 START=$(date +%s)
 rm -rf "$OUT" "$MERGED"
@@ -122,6 +127,17 @@ part ustat_run 120 "$PY" -m ugrpo.cli train --out "$WORK/runs/ustat" "${TRAIN[@]
   --allocation ustat --sampling.max-new-tokens "$T_USTAT" --model.dtype float32 --sampling.vllm-dtype bfloat16 \
   --eval.n-problems 32 --eval.pass1-samples 0 --eval.every 0
 part ustat 20 "$PY" benchmarks/gpu_parts.py collect --run "$WORK/runs/ustat" --part-name ustat --out "$OUT" --warmup 1
+
+PLAN=(--model "$MODEL" --task arithmetic --pilot-batch 8 --pilot-group 4 --budget 256 --sketch-dim 64 --n-boot 200
+  --max-new-tokens "$T_PLAN" --seed 0)
+PLAN_RUNS=()
+if [ "$NO_VLLM" != 1 ]; then
+  part plan_vllm 90 "$PY" -m ugrpo.cli plan "${PLAN[@]}" --sampling-backend vllm --out "$WORK/runs/plan_vllm"
+  PLAN_RUNS+=("vllm=$WORK/runs/plan_vllm")
+fi
+part plan_hf 60 "$PY" -m ugrpo.cli plan "${PLAN[@]}" --sampling-backend hf --out "$WORK/runs/plan_hf"
+PLAN_RUNS+=("hf=$WORK/runs/plan_hf")
+part plan 20 "$PY" benchmarks/gpu_parts.py plan --out "$OUT" --runs "${PLAN_RUNS[@]}"
 
 "$PY" benchmarks/gpu_parts.py merge --out "$OUT" --merged "$MERGED"
 echo "total $(($(date +%s) - START)) s; results: $MERGED"

@@ -14,6 +14,9 @@ Parts (each writes ``<out>/<part>.json``; ``merge`` joins them into one file):
   start and weight push timed apart; and the seeds contract measured on the real engine: the same call twice, and
   4 prompts alone against inside the full batch (fractions of identical completions);
 * ``collect``: the step times of a ``ugrpo train`` run from its metrics.jsonl (the shell script runs the command);
+* ``plan``: the pilot costs of ``ugrpo plan --model`` runs (the shell script runs them: ``--sampling-backend vllm``,
+  then ``hf``), side by side; ``hf`` keeps the policy on the CPU (what ``plan --model`` does with it), ``vllm`` puts
+  it and the engine on the GPU, so their ratio is the command's, not HF-vs-vLLM generation on one device (``gen``);
 * ``trl``: TRL's ``GRPOTrainer`` with ``use_vllm=True, vllm_mode="colocate"`` on the same model folder, prompts,
   batch (B x G completions, same token limit) and learning rate; one step = the time between two ``on_step_end``.
 
@@ -179,6 +182,30 @@ def collect(args) -> None:
     print(f"{args.part}: median {med:.3f} s/step over {len(timed)} steps", flush=True)
 
 
+def plan(args) -> None:
+    """The pilot costs of the ``ugrpo plan --model`` runs ``--runs NAME=DIR ...`` (module docstring)."""
+    runs = {}
+    for item in args.runs or []:
+        name, _, folder = item.partition("=")
+        path = Path(folder) / "results.json"
+        if path.exists():
+            r = json.loads(path.read_text())
+            runs[name] = {"pilot_cost": r["pilot_cost"], "step_cost": r["step_cost"],
+                          "g_recommended": r.get("g_recommended"), "pilot": r.get("pilot"),
+                          **{k: r[k]["estimate"] for k in ("c1", "c2", "c3")}}
+        else:
+            runs[name] = {"status": "no results.json (the run failed or was skipped; see its log)"}
+    if not any("pilot_cost" in v for v in runs.values()):
+        raise SystemExit(f"no finished plan run among {args.runs}")
+    payload: dict = {"runs": runs, "device": {"hf": "cpu", "vllm": "cuda"}}
+    hf, vl = runs.get("hf", {}).get("pilot_cost"), runs.get("vllm", {}).get("pilot_cost")
+    if hf and vl:
+        payload["hf_cpu_over_vllm_pilot_s"] = hf["seconds"] / vl["seconds"]
+        payload["hf_cpu_over_vllm_sampling_s"] = hf["seconds_sampling"] / vl["seconds_sampling"]
+    _write(args.out, "plan", payload)
+    print(json.dumps({k: v for k, v in payload.items() if k != "runs"}), flush=True)
+
+
 def trl(args) -> None:
     """TRL's GRPOTrainer, vLLM colocated, on the same model folder and batch (module docstring)."""
     from datasets import Dataset
@@ -236,6 +263,8 @@ def merge(args) -> None:
         ratios["trl_over_ugrpo_s_per_step"] = trl_part["median_s_per_step"] / step["median_s_per_step"]
     if "vllm_over_hf_tokens_per_s" in parts.get("gen", {}):
         ratios["vllm_over_hf_tokens_per_s"] = parts["gen"]["vllm_over_hf_tokens_per_s"]
+    if "hf_cpu_over_vllm_pilot_s" in parts.get("plan", {}):
+        ratios["plan_hf_cpu_over_vllm_pilot_s"] = parts["plan"]["hf_cpu_over_vllm_pilot_s"]
     merged = {"name": "gpu_check", "ratios": ratios, "parts": parts, "environment": _env()}
     args.merged.parent.mkdir(parents=True, exist_ok=True)
     args.merged.write_text(json.dumps(merged, indent=1) + "\n")
@@ -244,7 +273,7 @@ def merge(args) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("part", choices=["make-model", "gen", "collect", "trl", "merge"])
+    ap.add_argument("part", choices=["make-model", "gen", "collect", "trl", "plan", "merge"])
     ap.add_argument("--model", type=Path, help="the model folder make-model writes and the others read")
     ap.add_argument("--out", type=Path, help="folder of the parts' JSON files")
     ap.add_argument("--merged", type=Path, help="merge: the one JSON file")
@@ -259,12 +288,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--gpu-memory", type=float, default=0.3)
     ap.add_argument("--run", type=Path, help="collect: the ugrpo run folder")
     ap.add_argument("--part-name", dest="part_name", default="train_step", help="collect: the JSON's name")
+    ap.add_argument("--runs", nargs="*", help="plan: NAME=DIR of each `ugrpo plan --model` run folder")
     ap.add_argument("--no-vllm", action="store_true", default=os.environ.get("UGRPO_GPU_CHECK_NO_VLLM") == "1")
     args = ap.parse_args(argv)
     if args.part == "collect":
         args.part = args.part_name
         return collect(args)
-    return {"make-model": make_model, "gen": gen, "trl": trl, "merge": merge}[args.part](args)
+    return {"make-model": make_model, "gen": gen, "trl": trl, "plan": plan, "merge": merge}[args.part](args)
 
 
 if __name__ == "__main__":

@@ -104,7 +104,7 @@ def fake_vllm(monkeypatch):
     import vllm
 
     assert vllm.__version__.endswith("+fake"), vllm.__file__
-    monkeypatch.setattr(vllm_engine, "_device_problem", lambda device: None)
+    monkeypatch.setattr(vllm_engine, "_device_problem", lambda device, option="sampling.backend": None)
     monkeypatch.setattr(vllm.LLM, "instances", [])
     yield vllm
     sys.modules.pop("vllm", None)

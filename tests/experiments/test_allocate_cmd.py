@@ -148,6 +148,15 @@ def test_allocate_command_end_to_end(tmp_path, capsys):
     assert {r["unit"] for r in res["token_rows"]} == {"tokens"}
     assert_png(run / "allocation.png")
     assert "## Ratios" in (run / "report.md").read_text()
+    # ustat / uniform at a sample budget divides by uniform's exact MSE: not a paired ratio, and named so (issue 22)
+    for moments in ("true", "predicted"):
+        ex = next(r for r in res["ratios"] if (r["unit"], r["moments"], r["numerator"], r["denominator"])
+                  == ("samples", moments, "ustat", "uniform"))
+        ustat = next(r for r in rows if (r["rule"], r["moments"]) == ("ustat", moments))
+        assert ex["ratio"] == pytest.approx(ustat["mse"] / uni["mse"]) and "exact MSE" in ex["interval"]
+        assert "paired" not in ex["interval"]
+    paired = next(r for r in res["ratios"] if r["denominator"] == "vip" and r["unit"] == "samples")
+    assert paired["interval"] == "95% delta method, ratio of paired means"
 
 
 @pytest.mark.parametrize("extra,msg", [

@@ -132,14 +132,24 @@ def _boot(lo, hi, not_reached=0.0):
 
 
 def test_verdicts_say_too_small_to_decide_when_intervals_overlap():
+    """The final-accuracy verdict is paired by seed: e is 0.02 below uniform on every seed, its marginal interval
+    overlapping uniform's (the previous non-overlap rule said "too small to decide"; issue 22)."""
     curves = {"uniform": _cv(0.6, 0.55, 0.65), "a": _cv(0.62, 0.58, 0.66), "b": _cv(0.7, 0.66, 0.74),
               "c": _cv(0.5, 0.45, 0.549), "d": _cv(0.6, 0.55, 0.65), "e": _cv(0.58, 0.54, 0.62)}
+    u = [0.55, 0.6, 0.65]
+    finals = {"uniform": u, "a": [x + d for x, d in zip(u, (0.05, -0.03, 0.04))], "b": [x + 0.1 for x in u],
+              "c": [x - 0.1 + d for x, d in zip(u, (0.0, 0.001, -0.001))],
+              "d": [x + d for x, d in zip(u, (0, .01, -.01))],
+              "e": [x - 0.02 + d for x, d in zip(u, (0.0, 0.001, -0.001))]}
     reach = {"uniform": _reach(1.0, 200.0), "a": _reach(0.5, 100.0), "b": _reach(0.4, 80.0), "c": _reach(None, None),
              "d": _reach(0.9, 180.0), "e": _reach(None, None)}
     boot = {"uniform": _boot(1.0, 1.0), "a": _boot(0.3, 0.8), "b": _boot(0.2, 0.55), "c": _boot(None, None, 1.0),
             "d": _boot(0.7, 1.2), "e": _boot(0.6, None, 0.8)}
-    out = {c["rule"]: c for c in compare_rules(curves, reach, boot)}
+    out = {c["rule"]: c for c in compare_rules(curves, reach, boot, finals)}
     assert "final_verdict" not in out["uniform"]
+    assert out["e"]["final_verdict"] == "lower than uniform (95% paired interval of the difference below 0)"
+    assert out["e"]["final_diff"] == pytest.approx(-0.02) and out["e"]["final_diff_ci_high"] < 0
+    assert out["d"]["final_verdict"] == "too small to decide (the 95% paired interval of the difference contains 0)"
     assert out["a"]["final_verdict"].startswith("too small to decide")
     assert out["a"]["samples_verdict"].startswith("fewer samples than uniform")
     assert out["a"]["goal_verdict"] == "too small to decide (the 95% interval contains 0.6x)"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from ugrpo.envs.io import load_env
@@ -110,14 +111,29 @@ def test_mse_ctrl_c_keeps_finished_rows(tmp_path, capsys, bandit_env_path, monke
 
 
 def test_mse_interval_never_goes_below_zero():
-    """Squared errors are >= 0: a skewed sample whose normal interval would dip below 0 is cut at 0, nothing else."""
+    """Squared errors are >= 0: a skewed sample whose t interval would dip below 0 is cut at 0, nothing else."""
     import pytest
     import torch
+    from scipy.stats import t
 
     from ugrpo.experiments.mse.env import _stats
-    from ugrpo.stats.intervals import Z95
 
-    r = _stats(torch.tensor([0.0, 0.0, 0.0, 100.0]))  # mean 25, se 25: 25 - 1.96 * 25 < 0
-    assert r["ci_low"] == 0.0 and r["ci_high"] == pytest.approx(25 + Z95 * 25, rel=1e-6)
+    q = t.ppf(0.975, 3)  # 4 repetitions
+    r = _stats(torch.tensor([0.0, 0.0, 0.0, 100.0]))  # mean 25, se 25: 25 - 3.18 * 25 < 0
+    assert r["ci_low"] == 0.0 and r["ci_high"] == pytest.approx(25 + q * 25, rel=1e-6)
     r = _stats(torch.tensor([1.0, 1.1, 0.9, 1.0]))  # far from 0: unchanged
-    assert r["ci_low"] == pytest.approx(1.0 - Z95 * float(torch.tensor([1.0, 1.1, 0.9, 1.0]).std()) / 2)
+    assert r["ci_low"] == pytest.approx(1.0 - q * float(torch.tensor([1.0, 1.1, 0.9, 1.0]).std()) / 2)
+
+
+def test_few_repetitions_get_student_t_intervals(tmp_path, capsys, bandit_env_path):
+    """At --reps 3 the interval is mean +- t_{0.975, 2} SE = 4.30 SE, not 1.96 SE (issue 22: at 3 reps all four
+    printed normal intervals missed the exact value)."""
+    from scipy.stats import t
+
+    out = tmp_path / "mse3"
+    rc, _, err = run_cli(["mse", "--env", bandit_env_path, "--groups", "4", "--batch", 3, "--reps", 3, "--seed", 1,
+                          "--out", out, "--no-progress"], capsys)
+    assert rc == 0, err
+    for r in results(out)["rows"]:
+        assert r["ci_high"] - r["mse"] == pytest.approx(t.ppf(0.975, 2) * r["se"], rel=1e-9)
+        assert r["ci_low"] == pytest.approx(max(r["mse"] - t.ppf(0.975, 2) * r["se"], 0.0), rel=1e-9, abs=1e-15)

@@ -87,7 +87,8 @@ def test_mse_reading_names_the_g_where_vanilla_is_not_above_grpo_and_why():
             ("vanilla", 4): (0.0775, 0.0766), ("grpo", 4): (0.0524, 0.0513),
             ("grpo_mean", 2): (0.0385, 0.0381), ("oracle", 2): (0.0764, 0.0759),
             ("grpo_mean", 4): (0.0295, 0.0289), ("oracle", 4): (0.0392, 0.0387)}
-        rows = [{"estimator": e, "G": G, "mse": m, "exact": x, "se": 0.002} for (e, G), (m, x) in values.items()]
+        rows = [{"estimator": e, "G": G, "mse": m, "exact": x, "se": 0.002, "ci_low": m - 0.004, "ci_high": m + 0.004}
+                for (e, G), (m, x) in values.items()]
         split = [{"G": G, "residual_share": 0.5 / G} for G in (2, 4)]
         return {"rows": rows, "hoeffding_grpo": split}
 

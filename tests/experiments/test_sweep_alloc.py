@@ -7,7 +7,7 @@ import pytest
 
 from ugrpo.envs.algorithm1 import run_algorithm1_alloc
 from ugrpo.envs.io import builtin_env, load_env
-from ugrpo.experiments.sweep.env import compare_to_uniform, samples_to_reach
+from ugrpo.experiments.sweep.env import aggregate_alloc, compare_to_uniform, samples_to_reach
 
 from .conftest import assert_png, metrics, results, run_cli
 
@@ -36,7 +36,7 @@ def test_demo_run_folder_and_rows(tmp_path, capsys):
     direct = run_algorithm1_alloc(env, rule="ustat", N=64, B=8, steps=6, lr=2.0, seeds=[1], checkpoints=[0, 3, 6])
     assert m["gaps"] == pytest.approx(direct.gaps[0].tolist(), abs=1e-12)
     assert "ustat" in stdout and "report.md" in stdout
-    assert "cannot tell" in (out / "report.md").read_text() or "than uniform" in (out / "report.md").read_text()
+    assert "too small to decide" in (out / "report.md").read_text() or "than uniform" in (out / "report.md").read_text()
     before = (out / "metrics.jsonl").read_text()
     rc, _, err = run_cli(["sweep", "--env", "builtin:demo", "--budget", 64, "--groups", 8,
                           "--allocation", "uniform,vip,knapsack,ustat", *FAST, "--out", out], capsys)
@@ -63,16 +63,27 @@ def test_heterogeneous_instance_with_exact_moments(tmp_path, capsys):
 
 
 def test_samples_to_reach_and_verdicts():
+    """The verdict against uniform is a paired test by seed: vip's gap is below uniform's on every seed by 0.05 while
+    the seeds' spread (0.1-0.5) makes the two marginal intervals overlap; the previous non-overlap rule said "cannot
+    tell" there (issue 22)."""
     assert samples_to_reach([(0, 1.0), (100, 0.5), (200, 0.2)], 0.35) == pytest.approx(150.0)
     assert samples_to_reach([(0, 1.0), (100, 0.5)], 0.1) is None
-    rows = [{"rule": rule, "checkpoint": c, "samples": 10 * c, "gap_mean": g, "se": 0.01, "ci_low": g - 0.02,
-             "ci_high": g + 0.02, "seeds": 16}
-            for rule, gs in (("uniform", (1.0, 0.5)), ("ustat", (1.0, 0.3)), ("vip", (1.0, 0.49)))
-            for c, g in zip((0, 10), gs)]
-    v = {r["rule"]: r for r in compare_to_uniform(rows)}
-    assert v["ustat"]["verdict"] == "lower gap than uniform"
-    assert v["ustat"]["samples_to_uniform_final"] == pytest.approx(100 * 0.5 / 0.7)
-    assert v["vip"]["verdict"].startswith("cannot tell")
+    u = [0.5, 0.3, 0.1, 0.4, 0.2]
+    final = {"uniform": u, "ustat": [g * 0.6 for g in u], "vip": [g - 0.05 + 0.001 * k for k, g in enumerate(u)],
+             "knapsack": [g + (0.02 if k % 2 else -0.02) for k, g in enumerate(u)]}
+    runs = [{"rule": rule, "seed": k, "checkpoints": [0, 10], "gaps": [1.0, g], "frac_samples_zero_std": 0.0}
+            for rule, gs in final.items() for k, g in enumerate(gs)]
+    rows = aggregate_alloc(runs, 10)
+    v = {r["rule"]: r for r in compare_to_uniform(rows, runs)}
+    mean = {rule: sum(gs) / 5 for rule, gs in final.items()}
+    assert v["ustat"]["verdict"].startswith("lower gap than uniform") and v["ustat"]["paired_seeds"] == 5
+    assert v["ustat"]["samples_to_uniform_final"] == pytest.approx(100 * (1 - mean["uniform"]) / (1 - mean["ustat"]))
+    r_vip, r_u = (next(r for r in rows if r["rule"] == k and r["checkpoint"] == 10) for k in ("vip", "uniform"))
+    assert r_vip["ci_high"] > r_u["ci_low"]  # the marginal intervals overlap...
+    assert v["vip"]["verdict"] == "lower gap than uniform (95% paired interval of the difference below 0)"
+    assert v["vip"]["diff_ci_high"] < 0 and v["vip"]["diff"] == pytest.approx(mean["vip"] - mean["uniform"])
+    assert v["knapsack"]["verdict"].startswith("too small to decide")  # +-0.02: the paired interval contains 0
+    assert v["knapsack"]["diff_ci_low"] < 0 < v["knapsack"]["diff_ci_high"]
 
 
 @pytest.mark.parametrize("extra,match", [

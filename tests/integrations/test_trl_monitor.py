@@ -144,9 +144,27 @@ def test_undecided_batches_are_pooled_and_said_in_words():
     assert any(r.n_batches > 1 for r in later), "identical prompts must leave c1 undecided in some batch"
     mon1 = GroupSizeMonitor(every=1, n_boot=200, pool=3)
     mon1.N, mon1.candidates = 64, [2, 4, 8, 16, 32, 64]
-    decided = mon1.measure_pooled(*batch(64, 3.0), step=0, seed=0)
-    decided2 = mon1.measure_pooled(*batch(64, 3.0), step=1, seed=1)
-    assert decided.c1_decided and decided2.c1_decided and decided2.n_batches == 1  # a batch that decides is used alone
+    decided = mon1.measure_pooled(*batch(64, 10.0), step=0, seed=0)
+    decided2 = mon1.measure_pooled(*batch(64, 10.0), step=1, seed=1)
+    assert decided.decided and decided2.decided and decided2.n_batches == 1  # a batch that decides is used alone
+
+
+def test_no_warning_from_a_batch_that_cannot_decide():
+    """The previous callback's first warning ("try 8") came from a batch whose c1 estimate was below 0."""
+    import warnings
+
+    from ugrpo.envs.generate import random_env
+
+    env = random_env("softmax_bandit", n_prompts=64, n_actions=4, reward_spread=0.3, seed=78)
+    b = env.sample(env.theta0, 16, 4, torch.Generator().manual_seed(6))
+    mon = GroupSizeMonitor(every=1, n_boot=200)
+    mon.N, mon.candidates = 128, [2, 4, 8, 16, 32, 64, 128]
+    rec = mon.measure_pooled(b.rewards, b.scores, step=0, seed=6)
+    assert rec.c1.estimate < 0 and not rec.decided
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mon._maybe_warn(rec)  # no UserWarning
+    assert not mon._warned
 
 
 def test_monitor_bad_inputs(tok, tmp_path):

@@ -51,7 +51,8 @@ def test_trl_config_plan_writes_trl_answer(files, tmp_path):
     g = res["g_recommended"]
     assert rec["num_generations"] == g and 64 % g == 0 and g == res["band"]["recommended"]
     assert rec["per_device_train_batch_size"] == 32 and rec["prompts_per_step"] == 64 // g
-    assert f"num_generations: {g}" in trl_["message"] and "your num_generations = 4 costs" in trl_["message"]
+    assert f"num_generations: {g}" in trl_["message"] and "your num_generations = 4 is " in trl_["message"]
+    assert trl_["decided"] == res["band"]["decided"]
     assert trl_["num_generations_band"] == [res["band"]["low"], res["band"]["high"]]
     assert "In TRL's terms" in (tmp_path / "run" / "report.md").read_text()
 
@@ -80,25 +81,38 @@ def test_bad_trl_configs_are_clear_errors(files, tmp_path):
 
 
 def test_trl_answer_in_trl_terms(files):
-    """The TRL-terms answer of a plan with a defined G* (the planner's numbers given, so every branch is checked)."""
+    """The TRL-terms answer of a plan (the planner's numbers given, so every branch is checked): it says what the plan
+    says, never "inside the band" beside a cost."""
     from ugrpo.experiments.plan.trl import _trl_answer
 
     cfg = load_trl_config(_write(files, "c.json", per_device_train_batch_size=16, gradient_accumulation_steps=4,
                                  num_processes=2), budget=256)
     cands = [{"G": g, "predicted_mse": 1.0 / g + g / 100} for g in (2, 4, 8, 16, 32, 64, 128, 256)]
-    ans = _trl_answer(cfg, {"g_star": 8, "g_star_ci": [8, 16], "g_recommended": 8, "candidates": cands, "message": "",
-                            "band": {"low": 8, "high": 16, "tolerance": 0.05}, "budget": 256})
-    assert ans["budget_N"] == 256
+    band = {"low": 8, "high": 16, "open_ended": False, "tolerance": 0.05, "recommended": 8, "decided": True,
+            "cannot_tell": None, "g_range": [8, 8], "c1_range": None}
+    res = {"g_star": 8, "g_star_ci": [8, 16], "g_recommended": 8, "candidates": cands, "message": "", "band": band,
+           "budget": 256}
+    ans = _trl_answer(cfg, res)
+    assert ans["budget_N"] == 256 and ans["decided"]
     assert ans["recommended"] == {"num_generations": 8, "per_device_train_batch_size": 32,  # 256 / (4 * 2)
                                   "gradient_accumulation_steps": 4, "num_processes": 2, "prompts_per_step": 32,
                                   "predicted_mse": 1.0 / 8 + 0.08}
     assert ans["current"]["prompts_per_step"] == 32 and ans["current"]["predicted_mse"] is None  # other budget
-    assert not ans["current_inside_band"] and "your num_generations 4 is outside it" in ans["message"]
+    assert not ans["current_inside_band"] and "inside" not in ans["message"]
     ratio = (1 / 4 + 0.04) / (1 / 8 + 0.08)  # G = 4's predicted MSE over the best (G = 8)
     assert f"your num_generations = 4 costs {100 * (ratio - 1):.0f}% more gradient error" in ans["message"]
-    assert "95% confidence band of near-optimal num_generations (within 5% of the best predicted MSE): [8, 16]" in ans[
-        "message"]
-    assert "set num_generations: 8 with per_device_train_batch_size: 32" in ans["message"]
+    assert ans["message"].startswith("set num_generations: 8 with per_device_train_batch_size: 32 (N = 256 "
+                                     "completions per step = 32 prompts x 8): within 5% of the best predicted MSE "
+                                     "for every c1 in its interval")
+    assert "near-optimal (within 5% of the best for some c1): num_generations from 8 to 16" in ans["message"]
+    guess = _trl_answer(cfg, {**res, "band": {**band, "decided": False, "g_range": [4, 256], "high": 256,
+                                              "open_ended": True}})
+    assert not guess["decided"] and guess["message"].startswith("best guess num_generations: 8 ")
+    assert "the pilot cannot tell: the best num_generations is 4 at one end of c1's interval and 256 at the other" in \
+        guess["message"] and "num_generations of at least 8" in guess["message"]
+    none = _trl_answer(cfg, {**res, "g_recommended": None, "band": {**band, "cannot_tell": "every reward is equal"}})
+    assert none["recommended"] is None and not none["decided"]
+    assert none["message"].startswith("the pilot cannot tell which num_generations to use: every reward is equal")
 
 
 def test_cli_entry_prints_trl_answer(files, tmp_path, capsys):

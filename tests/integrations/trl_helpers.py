@@ -23,6 +23,19 @@ def digit_reward(prompts, completions, **kwargs):
     return out
 
 
+VARIED = ["11+11=", "22+22=", "12+34=", "56+78=", "1234+5678=", "9012+3456=", "33+33=", "13+24="]
+"""prompts with 1, 2, 4 or 8 distinct digits: success rates of :func:`any_digit_reward` from about 0.3 to 1"""
+
+
+def any_digit_reward(prompts, completions, **kwargs):
+    """TRL reward function in {0, 1}: 1 when the completion holds one of the prompt's digits.
+
+    On the random tiny model the success rate grows with the number of distinct digits of the prompt, so prompts
+    differ in p(1-p) by a factor of ten (:data:`VARIED`) and the allocation rules give them different G_b.
+    """
+    return [float(any(ch.isdigit() and ch in p for ch in c)) for p, c in zip(prompts, completions)]
+
+
 def grpo_config(tmp_path, **overrides):
     from trl import GRPOConfig
 

@@ -254,3 +254,18 @@ def test_bad_input_errors(small, batch):
         per_sample_scores(small, {"prompt_ids": batch[0]})
     with pytest.raises(ValueError, match="completion_mask is all 0"):
         per_sample_scores(small, (batch[0], batch[1], batch[2], torch.zeros_like(batch[3])))
+
+
+def test_sketch_under_bf16_autocast_is_the_float_sketch_to_bf16_precision(small, batch):
+    """Under bf16 mixed precision (TRL's default: accelerate wraps forward in autocast, and the backward hooks run
+    outside it) the hooks see bf16 gradients; the sketch is computed in the parameters' dtype and stays close to the
+    float32 one."""
+    import copy
+
+    m = copy.deepcopy(small).float()  # autocast lowers float32 ops only
+    want = sketch_scores(m, batch, 8, seed=3)
+    m.forward = torch.autocast("cpu", dtype=torch.bfloat16)(m.forward)  # as accelerate's bf16 wraps it
+    got = sketch_scores(m, batch, 8, seed=3)
+    assert got.dtype == want.dtype == torch.float32
+    rel = float((got - want).norm() / want.norm())
+    assert 0 < rel < 0.05, rel  # bf16 rounding (8 bits of mantissa), not a different sketch

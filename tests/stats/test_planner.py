@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.optimize import minimize_scalar
 
-from ugrpo.stats.band import bootstrap_band, near_optimal_band, pilot_size_needed
+from ugrpo.stats.band import _FACTORS, bootstrap_band, pilot_size_needed
 from ugrpo.stats.bootstrap_ci import Estimate
 from ugrpo.stats.components import VarianceComponents, estimate_components
 from ugrpo.stats.planner import bound, candidate_groups, group_cost, plan_group_size
@@ -75,15 +75,12 @@ def test_not_distinguishable_gives_lower_bound_and_message():
     plan = plan_group_size(vc, 1024)
     assert plan.g_star is None and not plan.c1_distinguishable_from_zero
     assert plan.g_star_lower_bound == pytest.approx(1 + math.sqrt(40.0 / 0.02))
-    assert plan.message.startswith(f"use G = {plan.g_recommended} ")
-    assert f"G* is larger than {plan.g_star_lower_bound:.1f} at the 95% level" in plan.message
-    assert "c1's 95% interval [-0.01, 0.02] contains 0" in plan.message and "B0 = 16 pilot prompts" in plan.message
-    assert "c1's estimate is negative" not in plan.message
+    assert plan.message.startswith(f"use G = {plan.g_recommended} ") and not plan.decided
+    assert "the pilot cannot tell which G is best" in plan.message and "B0" not in plan.message.split(";")[0]
+    assert plan.g_band[1] == 1024 and plan.band_open_ended and f"G of at least {plan.g_band[0]}" in plan.message
+    assert "c1's estimate" not in plan.message  # the estimate is >= 0
     negative = plan_group_size(_vc((-0.004, 0.0, 0.02), (50.0, 40.0, 60.0), reps), 1024)
-    assert "c1's estimate is negative (c1 = -0.004" in negative.message and "contains 0" not in negative.message
-    whole_ci_at_zero = _vc((-0.02, 0.0, 0.0), (50.0, 40.0, 60.0), reps)
-    p0 = plan_group_size(whole_ci_at_zero, 1024)
-    assert p0.g_star_lower_bound is None and "no lower bound on G*" in p0.message
+    assert "c1's estimate -0.004 is below 0 (the true c1 is >= 0; taken as 0 in the plan)" in negative.message
 
 
 def test_ci_from_replicates_is_percentile_of_argmins():
@@ -145,55 +142,55 @@ def test_band_from_exact_constants_is_a_brute_force_scan(c1, c2, c3, tol, N):
     assert group_cost(plan, plan.g_star) == 1.0
 
 
-def test_band_probabilities_and_recommendation_from_replicates():
-    """Each replicate's band by brute force; the share per G; the recommendation minimises the mean ratio."""
+def _ratios(rows, cands):
+    return np.array([[bound(*np.maximum(c, 0), 1024, g) / min(bound(*np.maximum(c, 0), 1024, h) for h in cands)
+                      for g in cands] for c in rows])
+
+
+def test_band_probabilities_recommendation_and_band_by_brute_force():
+    """Probabilities and expected ratios over the draws; the worst ratio over c1's range on a grid; the G to use is
+    the robust G with the smallest expected ratio; the band is every G near-optimal for some c1 in the range."""
     rng = np.random.default_rng(1)
-    reps = np.column_stack([rng.uniform(0.01, 0.2, 300), np.ones(300), rng.uniform(0.8, 1.2, 300)])
+    draws = np.column_stack([rng.uniform(-0.02, 0.2, 300), rng.uniform(0.9, 1.1, 300), rng.uniform(0.8, 1.2, 300)])
     cands = candidate_groups(1024)
-    r = bootstrap_band((0.05, 1.0, 1.0), reps, 1024, cands)
-    ratios = np.array([[bound(*c, 1024, g) / min(bound(*c, 1024, h) for h in cands) for g in cands] for c in reps])
-    assert np.allclose(r.probability, (ratios <= 1.05).mean(0)) and np.allclose(r.expected_ratio, ratios.mean(0))
-    assert r.recommended == cands[int(np.argmin(ratios.mean(0)))]
-    assert set(r.confidence_band) == {g for g, p in zip(cands, r.probability) if p >= 0.025} | {r.recommended}
+    for c1_range in [(0.0, 0.2), (0.04, 0.06), (0.01, 0.03)]:
+        r = bootstrap_band((0.05, 1.0, 1.0), draws, 1024, cands, c1_range=c1_range)
+        ratios = _ratios(draws, cands)
+        assert np.allclose(r.probability, (ratios <= 1.05).mean(0)) and np.allclose(r.expected_ratio, ratios.mean(0))
+        grid = _ratios([[c, 1.0, 1.0] for c in np.linspace(*c1_range, 401)], cands)
+        assert np.allclose(r.worst_case, grid.max(0), rtol=1e-9)  # the maximum is at an end (quasi-convexity)
+        robust = [k for k, g in enumerate(cands) if grid[:, k].max() <= 1.05]
+        pool = robust or list(range(len(cands)))
+        assert r.recommended == cands[min(pool, key=lambda k: ratios.mean(0)[k])] and r.decided == bool(robust)
+        near = {g for k, g in enumerate(cands) if grid[:, k].min() <= 1.05}
+        assert set(r.confidence_band) == set(range(min(near), max(near) + 1)) & set(cands) | {r.recommended}
 
 
-def test_recommendation_conditions_on_positive_c1_instead_of_clipping():
-    """Half the replicates have c1* < 0: clipped, they vote for the largest G; conditioned, they do not count."""
-    reps = np.array([[0.01, 1.0, 1.0]] * 50 + [[-0.01, 1.0, 1.0]] * 50)
-    r = bootstrap_band((0.0, 1.0, 1.0), reps, 1024, candidate_groups(1024))
-    assert r.recommended == plan_group_size((0.01, 1.0, 1.0), 1024).g_star  # = 8
-    assert r.probability[-1] == pytest.approx(0.5)  # G = 1024 is in the band of the clipped (c1 = 0) replicates
-    assert r.high == 1024  # so the confidence band reaches it: c1 = 0 is not excluded
-
-
-def test_pilot_size_needed_shrinks_replicates_by_sqrt_f():
-    rng = np.random.default_rng(2)
-    c = np.array([0.05, 1.0, 1.0])
-    reps = c + rng.normal(size=(400, 3)) * [0.04, 0.05, 0.05]
+def test_recommendation_uses_every_draw_not_only_those_with_positive_c1():
+    """Half the draws have c1 < 0: clipped to 0 they count (c1 = 0 favours large G), as c1's confidence distribution
+    says; conditioning on c1 > 0 (the previous rule) would give the G* of c1 = 0.01."""
+    draws = np.array([[0.01, 1.0, 1.0]] * 50 + [[-0.01, 1.0, 1.0]] * 50)
     cands = candidate_groups(1024)
-    need = pilot_size_needed(c, reps, 32, 1024, cands)
+    r = bootstrap_band((0.0, 1.0, 1.0), draws, 1024, cands, c1_range=(0.0, 0.02))
+    ratios = _ratios(draws, cands)
+    assert r.recommended == cands[int(np.argmin(ratios.mean(0)))] != plan_group_size((0.01, 1.0, 1.0), 1024).g_star
+    assert r.probability[-1] == pytest.approx(0.5) and r.high == 1024 and r.open_ended
+
+
+def test_pilot_size_needed_shrinks_the_interval_by_sqrt_f():
+    cands = candidate_groups(1024)
+    c, rng = 0.02, (0.0, 0.08)
+    need = pilot_size_needed(c, rng, 1.0, 1.0, 32, 1024, cands)
     assert need is not None and need > 32
     f = need / 32
-    prob_at = bootstrap_band(c, c + (reps - c) / math.sqrt(f), 1024, cands).probability
-    target = set(near_optimal_band(*c, 1024, cands))
-    assert {g for g, p in zip(cands, prob_at) if p >= 0.025} <= target
-    assert pilot_size_needed(c, c + (reps - c) / 100, 32, 1024, cands) == 32  # already pinned down
-    assert pilot_size_needed([-0.01, 1.0, 1.0], reps, 32, 1024, cands) is None  # c1 <= 0: no projection
 
+    def decides(f):
+        s = 1 / math.sqrt(f)
+        grid = _ratios([[x, 1.0, 1.0] for x in np.linspace(c - c * s, c + (0.08 - c) * s, 401)], cands)
+        return grid.max(0).min() <= 1.05
 
-def test_minimax_when_almost_no_replicate_has_positive_c1():
-    """c1* <= 0 in every replicate: G_rec minimises the worst ratio over c1 in [0, c1_upper] (brute force, M41)."""
-    reps = np.array([[-0.02, 1.0, 1.2], [-0.01, 1.1, 1.3], [-0.03, 0.9, 1.1]] * 20)
-    cands = candidate_groups(1024)
-    r = bootstrap_band((-0.02, 1.0, 1.2), reps, 1024, cands, c1_upper=0.01)
-
-    def worst(g):
-        ratios = []
-        for c1 in np.linspace(0.0, 0.01, 201):
-            vals = {h: bound(c1, 1.0, 1.2, 1024, h) for h in cands}
-            ratios.append(vals[g] / min(vals.values()))
-        return max(ratios)
-
-    assert r.recommended == min(cands, key=worst)
-    assert 2 < r.recommended < 1024  # neither extreme: c1 = 0 favours large G, c1 = 0.01 moderate G
-    assert bootstrap_band((-0.02, 1.0, 1.2), reps, 1024, cands).recommended == 1024  # no upper limit: clipped
+    prev = max(x for x in _FACTORS if x < f)  # the factor tried before the one returned
+    assert decides(f) and not decides(prev)
+    assert pilot_size_needed(c, (0.0199, 0.0201), 1.0, 1.0, 32, 1024, cands) == 32  # already decided
+    # a negative estimate is taken as 0: the projection says what a larger pilot would give if c1 is that small
+    assert pilot_size_needed(-0.01, (0.0, 0.01), 1.0, 1.0, 32, 1024, cands) is not None

@@ -154,6 +154,7 @@ def test_advise_cases():
     assert advise(banded, cands) is None  # G = 8 inside the band (the lower bound is not used)
     out = advise(replace(banded, g_band=(16, 32)), cands)
     assert (out.kind, out.suggestion, out.interval) == ("outside_band", 16, (16, 32))
+    assert advise(replace(banded, g_band=(16, 32), decided=False), cands) is None  # a batch that cannot decide
     assert warning_text(out, 4, 128) == ("group_size G=8 is outside the monitor's 95% band [16, 32] of near-optimal "
                                          "G (step 4, N=128); try --budget.group-size 16")
     row = monitor_row(banded)
@@ -162,11 +163,34 @@ def test_advise_cases():
 
 
 def _separated_batch(B=64, G=8, k=16, seed=0):
-    """All-equal rewards and one score direction per prompt: c1 ~ c3, so G* = 2 with a tight interval."""
+    """Rewards 1 but the last sample's 0, and one score direction per prompt: c1 ~ c3, so G* = 2 with a tight
+    interval (a pilot whose rewards never vary says nothing, docs/math.md M41)."""
     gen = torch.Generator().manual_seed(seed)
     u = torch.randn(B, 1, k, generator=gen, dtype=torch.float64)
     w = u + 0.01 * torch.randn(B, G, k, generator=gen, dtype=torch.float64)  # (B, G, k)
-    return torch.ones(B, G, dtype=torch.float64), w
+    z = torch.ones(B, G, dtype=torch.float64)
+    z[:, -1] = 0.0
+    return z, w
+
+
+def test_a_batch_that_cannot_decide_gives_no_advice(monkeypatch):
+    """A 16 x 4 batch whose c1 estimate is below 0: the previous monitor warned "outside the band [8, 128]; try 8";
+    the batch cannot decide, so the monitor says so (G_use=...?) and gives no advice."""
+    from ugrpo.envs.generate import random_env
+
+    env = random_env("softmax_bandit", n_prompts=64, n_actions=4, reward_spread=0.3, seed=78)
+    b = env.sample(env.theta0, 16, 4, torch.Generator().manual_seed(6))
+    cands = [2, 4, 8, 16, 32, 64, 128]
+    rec = measure(b.rewards, b.scores, budget=128, candidates=cands, n_boot=200, seed=6, step=1)
+    assert rec.c1.estimate < 0 and not rec.decided and rec.g_recommended is not None
+    assert advise(rec, cands) is None
+    assert advise(replace(rec, decided=True, g_band=(8, 128)), cands) is not None  # the same record, decided: advice
+    B, G, k = b.scores.shape
+    monkeypatch.setattr("ugrpo.lm.sketch.sketch_scores", lambda model, roll, kk, **kw: b.scores.reshape(B * G, k))
+    mon = TrainMonitor(every=1, budget=128, group_size=4, sketch_dim=k, n_boot=200, seed=0)
+    row = mon.observe(1, None, None, b.rewards)
+    assert "monitor_warning" not in row and row["monitor_decided"] is False
+    assert f"G_use={row['monitor_g_recommended']}?" in console_column(row)
 
 
 def test_warning_fires_once(monkeypatch, capsys):

@@ -177,9 +177,18 @@ def _batch_errors(lab: Lab, known: Posterior | PromptStats, rule: str, batches: 
     return out, cost, guarded / len(batches)
 
 
-def ratio_ci(a: np.ndarray, b: np.ndarray) -> Interval:
+def ratio_ci(a: np.ndarray, b: np.ndarray | float) -> Interval:
     """mean(a)/mean(b) for paired per-batch values: :func:`ugrpo.stats.intervals.ratio_interval` (delta method),
-    clipped at 0 (a ratio of MSEs); one batch gives the ratio with a zero-width interval."""
+    clipped at 0 (a ratio of MSEs); one batch gives the ratio with a zero-width interval. ``b`` a number: an exact
+    denominator (uniform's exact MSE), so the interval is the normal interval of mean(a) divided by it, named so.
+
+    >>> ratio_ci(np.array([1.0, 2.0, 3.0]), 2.0).kind
+    "95% normal interval of the mean over batches, over the denominator's exact MSE"
+    """
+    if np.ndim(b) == 0:
+        m, se = float(a.mean()) / float(b), float(np.std(a, ddof=1)) / math.sqrt(len(a)) / float(b) if len(a) > 1 else 0
+        kind = "95% normal interval of the mean over batches, over the denominator's exact MSE"
+        return Interval(m, *normal_interval(m, se), se, kind, len(a)).clip(hi=math.inf)
     if len(a) < 2:
         r = float(a.mean() / b.mean())
         return Interval(r, r, r, kind="one batch: no spread", n=len(a))
@@ -208,7 +217,7 @@ def run_allocate(env, cfg: AllocateConfig, progress: bool = False) -> dict:
                     table.append({"rule": "uniform", "moments": moments, "budget": cfg.budget, "unit": unit,
                                   "G": G_u, "B": cfg.budget // G_u, "mse": mse_u, "ci_low": mse_u, "ci_high": mse_u,
                                   "exact": True})
-                    per_batch[(unit, moments, rule)] = np.full(nb, mse_u)
+                    per_batch[(unit, moments, rule)] = float(mse_u)  # exact: no per-batch values
                     continue
                 within, cost, guarded = _batch_errors(lab, known, rule, batches[:nb], cfg, unit, Gt)
                 tot = lab.c1 / B + within
@@ -241,8 +250,9 @@ def _ratios(per_batch: dict, rules: tuple[str, ...]) -> list[dict]:
         for other in tuple(r for r in RULES if r != "ustat") if rule == "ustat" else ("ustat",):
             w = per_batch.get((unit, moments, other))
             if w is not None:
+                iv = ratio_ci(v, w if np.ndim(w) == 0 else w[: len(v)])
                 out.append({"unit": unit, "moments": moments, "numerator": rule, "denominator": other,
-                            **ratio_ci(v, w[: len(v)]).to_dict(*RATIO_KEYS)})
+                            **iv.to_dict(*RATIO_KEYS), "interval": iv.kind})
     return out
 
 

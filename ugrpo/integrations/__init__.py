@@ -1,7 +1,8 @@
 """Adapters for the trainers users already run.
 
 - :mod:`ugrpo.integrations.trl`: ``UGRPOTrainer`` (TRL's ``GRPOTrainer`` with any ugrpo baseline as
-  the advantage), ``AdvantageSpec`` and ``GroupSizeMonitor`` (online c1, c2, c3 and G*, paper Thm 7).
+  the advantage and per-prompt group sizes), ``AdvantageSpec``, ``AllocationSpec``, ``UGRPOConfig`` (``GRPOConfig``
+  with ugrpo's fields) and ``GroupSizeMonitor`` (online c1, c2, c3 and G*, paper Thm 7).
   Imported on first attribute access, so ``import ugrpo.integrations`` does not import TRL.
 """
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 
-__all__ = ["AdvantageSpec", "GroupSizeMonitor", "MonitorRecord", "UGRPOTrainer"]
+__all__ = ["AdvantageSpec", "AllocationSpec", "GroupSizeMonitor", "MonitorRecord", "UGRPOConfig", "UGRPOTrainer"]
 
 
 def __getattr__(name: str):  # PEP 562: TRL is imported only when its adapter is used

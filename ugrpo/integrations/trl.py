@@ -39,12 +39,14 @@ TRL's ``_metrics`` (so they reach TensorBoard / W&B beside ``reward_std``).
 
 from __future__ import annotations
 
+import inspect
 import math
+import os
 import time
 import warnings
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import torch
 from torch import Tensor
@@ -52,45 +54,19 @@ from transformers import TrainerCallback
 from trl import GRPOTrainer
 
 from ugrpo.lm.scores import ScoreSpec
-from ugrpo.stats.advantages import BASELINES, compute_advantages
+from ugrpo.stats.advantages import compute_advantages
 from ugrpo.stats.components import MIN_PILOT_GROUP
 from ugrpo.train.monitor import MonitorRecord, advise, measure
 
-__all__ = ["AdvantageSpec", "UGRPOTrainer", "GroupSizeMonitor", "MonitorRecord", "grouped_rewards", "step_budget"]
+from .trl_alloc import INDEX_COLUMN, TrlAllocation, prepare_allocation
+from .trl_config import FROM_ARGS as _FROM_ARGS
+from .trl_config import UGRPOConfig, from_config
+from .trl_specs import AdvantageSpec, AllocationSpec
+
+__all__ = ["AdvantageSpec", "AllocationSpec", "UGRPOConfig", "UGRPOTrainer", "GroupSizeMonitor", "MonitorRecord",
+           "grouped_rewards", "step_budget"]
 
 ValueFn = Callable[[list], Sequence[float]]
-
-
-@dataclass(frozen=True)
-class AdvantageSpec:
-    """Which ugrpo advantage replaces TRL's (arguments of :func:`~ugrpo.stats.advantages.compute_advantages`).
-
-    ``AdvantageSpec(baseline="grpo_mean", scale="std", ddof=1, eps=1e-4, zero_std="eps")`` reproduces
-    TRL's default ``scale_rewards="group"`` (docs/trl-equivalence.md).
-    """
-
-    baseline: str = "grpo"
-    """"grpo" (leave-one-out mean, paper eq. (4)), "grpo_mean" (full mean), "vanilla" (C = 0), "oracle" (C = V(x))."""
-    scale: str = "none"
-    """"none" (Algorithm 1, the paper's theory) or "std" (Algorithm 2: divide by the group's std)."""
-    ddof: int = 1
-    """divisor G - ddof of the std (TRL and the paper: 1)."""
-    eps: float = 1e-6
-    """added to the std (TRL hard-codes 1e-4)."""
-    zero_std: str = "zero"
-    """what an all-equal group gets with scale="std": "zero", "eps" (TRL) or "unscaled"."""
-
-    def __post_init__(self) -> None:
-        if self.baseline not in BASELINES:
-            raise ValueError(f"AdvantageSpec.baseline={self.baseline!r}; choose one of {sorted(BASELINES)}")
-        if self.scale not in ("none", "std"):
-            raise ValueError(f"AdvantageSpec.scale={self.scale!r}; choose 'none' or 'std'")
-        if self.zero_std not in ("zero", "eps", "unscaled"):
-            raise ValueError(f"AdvantageSpec.zero_std={self.zero_std!r}; choose 'zero', 'eps' or 'unscaled'")
-        if isinstance(self.ddof, bool) or self.ddof not in (0, 1):
-            raise ValueError(f"AdvantageSpec.ddof={self.ddof!r}; choose 0 or 1")
-        if not (isinstance(self.eps, (int, float)) and math.isfinite(self.eps) and self.eps >= 0):
-            raise ValueError(f"AdvantageSpec.eps={self.eps!r} must be a finite number >= 0")
 
 
 def grouped_rewards(rewards_per_func: Tensor, weights: Tensor, group_size: int) -> tuple[Tensor, Tensor]:
@@ -123,26 +99,39 @@ def step_budget(args, num_processes: int | None = None) -> int:
     return int(args.per_device_train_batch_size) * int(args.gradient_accumulation_steps) * int(n_proc)
 
 
+_GRPO_SIGNATURE = inspect.signature(GRPOTrainer.__init__)
+
+
 class UGRPOTrainer(GRPOTrainer):
-    """TRL's ``GRPOTrainer`` with ugrpo's advantages and, optionally, the online G* monitor.
+    """TRL's ``GRPOTrainer`` with ugrpo's advantages, per-prompt group sizes and, optionally, the G* monitor.
 
     Parameters
     ----------
     *args, **kwargs : everything ``GRPOTrainer`` takes
-    advantages : AdvantageSpec, or None to keep TRL's own advantages (monitor only)
+    advantages : AdvantageSpec, or None to keep TRL's own advantages (monitor only); default: the
+        ``advantage_*`` fields of a :class:`UGRPOConfig` ``args``, else ``AdvantageSpec()``
+    allocation : AllocationSpec (per-prompt G_b, docs/trl.md) or None (every prompt ``num_generations``);
+        default: the ``allocation_*`` fields of a :class:`UGRPOConfig` ``args``, else None
     value_fn : for ``baseline="oracle"``: ``value_fn(prompts) -> list[float]``, V(x) of each prompt given
         (called with TRL's per-row prompts of this process; rows of a group must get the same value)
-    monitor : a :class:`GroupSizeMonitor`; one passed in ``callbacks=[...]`` is found there too
+    monitor : a :class:`GroupSizeMonitor`; one passed in ``callbacks=[...]`` is found there too; default: the
+        ``monitor_*`` fields of a :class:`UGRPOConfig` ``args`` (``monitor_every`` > 0), else none
 
     Notes
     -----
     The gradient TRL then computes is paper eq. (5) with the chosen baseline C (Table 1), aggregated
     by TRL's ``loss_type``: ``grpo`` + ``scale="none"`` + ``loss_type="dr_grpo"`` is the paper's
-    U-statistic estimator (Lemma 1, eq. (6)) up to the constant 1/max_completion_length.
+    U-statistic estimator (Lemma 1, eq. (6)) up to the constant 1/max_completion_length. With an allocation
+    the rows of prompt b carry the weight Gbar/G_b, so the estimate is (1/B) sum_b (1/G_b) sum_g A_bg W_bg
+    (M32) with TRL's normalisation of each row's W (:mod:`ugrpo.integrations.trl_alloc`).
     """
 
-    def __init__(self, *args, advantages: AdvantageSpec | None = AdvantageSpec(), value_fn: ValueFn | None = None,
-                 monitor: GroupSizeMonitor | None = None, **kwargs):
+    def __init__(self, *args, advantages: AdvantageSpec | None = _FROM_ARGS, value_fn: ValueFn | None = None,
+                 monitor: GroupSizeMonitor | None = _FROM_ARGS, allocation: AllocationSpec | None = _FROM_ARGS,
+                 **kwargs):
+        bound = _GRPO_SIGNATURE.bind(None, *args, **kwargs).arguments
+        advantages, allocation, monitor = from_config(bound.get("args"), advantages, allocation, monitor)
+        monitor = GroupSizeMonitor(**monitor) if isinstance(monitor, dict) else monitor
         if advantages is not None and not isinstance(advantages, AdvantageSpec):
             raise TypeError(f"advantages must be an AdvantageSpec or None, got {type(advantages).__name__}")
         if advantages is not None and advantages.baseline == "oracle" and value_fn is None:
@@ -150,10 +139,23 @@ class UGRPOTrainer(GRPOTrainer):
         if value_fn is not None and (advantages is None or advantages.baseline != "oracle"):
             raise ValueError("value_fn is only used with AdvantageSpec(baseline='oracle'); remove it or set the "
                              "baseline")
-        super().__init__(*args, **kwargs)
+        if allocation is not None and not isinstance(allocation, AllocationSpec):
+            raise TypeError(f"allocation must be an AllocationSpec or None, got {type(allocation).__name__}")
+        allocation = None if allocation is None or allocation.rule == "uniform" else allocation
+        if allocation is not None:
+            if monitor is not None or any(isinstance(cb, GroupSizeMonitor) for cb in bound.get("callbacks") or ()):
+                raise ValueError("GroupSizeMonitor with a non-uniform allocation is not supported in the TRL adapter "
+                                 "yet (ugrpo train has it: monitor_every with allocation.g_min >= 4); remove the "
+                                 "monitor or use allocation rule 'uniform'")
+            bound["train_dataset"] = prepare_allocation(bound, advantages, allocation)
+        bound.pop("self")
+        super().__init__(**bound)
         self.ugrpo_advantages = advantages
         self.ugrpo_value_fn = value_fn
         self._ugrpo_rewards_per_func: Tensor | None = None
+        self.ugrpo_allocation = (None if allocation is None else
+                                 TrlAllocation(self.args, allocation, advantages, len(self.train_dataset)))
+        """the run's :class:`~ugrpo.integrations.trl_alloc.TrlAllocation` (history, ``log`` of sizes), or None"""
         found = [cb for cb in self.callback_handler.callbacks if isinstance(cb, GroupSizeMonitor)]
         if monitor is not None and monitor not in found:
             self.add_callback(monitor)
@@ -181,11 +183,18 @@ class UGRPOTrainer(GRPOTrainer):
 
     def _generate_and_score_completions(self, inputs):
         self._ugrpo_rewards_per_func = None
+        mode = "train" if self.model.training else "eval"
+        alloc = self.ugrpo_allocation if mode == "train" else None
+        if alloc is not None:
+            inputs = alloc.layout(self, inputs)  # G_b rows of prompt b, chosen before generation (trl_alloc)
         out = super()._generate_and_score_completions(inputs)
         if self._ugrpo_rewards_per_func is None:
             raise RuntimeError("UGRPOTrainer: TRL did not call _calculate_rewards (a TRL version this code does not "
                                "know)")
-        mode = "train" if self.model.training else "eval"
+        if alloc is not None:
+            alloc.finish(self, out, inputs, self._ugrpo_rewards_per_func, self.ugrpo_value_fn,
+                         _no_activation_checkpointing)
+            return out
         G = self.num_generations if mode == "train" else self.num_generations_eval
         rewards, unscorable = grouped_rewards(self._ugrpo_rewards_per_func, self.reward_weights, G)  # (B, G) global
         self._metrics[mode]["ugrpo/frac_unscorable"].append(float(unscorable.double().mean()))
@@ -195,6 +204,24 @@ class UGRPOTrainer(GRPOTrainer):
         if self.ugrpo_monitor is not None and mode == "train":
             self.ugrpo_monitor.observe(self, out, rewards)
         return out
+
+    def _set_signature_columns_if_needed(self):  # remove_unused_columns=True keeps the dataset index
+        super()._set_signature_columns_if_needed()
+        if INDEX_COLUMN not in self._signature_columns:
+            self._signature_columns = [*self._signature_columns, INDEX_COLUMN]
+
+    def _save_checkpoint(self, model, trial):  # the per-prompt history goes into TRL's checkpoint folder
+        super()._save_checkpoint(model, trial)
+        if self.ugrpo_allocation is not None and self.args.should_save:
+            from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+            folder = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            self.ugrpo_allocation.save(os.path.join(self._get_output_dir(trial=trial), folder))
+
+    def _load_optimizer_and_scheduler(self, checkpoint):  # called with the folder of resume_from_checkpoint
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if self.ugrpo_allocation is not None and checkpoint is not None:
+            self.ugrpo_allocation.restore(checkpoint)
 
     # -- advantages ------------------------------------------------------------------------------
 
@@ -228,6 +255,7 @@ class UGRPOTrainer(GRPOTrainer):
             dq.pop()
         dq.extend(flat.tolist())
         self._metrics[mode]["ugrpo/frac_zero_std"].append(res.frac_zero_std)
+        self._metrics[mode]["ugrpo/samples_zero_std"].append(res.frac_zero_std * flat.numel())
 
 
 # ------------------------------------------------------------------------------------------------
@@ -373,9 +401,10 @@ class GroupSizeMonitor(TrainerCallback):
         self._pool = (self._pool + [(rewards, scores)])[-self.pool:]
         rec = measure(rewards, scores, budget=self.N, candidates=self.candidates, n_boot=self.n_boot,
                       seed=seed, step=step)  # shared with ugrpo train's monitor (ugrpo.train.monitor)
-        if rec.c1_decided or len(self._pool) < 2:
+        if rec.decided or len(self._pool) < 2:
             return rec
-        why = ("c1's estimate is negative" if rec.c1.estimate < 0 else "c1's 95% interval contains 0")
+        why = ("c1's estimate is negative" if rec.c1.estimate < 0 else "c1's 95% interval is too wide to pin the G "
+               "to use")
         pooled = measure(torch.cat([p[0] for p in self._pool]), torch.cat([p[1] for p in self._pool]), budget=self.N,
                          candidates=self.candidates, n_boot=self.n_boot, seed=seed, step=step,
                          n_batches=len(self._pool))

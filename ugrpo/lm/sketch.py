@@ -173,9 +173,9 @@ def _sel(module: nn.Module, name: str, wanted: set[int]) -> Tensor | None:
 
 def _contribution(module, kind, x, d, wanted, fac) -> Tensor:
     """(n, k) unscaled sketch of this use's per-row gradient; x: input (or xhat, or ids), d: output grad."""
-    n = d.shape[0]
-    d = d.reshape(n, -1, d.shape[-1])  # (n, L, out)
-    acc = torch.zeros(n, next(iter(fac.values()))[0].shape[0], dtype=d.dtype, device=d.device)  # (n, k)
+    n, like = d.shape[0], next(iter(fac.values()))[0]
+    d = d.reshape(n, -1, d.shape[-1]).to(like.dtype)  # (n, L, out); autocast (bf16 mixed precision) gives bf16 grads
+    acc = torch.zeros(n, like.shape[0], dtype=d.dtype, device=d.device)  # (n, k), in the factors' dtype
     w, b = _sel(module, "weight", wanted), _sel(module, "bias", wanted)
     if kind == "linear":
         if w is not None:

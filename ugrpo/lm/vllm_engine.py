@@ -51,42 +51,45 @@ import importlib.util
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 import torch
 from torch import Tensor
 
 from ugrpo.errors import UserError
 from ugrpo.lm.rollout import Rollout, rollout_from_completions
-from ugrpo.lm.sampling import _check_args, _group_sizes, encode_prompts, eos_token_ids, row_seed
+from ugrpo.lm.sampling import _check_args, _group_sizes, encode_prompts, eos_token_ids, row_seed, sample_groups
 
-__all__ = ["INSTALL_HINT", "VLLMEngine", "vllm_problem", "require_vllm", "build_engine", "request_seed",
-           "named_weights"]
+__all__ = ["INSTALL_HINT", "VLLMEngine", "vllm_problem", "require_vllm", "build_engine", "frozen_sampler",
+           "request_seed", "named_weights"]
 
 INSTALL_HINT = ("install it with `pip install 'ugrpo[vllm]'` on a machine with an NVIDIA GPU, after a CUDA build of "
                 "torch (README, section 'GPU')")
 
 
-def vllm_problem(device: torch.device | str | None) -> str | None:
-    """Why ``sampling.backend=vllm`` cannot run here (None when it can): vLLM missing, no CUDA, or a CPU device."""
+def vllm_problem(device: torch.device | str | None, option: str = "sampling.backend") -> str | None:
+    """Why ``<option>=vllm`` cannot run here (None when it can): vLLM missing, no CUDA, or a CPU device. ``option``
+    is the setting as the command spells it (``sampling.backend`` for ``train``, ``--sampling-backend`` for
+    ``plan`` / ``mse``), so that the message names what to change."""
     if importlib.util.find_spec("vllm") is None:
-        return f"sampling.backend=vllm needs the vllm package, which is not installed: {INSTALL_HINT}"
-    return _device_problem(device)
+        return f"{option}=vllm needs the vllm package, which is not installed: {INSTALL_HINT}"
+    return _device_problem(device, option)
 
 
-def _device_problem(device: torch.device | str | None) -> str | None:
+def _device_problem(device: torch.device | str | None, option: str = "sampling.backend") -> str | None:
     if not torch.cuda.is_available():
-        return ("sampling.backend=vllm needs a CUDA GPU (vLLM runs on NVIDIA GPUs only) and torch sees none "
-                "(torch.cuda.is_available() is False); use sampling.backend=hf on this machine")
+        return (f"{option}=vllm needs a CUDA GPU (vLLM runs on NVIDIA GPUs only) and torch sees none "
+                f"(torch.cuda.is_available() is False); use {option}=hf on this machine")
     if device is not None and torch.device(device).type != "cuda":
-        return (f"sampling.backend=vllm needs the policy on a CUDA device, got model.device={device}; set "
-                "model.device=auto (this process's GPU) or use sampling.backend=hf")
+        return (f"{option}=vllm needs the policy on a CUDA device, got model.device={device}; set "
+                f"model.device=auto (this process's GPU) or use {option}=hf")
     return None
 
 
-def require_vllm(device: torch.device | str | None) -> None:
+def require_vllm(device: torch.device | str | None, option: str = "sampling.backend") -> None:
     """Raise :class:`~ugrpo.errors.UserError` with :func:`vllm_problem`'s message, before any work starts."""
-    problem = vllm_problem(device)
+    problem = vllm_problem(device, option)
     if problem is not None:
         raise UserError(problem)
 
@@ -252,16 +255,17 @@ class VLLMEngine:
 
 
 def build_engine(model, tokenizer, *, gpu_memory: float, max_model_len: int = 0, distributed: bool = False,
-                 dtype: str | None = None) -> VLLMEngine:
+                 dtype: str | None = None, option: str = "sampling.backend") -> VLLMEngine:
     """A colocated vLLM engine for ``model`` (placeholder weights: call :meth:`VLLMEngine.sync_weights` before
-    sampling). Raises :class:`~ugrpo.errors.UserError` when vLLM cannot run here (:func:`vllm_problem`)."""
+    sampling). Raises :class:`~ugrpo.errors.UserError` when vLLM cannot run here (:func:`vllm_problem`; ``option``
+    names the setting in its message)."""
     device = next(model.parameters()).device
-    require_vllm(device)
+    require_vllm(device, option)
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine core in this process (docstring)
     try:
         import vllm
     except Exception as e:  # an install that cannot load (CUDA libraries, a torch it was not built for)
-        raise UserError(f"sampling.backend=vllm: importing vllm failed ({type(e).__name__}: {e}); {INSTALL_HINT}") \
+        raise UserError(f"{option}=vllm: importing vllm failed ({type(e).__name__}: {e}); {INSTALL_HINT}") \
             from e
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     folder = tempfile.mkdtemp(prefix="ugrpo-vllm-")
@@ -281,3 +285,42 @@ def build_engine(model, tokenizer, *, gpu_memory: float, max_model_len: int = 0,
         shutil.rmtree(folder, ignore_errors=True)
         raise
     return VLLMEngine(llm, vllm.SamplingParams, eos_token_ids(tokenizer, model), folder)
+
+
+FROZEN_GPU_MEMORY = 0.3
+"""share of GPU memory a :func:`frozen_sampler` engine takes (``sampling.vllm_gpu_memory``'s default)"""
+
+
+@contextmanager
+def frozen_sampler(model, tokenizer, backend: str, *, max_model_len: int = 0,
+                   option: str = "--sampling-backend") -> Iterator[Callable[..., Rollout]]:
+    """The sampler of a policy that does not change (``ugrpo plan --model``, ``ugrpo mse --model``): a callable with
+    :func:`ugrpo.lm.sampling.sample_groups`'s signature that draws with ``backend``.
+
+    ``"hf"``: ``sample_groups`` itself. ``"vllm"``: one engine (:func:`build_engine`, the policy's dtype, a
+    :data:`FROZEN_GPU_MEMORY` share of the GPU, ``max_model_len`` tokens of prompt + completion, 0 = the model's
+    context), given ``model``'s weights once on entry and closed on exit; the callable ignores its ``model``
+    argument and its ``batch_size`` / ``share_prompts`` (the engine batches by itself), one request per prompt with
+    ``n = G_b``, seeds as in the module docstring's contract (the train backend's). ``option`` names the setting in
+    the errors (vLLM missing, no CUDA: :func:`vllm_problem`).
+    """
+    if backend == "hf":
+        yield sample_groups
+        return
+    if backend != "vllm":
+        raise ValueError(f"{option} {backend!r}: choose hf or vllm")
+    engine = build_engine(model, tokenizer, gpu_memory=FROZEN_GPU_MEMORY, max_model_len=max_model_len, option=option)
+    try:
+        engine.sync_weights(model)  # the only push: the policy is frozen
+
+        def sample(_model, tok, prompts: Sequence[str], group_size: int | Sequence[int], *, seeds: Sequence[int],
+                   temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 16,
+                   batch_size: int | None = None, add_special_tokens: bool = True,
+                   share_prompts: bool = True) -> Rollout:
+            return engine.sample_groups(tok, prompts, group_size, seeds=seeds, temperature=temperature, top_p=top_p,
+                                        max_new_tokens=max_new_tokens, add_special_tokens=add_special_tokens)
+
+        sample.engine = engine  # type: ignore[attr-defined]
+        yield sample
+    finally:
+        engine.close()

@@ -44,9 +44,9 @@ def write_report(rd, results: dict[str, Any], argv: Sequence[str] | None = None)
                           "exact" if r.get("exact") else fmt_ci(r["ci_low"], r["ci_high"]), r.get("mean_cost")]
                          for r in rows])
 
-    ratios = md_table(["unit", "moments", "rule", "/ rule", "ratio", "95% interval"],
+    ratios = md_table(["unit", "moments", "rule", "/ rule", "ratio", "95% interval", "interval"],
                       [[r["unit"], r["moments"], r["numerator"], r["denominator"], r["ratio"],
-                        fmt_ci(r["ci_low"], r["ci_high"])]
+                        fmt_ci(r["ci_low"], r["ci_high"]), r.get("interval", "95% delta method, ratio of paired means")]
                        for r in results["ratios"]])
     q = results["prediction_quality"]
     parts = [
@@ -66,7 +66,8 @@ def write_report(rd, results: dict[str, Any], argv: Sequence[str] | None = None)
         "Sample lengths L_x are seeded per prompt (8 x log-uniform in [2, 32] tokens); vip and knapsack are given "
         "the same token prices in their own objective (their papers allocate rollouts).",
         table(results["token_rows"]) if results["token_rows"] else "(not run: B does not divide N)",
-        "## Ratios (paired over the same batches, delta-method 95% intervals)", ratios,
+        "## Ratios (over the same batches: a delta-method interval of the paired means, or, against uniform's exact "
+        "MSE, the interval of the mean over batches divided by it)", ratios,
         "## How well the history predicts",
         f"History: {results['history']['history_samples']} samples, {results['history']['mean_visits']:.3g} visits "
         f"per prompt on average, {results['history']['prompts_never_visited']} prompts never visited. Per-prompt "

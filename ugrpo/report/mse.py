@@ -20,7 +20,6 @@ from ugrpo.report.markdown import fmt, fmt_ci, fmt_values, header, image, md_tab
 from ugrpo.report.plots import estimator_series, line_plot
 from ugrpo.runs import RunDir
 from ugrpo.stats.estimators import ESTIMATORS
-from ugrpo.stats.intervals import Z95
 
 __all__ = ["write_report", "reading", "table_rows", "lm_reading", "allocation_table", "allocation_section"]
 
@@ -61,7 +60,7 @@ def reading(results: dict[str, Any]) -> list[str]:
     z = [(r["mse"] - r["exact"]) / r["se"] for r in rows if r["se"] and r["se"] > 0]
     if z:
         zmax = max(abs(v) for v in z)
-        inside = sum(abs(v) <= Z95 for v in z)
+        inside = sum(r["ci_low"] <= r["exact"] <= r["ci_high"] for r in rows if r["se"] and r["se"] > 0)
         out.append(
             f"Monte Carlo vs exact: {inside} of {len(z)} estimates have the exact value inside their 95% interval; "
             f"the largest deviation is {zmax:.2f} standard errors."
@@ -120,7 +119,8 @@ def _write_env(run: RunDir, results: dict[str, Any], argv: Sequence[str] | None)
         header("ugrpo mse: gradient MSE per estimator and group size (paper Fig. 4)", argv),
         f"Env `{results['config']['env']}` at theta (D = {results['D']}); B = {B} prompts per minibatch, "
         f"R = {rows[0]['reps']} independent minibatches per G, the same samples for all four estimators. "
-        "MC = mean squared error with a 95% interval (mean +- 1.96 SE); exact = paper Prop. 3 / docs/math.md.",
+        "MC = mean squared error with a 95% Student-t interval (mean +- t_{0.975, R-1} SE over the R repetitions); "
+        "exact = paper Prop. 3 / docs/math.md.",
         "",
         "## Reading",
         "",
@@ -247,7 +247,8 @@ def _write_lm(run: RunDir, results: dict[str, Any], argv: Sequence[str] | None) 
         "", f"Samples: {cost['samples']} ({cost['samples_reference']} reference + {cost['samples_estimation']} "
         "estimation), "
         f"{cost['tokens']} completion tokens, {cost['n_unscorable']} unscorable; seconds: sampling "
-        f"{cost['sampling']:.1f}, scoring {cost['scoring']:.1f}, sketch {cost['sketch']:.1f}, total "
+        f"{cost['sampling']:.1f} ({'vLLM' if cost.get('sampling_backend') == 'vllm' else 'Hugging Face generate'}), "
+        f"scoring {cost['scoring']:.1f}, sketch {cost['sketch']:.1f}, total "
         f"{cost['seconds_total']:.1f}.", "",
     ]
     if results.get("allocation"):

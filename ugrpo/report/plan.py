@@ -11,32 +11,30 @@ from typing import Any
 
 from ugrpo.runs import RunDir
 
-__all__ = ["write_report", "reading"]
+__all__ = ["write_report", "reading", "band_words"]
+
+
+def band_words(band: dict[str, Any], name: str = "G") -> str:
+    """The confidence band of a results ``band`` object in words: "G = 8", "G from 4 to 32", or "G of at least 16"
+    when it reaches the largest candidate (never "[16, largest candidate]")."""
+    lo, hi = band["low"], band["high"]
+    if lo == hi:
+        return f"{name} = {lo}"
+    return f"{name} of at least {lo}" if band.get("open_ended") else f"{name} from {lo} to {hi}"
 
 
 def reading(results: dict[str, Any]) -> list[str]:
-    """Plain-language sentences about a plan result."""
+    """Plain-language sentences about a plan result: the planner's one answer (the G to use and how sure, the band),
+    then the pilot against the exact constants when they are known."""
     from ugrpo.report.markdown import fmt
 
-    N, out = results["budget"], []
-    lo, hi = results["g_star_ci"]
-    G = results["g_star"]
-    band = results.get("band")
-    if band is not None:
-        rec = band["recommended"]
-        near = ", ".join(str(g) for g in band["G"])
-        out.append(f"For a budget of N={N} samples per step use G={rec} (B={N // rec}): the G that minimises the "
-                   f"expected predicted MSE over the bootstrap. Near-optimal band (within "
-                   f"{100 * band['tolerance']:g}% of the best predicted MSE): G in {{{near}}} at the estimates, "
-                   f"[{band['low']}, {band['high']}] with 95% confidence; the worst candidate G = "
-                   f"{band['worst']['G']} gives {band['worst']['ratio']:.2f}x the best.")
-    if G is not None:
-        out.append(f"Point estimate of G*: {G} (continuous optimum 1 + sqrt(c3/c1) = "
-                   f"{fmt(results['g_star_continuous'])}, 95% bootstrap interval of G* [{fmt(lo)}, "
-                   f"{fmt(hi) if hi is not None else 'unbounded'}]).")
-    out.append(f"Planner: {results.get('message')}.")
+    out = [f"Planner: {results.get('message')}."]
     if "current_group" in results:
         out.append(results["current_group"]["message"][0].upper() + results["current_group"]["message"][1:] + ".")
+    clipped = [k for k in ("c1", "c2", "c3") if results[k]["estimate"] < 0]
+    if clipped:
+        out.append(f"{', '.join(clipped)}: the unbiased estimate is below 0, the constant's range starts at 0; its "
+                   f"interval and the plan take it as 0.")
     ex = results.get("exact")
     if ex:
         parts = []
@@ -46,8 +44,12 @@ def reading(results: dict[str, Any]) -> list[str]:
             parts.append(f"{k} = {fmt(e['estimate'])} vs exact {fmt(ex[k])} ({'inside' if inside else 'outside'} "
                          "the 95% interval)")
         out.append("Pilot estimates vs the exact constants at theta0: " + "; ".join(parts) + ".")
-        out.append(f"With the exact constants the planner gives G* = {ex['g_star']} "
-                   f"(continuous {fmt(ex['g_star_continuous'])}).")
+        rec = results.get("g_recommended")
+        where = "" if rec is None else (f"; the G to use, {rec}, is " + ("inside" if rec in ex.get("band", [])
+                                                                          else "outside") + " the exact band")
+        exact_band = ", ".join(str(g) for g in ex.get("band", []))
+        out.append(f"With the exact constants the best G is {ex['g_star']} (continuous "
+                   f"{fmt(ex['g_star_continuous'])}), exact 5% band {{{exact_band}}}{where}.")
     return out
 
 
@@ -65,7 +67,7 @@ def write_report(run: RunDir, results: dict[str, Any], argv: Sequence[str] | Non
     lo, hi = results["g_star_ci"]
     markers = []
     band = results.get("band")
-    if band is not None:
+    if band is not None and band.get("recommended") is not None:
         markers.append(Marker(band["recommended"], f"G to use = {band['recommended']}; 95% band of near-optimal G",
                               band["low"], band["high"], color="C2"))
     if results["g_star"] is not None:
@@ -101,9 +103,10 @@ def write_report(run: RunDir, results: dict[str, Any], argv: Sequence[str] | Non
         "",
         "## Candidates",
         "",
-        md_table(["G", "B", "predicted MSE", "bootstrap 95% band", "P(in 5% band)", "exact"],
+        md_table(["G", "B", "predicted MSE", "its bootstrap 95% interval", "ratio to the best: most over c1's interval",
+                  "exact"],
                  [[r["G"], r["B"], r["predicted_mse"], fmt_ci(r.get("band_low"), r.get("band_high")),
-                   r.get("band_probability"), exact_at.get(r["G"])] for r in c]),
+                   r.get("worst_ratio"), exact_at.get(r["G"])] for r in c]),
         "",
     ]
     text = "\n".join(md)
@@ -118,12 +121,21 @@ def _cost_section(results: dict[str, Any]) -> str:
     """A language-model pilot's costs, and the estimated cost of one training step at the budget."""
     pc, sc = results["pilot_cost"], results["step_cost"]
     lines = ["## Cost", "",
-             f"Pilot: {pc['samples']} samples in {pc['seconds']:.1f} s (sampling {pc['seconds_sampling']:.1f}, scoring "
+             f"Pilot: {pc['samples']} samples in {pc['seconds']:.1f} s (sampling {pc['seconds_sampling']:.1f} with "
+             f"{_backend_words(pc)}, scoring "
              f"{pc['seconds_scoring']:.1f}, sketch {pc['seconds_sketch']:.1f}); "
              f"{100 * results['pilot_fraction_of_100_steps']:.1f}% of the samples of 100 training steps at N = "
              f"{results['budget']}.",
              f"One training step at N = {results['budget']}: about {sc['seconds']:.2f} s ({sc['how']}).", ""]
     return "\n".join(lines)
+
+
+def _backend_words(cost: dict[str, Any]) -> str:
+    """Who drew the samples: ``hf`` (pilots from before the option: hf) or ``vllm`` with its engine's start-up."""
+    backend = cost.get("sampling_backend", "hf")
+    if backend != "vllm":
+        return "Hugging Face generate"
+    return f"vLLM, after {cost.get('seconds_engine_start', 0.0):.1f} s of engine start and weight push"
 
 
 def _trl_section(trl: dict) -> str:

@@ -163,9 +163,9 @@ def _write_rules(run: RunDir, results: dict[str, Any], argv: Sequence[str] | Non
         f"({cfg['lr_schedule']}), {cfg['seeds']} seeds per rule. `uniform` gives every prompt "
         f"G = {results['G_uniform']}; the other rules choose {cfg['g_min']} <= G_b <= {cfg['g_max']} from {who}. "
         "Gap = exact J* - J(theta)" + ("" if results["j_star_exact"] else " (J* found numerically)") +
-        "; mean with a Student-t 95% interval over seeds, clipped at 0; the difference to uniform has a Welch "
-        "; mean with a Student-t 95% interval over seeds, clipped at 0; the difference to uniform has a Welch "
-        "95% interval. \"Cannot tell\" means the two rules' intervals overlap.",
+        "; mean with a Student-t 95% interval over seeds, clipped at 0; the difference to uniform is per seed (the "
+        "runs are paired by seed) with a paired Student-t 95% interval, and the verdict comes from it: "
+        "\"too small to decide\" when it contains 0.",
         "",
         "## Reading",
         "",

@@ -1,4 +1,4 @@
-"""The near-optimal band of group sizes, its bootstrap probabilities and the G to use (docs/math.md M40-M42).
+"""The near-optimal band of group sizes, the G to use and how sure the pilot is (docs/math.md M40-M42).
 
 The bound of Theorem 7 is flat near its minimum, so the useful answer is not one G* but the
 *band*: the candidates whose predicted MSE at budget N is within a tolerance (default 5%) of the
@@ -6,24 +6,23 @@ smallest,
 
     band(c) = {G : bound(c, G) <= (1 + tol) min_G' bound(c, G')}          (M40)
 
-From bootstrap replicates c* of (c1, c2, c3) (each clipped to [0, inf), the constants' range):
+With c2, c3 at their estimates, bound(c, G) / min bound is quasi-convex in c1 (a linear function over a
+concave one), so over c1's 95% interval [lo, hi] a candidate's ratio to the best is largest at an end
+(:func:`worst_ratio`). Hence (M40-M41):
 
-* ``probability[G]`` = share of replicates whose band contains G;
-* ``expected_ratio[G]`` = mean over replicates of bound(c*, G) / min_G' bound(c*, G'), the
-  expected relative excess MSE of choosing G;
-* the recommended G minimises ``expected_ratio`` over the replicates with c1* > 0 (M41): the
-  bootstrap distribution conditioned on c1 > 0, as a flat prior on c1 >= 0 would give, rather
-  than clipped (clipping piles the negative replicates into a point mass at c1 = 0, where the
-  largest G wins). It always commits (no "only when c1 is clearly positive" rule, whose answers
-  are biased toward small G by selection). When fewer than 5% of the replicates have c1* > 0
-  (c1's estimate well below 0), it is the minimax choice instead: the G whose largest ratio to the
-  best over c1 in [0, c1_upper] (c2, c3 at their estimates) is smallest (the planner passes the larger
-  of c1's upper confidence limit and 2 bootstrap SEs);
-* the confidence band: every G with probability >= (1 - level)/2, plus the recommendation.
+* the confidence band: the union of band(c1) over c1 in [lo, hi], the range [min band(hi), max band(lo)]
+  (when lo = 0 it reaches the largest candidate: "at least a");
+* the pilot *decides* when one G is within the tolerance for every c1 in [lo, hi]; hi is raised to at
+  least 2 bootstrap SEs of c1 first (the upper limit an estimate at 0 would give: an interval cut to
+  [0, ~0] from an estimate below 0 is not evidence that c1 = 0);
+* the G to use: among the G that decide, else among all, the one with the smallest expected ratio
+  bound(c, G) / min bound(c, .) over draws c of the constants' confidence distribution
+  (:func:`ugrpo.stats.bootstrap_ci.confidence_draws`, clipped at 0, all of them: no conditioning on c1 > 0);
+* ``probability[G]``: the share of those draws whose band holds G.
 
-How many prompts pin the band down (M42): the spread of the replicates around the estimate
-shrinks like 1/sqrt(B0), so a pilot of f B0 prompts is emulated by c + (c* - c)/sqrt(f); the
-smallest f whose confidence band is the point band is reported.
+How many prompts would decide (M42): the interval shrinks like 1/sqrt(B0) around the estimate (a negative
+estimate taken as 0), so a pilot of f B0 prompts is emulated by shrinking [lo, hi] by 1/sqrt(f); the smallest
+f (up to 64) at which the pilot decides is reported.
 """
 
 from __future__ import annotations
@@ -37,8 +36,8 @@ import numpy as np
 from .exact_mse import uniform_mse
 from .intervals import Interval
 
-__all__ = ["DEFAULT_TOLERANCE", "MIN_N_BOOT", "check_n_boot", "BandResult", "bound_table", "near_optimal_band",
-           "bootstrap_band", "pilot_size_needed", "ratio_to_best_interval"]
+__all__ = ["DEFAULT_TOLERANCE", "MIN_N_BOOT", "check_n_boot", "BandResult", "bound_table", "ratio_table", "worst_ratio",
+           "near_optimal_band", "bootstrap_band", "pilot_size_needed", "ratio_range"]
 
 DEFAULT_TOLERANCE = 0.05
 """Default tolerance of the band: within 5% of the smallest predicted MSE."""
@@ -84,31 +83,62 @@ def near_optimal_band(c1: float, c2: float, c3: float, N: int, cands: Sequence[i
     return [int(g) for g, v in zip(cands, row) if v <= (1 + tol) * row.min()]
 
 
+def ratio_table(consts, N: int, cands: Sequence[int]) -> np.ndarray:
+    """bound(c, G) / min_G' bound(c, G') per row of constants (clipped at 0): (R, n_candidates); 1 where all are 0."""
+    tab = bound_table(consts, N, cands)
+    best = tab.min(axis=1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(best > 0, tab / np.where(best > 0, best, 1.0), 1.0)
+
+
+def worst_ratio(c1_range: tuple[float, float], c2: float, c3: float, N: int, cands: Sequence[int]) -> np.ndarray:
+    """Per candidate, the largest ratio to the best over c1 in ``c1_range`` (c2, c3 fixed): its value at an end.
+
+    The ratio is a linear function of c1 over a concave one (a minimum of linear functions), hence quasi-convex,
+    so its maximum over an interval is at an end (docs/math.md M41; tested against a grid).
+
+    Examples
+    --------
+    >>> worst_ratio((0.0, 1.0), 5.0, 49.0, 1024, [2, 8, 1024]).round(2).tolist()
+    [10.7, 2.38, 51.45]
+    """
+    lo, hi = c1_range
+    return ratio_table([[lo, c2, c3], [hi, c2, c3]], N, cands).max(axis=0)
+
+
 @dataclass(frozen=True)
 class BandResult:
-    """The band from bootstrap replicates (docs/math.md M40-M41).
+    """The band and the G to use from a pilot (docs/math.md M40-M41).
 
     Attributes
     ----------
     candidates : the group sizes, ascending
-    point_band : the band of the point estimates
-    probability : per candidate, the share of replicates whose band contains it
-    expected_ratio : per candidate, mean of bound(c*, G) / min bound(c*, .) over the replicates with c1* > 0
-    recommended : argmin of expected_ratio
-    confidence_band : candidates with probability >= (1 - level)/2, and the recommendation
+    point_band : the band of the point estimates (clipped at 0)
+    probability : per candidate, the share of the confidence distribution's draws whose band holds it
+    expected_ratio : per candidate, the mean of bound(c, G) / min bound(c, .) over those draws
+    worst_case : per candidate, the largest ratio to the best over c1 in ``c1_range`` (c2, c3 at the estimates)
+    recommended : the G to use (M41)
+    decided : True when ``worst_case`` of the recommendation is within the tolerance: the pilot pins it down
+    confidence_band : the union of band(c1) over c1 in ``c1_range``, and the recommendation
+    g_range : (argmin at c1 = hi, argmin at c1 = lo): where the best G lies for c1 in its interval
+    c1_range : (lo, hi) used: c1's interval, hi raised to the floor given by the caller
     tolerance, level : as given
-    n_replicates : replicates used (non-finite ones dropped)
+    n_draws : draws of the confidence distribution used
     """
 
     candidates: tuple[int, ...]
     point_band: tuple[int, ...]
     probability: tuple[float, ...]
     expected_ratio: tuple[float, ...]
+    worst_case: tuple[float, ...]
     recommended: int
+    decided: bool
     confidence_band: tuple[int, ...]
+    g_range: tuple[int, int]
+    c1_range: tuple[float, float]
     tolerance: float
     level: float
-    n_replicates: int
+    n_draws: int
 
     @property
     def low(self) -> int:
@@ -118,99 +148,107 @@ class BandResult:
     def high(self) -> int:
         return max(self.confidence_band)
 
+    @property
+    def open_ended(self) -> bool:
+        """True when the band reaches the largest candidate (say "at least low", not "[low, largest]")."""
+        return self.high == self.candidates[-1]
 
-def _finite_rows(replicates) -> np.ndarray:
-    reps = np.asarray(replicates, dtype=float).reshape(-1, 3)
-    return reps[np.isfinite(reps).all(axis=1)]
-
-
-def _band_stats(reps: np.ndarray, N: int, cands: Sequence[int], tol: float, worst: bool = False):
-    tab = bound_table(reps, N, cands)                            # (R, n)
-    best = tab.min(axis=1, keepdims=True)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(best > 0, tab / np.where(best > 0, best, 1.0), 1.0)
-    return (ratio <= 1 + tol).mean(axis=0), (ratio.max(axis=0) if worst else ratio.mean(axis=0))
+    @property
+    def recommended_worst_case(self) -> float:
+        return self.worst_case[self.candidates.index(self.recommended)]
 
 
-def _minimax(c2: float, c3: float, c1_upper: float, N: int, cands: Sequence[int]) -> int:
-    """The G whose worst ratio to the best over c1 in [0, c1_upper] (c2, c3 fixed) is smallest."""
-    grid = np.column_stack([np.linspace(0.0, max(c1_upper, 0.0), 201), np.full(201, c2), np.full(201, c3)])
-    _, ratio = _band_stats(grid, N, cands, 0.0, worst=True)
-    return sorted(cands)[int(np.argmin(ratio))]
+def _draw_rows(draws) -> np.ndarray:
+    """Draws as (R, 3), clipped to [0, inf) (the constants' range); +inf (an extreme c1) stays finite and large."""
+    d = np.asarray(draws, dtype=float).reshape(-1, 3)
+    d = d[~np.isnan(d).any(axis=1)]
+    big = np.where(np.isfinite(d), np.abs(d), 0.0).max(initial=1.0) * 1e6
+    return np.clip(d, 0.0, big)
 
 
-def bootstrap_band(point: Sequence[float], replicates, N: int, cands: Sequence[int], *,
-                   tol: float = DEFAULT_TOLERANCE, level: float = 0.95, c1_upper: float | None = None) -> BandResult:
-    """Band, probabilities, recommended G and confidence band from replicates (R, 3) of (c1, c2, c3) (M40-M41).
+def bootstrap_band(point: Sequence[float], draws, N: int, cands: Sequence[int], *, c1_range: tuple[float, float],
+                   tol: float = DEFAULT_TOLERANCE, level: float = 0.95) -> BandResult:
+    """Band, the G to use and whether the pilot decides, from c1's interval and draws (R, 3) of the constants'
+    confidence distribution (docs/math.md M40-M41).
 
     Examples
     --------
-    >>> reps = np.array([[1.0, 5.0, 49.0], [0.5, 5.0, 49.0], [2.0, 5.0, 49.0]])
-    >>> r = bootstrap_band((1.0, 5.0, 49.0), reps, 1024, [2, 4, 8, 16, 32])
-    >>> r.point_band, r.recommended, r.confidence_band
-    ((8,), 8, (4, 8, 16))
+    >>> draws = np.array([[1.0, 5.0, 49.0], [0.5, 5.0, 49.0], [2.0, 5.0, 49.0]])
+    >>> r = bootstrap_band((1.0, 5.0, 49.0), draws, 1024, [2, 4, 8, 16, 32], c1_range=(0.8, 1.25))
+    >>> r.point_band, r.recommended, r.decided, r.confidence_band
+    ((8,), 8, True, (8,))
+    >>> r = bootstrap_band((1.0, 5.0, 49.0), draws, 1024, [2, 4, 8, 16, 32], c1_range=(0.0, 4.0))
+    >>> r.recommended, r.decided, r.confidence_band, r.g_range, r.open_ended
+    (8, False, (4, 8, 16, 32), (4, 32), True)
     """
     if not tol > 0:
         raise ValueError(f"band tolerance must be > 0 (e.g. 0.05 for 5%), got {tol}")
     cands = sorted(int(g) for g in cands)
-    reps = _finite_rows(replicates)
-    if reps.shape[0] < 2:
+    rows = _draw_rows(draws)
+    if rows.shape[0] < 2:
         raise ValueError("the band needs >= 2 finite bootstrap replicates; estimate the constants with n_boot >= 200")
-    prob, expected = _band_stats(reps, N, cands, tol)
-    positive = reps[reps[:, 0] > 0]
-    if positive.shape[0] >= max(2, 0.05 * reps.shape[0]):  # condition on c1 > 0 (the truth is > 0 unless prompts
-        expected = _band_stats(positive, N, cands, tol)[1]  # are identical), not clip to a point mass at c1 = 0
-        rec = cands[int(np.argmin(expected))]
-    elif c1_upper is not None and c1_upper > 0:             # c1* <= 0 nearly always: minimax over c1's interval
-        rec = _minimax(max(point[1], 0.0), max(point[2], 0.0), c1_upper, N, cands)
-    else:
-        rec = cands[int(np.argmin(expected))]
-    conf = sorted({g for g, p in zip(cands, prob) if p >= (1 - level) / 2} | {rec})
+    lo, hi = (max(float(v), 0.0) for v in c1_range)
+    c2, c3 = max(float(point[1]), 0.0), max(float(point[2]), 0.0)
+    ratio = ratio_table(rows, N, cands)
+    prob, expected = (ratio <= 1 + tol).mean(axis=0), ratio.mean(axis=0)
+    worst = worst_ratio((lo, hi), c2, c3, N, cands)
+    pool = np.flatnonzero(worst <= 1 + tol)
+    pool = pool if pool.size else np.arange(len(cands))
+    rec = cands[int(pool[np.argmin(expected[pool])])]
+    ends = [set(near_optimal_band(c, c2, c3, N, cands, tol)) for c in (hi, lo)]
+    conf = set(g for g in cands if min(ends[0]) <= g <= max(ends[1])) | {rec}
+    at = ratio_table([[hi, c2, c3], [lo, c2, c3]], N, cands).argmin(axis=1)
     return BandResult(
-        candidates=tuple(cands), point_band=tuple(near_optimal_band(*point, N, cands, tol)),
+        candidates=tuple(cands), point_band=tuple(near_optimal_band(*(max(c, 0.0) for c in point), N, cands, tol)),
         probability=tuple(float(p) for p in prob), expected_ratio=tuple(float(e) for e in expected),
-        recommended=rec, confidence_band=tuple(conf), tolerance=tol, level=level, n_replicates=int(reps.shape[0]),
+        worst_case=tuple(float(w) for w in worst), recommended=rec, decided=bool(worst[cands.index(rec)] <= 1 + tol),
+        confidence_band=tuple(sorted(conf)), g_range=(cands[int(at[0])], cands[int(at[1])]), c1_range=(lo, hi),
+        tolerance=tol, level=level, n_draws=int(rows.shape[0]),
     )
 
 
-def pilot_size_needed(point: Sequence[float], replicates, B0: int, N: int, cands: Sequence[int], *,
-                      tol: float = DEFAULT_TOLERANCE, level: float = 0.95) -> int | None:
-    """Prompts a pilot needs for its confidence band to be its point band (docs/math.md M42).
+def pilot_size_needed(c1: float, c1_range: tuple[float, float], c2: float, c3: float, B0: int, N: int,
+                      cands: Sequence[int], *, tol: float = DEFAULT_TOLERANCE) -> int | None:
+    """Prompts a pilot needs to decide (docs/math.md M42): the smallest f B0 (f up to 64) at which some G is within
+    ``tol`` of the best for every c1 in the interval shrunk by 1/sqrt(f) around the estimate (taken as 0 when it is
+    negative); B0 when this pilot decides, None when even 64 B0 would not.
 
-    A pilot of f B0 prompts is emulated by shrinking the replicates toward the estimate by
-    1/sqrt(f). Returns B0 itself when the band is already pinned down, the smallest such f B0
-    (f up to 64) otherwise, or None when even 64 B0 does not pin it down or c1's estimate is <= 0
-    (the emulation then only reproduces "c1 = 0").
+    Examples
+    --------
+    >>> pilot_size_needed(0.01, (0.0, 0.05), 1.0, 1.0, 64, 1024, [4, 8, 16, 32, 64])
+    128
+    >>> pilot_size_needed(0.01, (0.008, 0.012), 1.0, 1.0, 64, 1024, [4, 8, 16, 32, 64])
+    64
     """
-    c = np.asarray(point, dtype=float)
-    if not c[0] > 0:
-        return None
-    reps = _finite_rows(replicates)
-    target = set(near_optimal_band(*c, N, cands, tol))
+    c = max(float(c1), 0.0)
+    lo, hi = min(max(c1_range[0], 0.0), c), max(c1_range[1], c)
     for f in _FACTORS:
-        prob, _ = _band_stats(c + (reps - c) / math.sqrt(f), N, cands, tol)
-        if {g for g, p in zip(sorted(cands), prob) if p >= (1 - level) / 2} <= target:
+        s = 1.0 / math.sqrt(f)
+        if worst_ratio((c - (c - lo) * s, c + (hi - c) * s), max(c2, 0.0), max(c3, 0.0), N, cands).min() <= 1 + tol:
             return int(math.ceil(f * B0))
     return None
 
 
-def ratio_to_best_interval(replicates, N: int, cands: Sequence[int], G: int, level: float = 0.95) -> Interval:
-    """How much worse G is than the best G: the bootstrap percentile interval of bound(c*, G) / min bound(c*, .)
-    over the replicates (M40); its estimate is the replicates' mean ratio (M41's expected ratio).
+def ratio_range(point: Sequence[float], c1_range: tuple[float, float], N: int, cands: Sequence[int],
+                G: int) -> Interval:
+    """How much worse G is than the best G: its ratio bound(c, G) / min bound(c, .) at the estimates (clipped at 0),
+    with the smallest and largest ratio over c1 in ``c1_range`` (c2, c3 at the estimates; docs/math.md M41). The
+    largest is at an end of the range (:func:`worst_ratio`); the smallest is found on a grid of 201 values
+    (it is 1 where G is the best G for some c1 in the range).
 
     Examples
     --------
-    >>> reps = np.array([[1.0, 5.0, 49.0], [0.5, 5.0, 49.0], [2.0, 5.0, 49.0]])
-    >>> r = ratio_to_best_interval(reps, 1024, [2, 4, 8, 16], 8)
-    >>> [round(x, 3) for x in (r.ci_low, r.ci_high)], r.kind
-    ([1.0, 1.0], '95% bootstrap percentile')
+    >>> r = ratio_range((1.0, 5.0, 49.0), (0.1, 4.0), 1024, [2, 4, 8, 16], 8)
+    >>> round(r.estimate, 3), round(r.ci_low, 3), round(r.ci_high, 3), r.kind
+    (1.0, 1.0, 1.297, "range over c1's interval")
     """
     cands = sorted(int(g) for g in cands)
     if G not in cands:
         raise ValueError(f"G = {G} is not among the candidates {cands}")
-    tab = bound_table(_finite_rows(replicates), N, cands)
-    best = tab.min(axis=1)
-    ratio = np.where(best > 0, tab[:, cands.index(G)] / np.where(best > 0, best, 1.0), 1.0)
-    lo, hi = np.quantile(ratio, [(1 - level) / 2, (1 + level) / 2])
-    return Interval(float(ratio.mean()), float(lo), float(hi), kind=f"{100 * level:g}% bootstrap percentile",
-                    n=int(ratio.size))
+    lo, hi = (max(float(v), 0.0) for v in c1_range)
+    c2, c3 = max(float(point[1]), 0.0), max(float(point[2]), 0.0)
+    grid = np.column_stack([np.linspace(lo, hi, 201), np.full(201, c2), np.full(201, c3)])
+    k = cands.index(G)
+    at = float(ratio_table([[max(float(point[0]), 0.0), c2, c3]], N, cands)[0, k])
+    return Interval(at, float(ratio_table(grid, N, cands)[:, k].min()),
+                    float(worst_ratio((lo, hi), c2, c3, N, cands)[k]), kind="range over c1's interval")

@@ -7,7 +7,9 @@ already computed by :mod:`ugrpo.stats.components`.
 * ``studentized-equal-tailed``: [estimate - q_hi(t) se, estimate - q_lo(t) se];
 * ``studentized-log`` (the default): the symmetric bootstrap-t of log(x + s) for c1, mapped back (M39).
 
-Every interval is clipped to [0, inf), the range of c1, c2, c3.
+Every interval is clipped to [0, inf), the range of c1, c2, c3. :func:`confidence_draws` turns the same
+studentised replicates into draws of a confidence distribution of (c1, c2, c3) whose central intervals are those
+intervals (docs/math.md M41): what the planner decides on.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import numpy as np
 
 from .intervals import Interval
 
-__all__ = ["METHODS", "MAX_LOG_HALF_WIDTH", "Estimate", "summarise"]
+__all__ = ["METHODS", "MAX_LOG_HALF_WIDTH", "Estimate", "summarise", "confidence_draws"]
 
 MAX_LOG_HALF_WIDTH = 1.0
 """studentized-log: the largest half-width on the log(c1 + s) scale used (a factor e either way); wider falls back
@@ -97,3 +99,45 @@ def _log_t_interval(point: float, reps: np.ndarray, level: float, se: float, rep
     if not half <= MAX_LOG_HALF_WIDTH:  # NaN too
         return None
     return (point + shift) * math.exp(-half) - shift, (point + shift) * math.exp(half) - shift
+
+
+def confidence_draws(point: np.ndarray, reps: np.ndarray, method: str, se: np.ndarray | None = None,
+                     rep_se: np.ndarray | None = None, shift: float | None = None, level: float = 0.95) -> np.ndarray:
+    """Draws (2R, 3) of a confidence distribution of (c1, c2, c3) from R bootstrap replicates (docs/math.md M41).
+
+    Bootstrap-t methods: replicate r has t_r = (c*_r - c) / se*_r, and gives the two draws c -+ t_r se (the pivot
+    and its mirror image, one sign for all three constants so that their dependence is kept); symmetric, so the
+    central ``level`` interval of the draws is the symmetric bootstrap-t interval. ``studentized-log``: c1's draws
+    are x exp(-+ t_u se_u) - s on the log(c1 + s) scale (:func:`_log_t_interval`'s t_u; +inf where x*_r <= 0), as
+    long as that interval is defined (else the plain ones). ``studentized-equal-tailed``: only c - t_r se (whose
+    quantiles are the equal-tailed interval). ``percentile`` (or no standard errors): the replicates themselves.
+    An estimate below 0 (the constants' range starts there) is taken as 0, its replicates moved with it (the same
+    t's): the distribution is never more sure that a constant is 0 than an estimate of exactly 0 would make it.
+    Rows with a non-finite replicate or a zero standard error are dropped; the draws are not clipped.
+
+    Examples
+    --------
+    >>> reps = np.array([[1.2, 2.0, 3.3], [0.8, 2.2, 2.9]]); rse = np.full((2, 3), 0.1)
+    >>> confidence_draws(np.array([1.0, 2.1, 3.0]), reps, "studentized", np.full(3, 0.1), rse).round(2).tolist()
+    [[0.8, 2.2, 2.7], [1.2, 2.0, 3.1], [1.2, 2.0, 3.3], [0.8, 2.2, 2.9]]
+    """
+    point, reps = np.asarray(point, dtype=float), np.asarray(reps, dtype=float).reshape(-1, 3)
+    below = np.minimum(point, 0.0)                                   # an estimate below 0 is taken as 0
+    point, reps = point - below, reps - below
+    if method == "percentile" or se is None or rep_se is None:
+        return reps[np.isfinite(reps).all(axis=1)]
+    rep_se = np.asarray(rep_se, dtype=float).reshape(-1, 3)
+    keep = np.isfinite(reps).all(axis=1) & np.isfinite(rep_se).all(axis=1) & (rep_se > 0).all(axis=1)
+    reps, rep_se = reps[keep], rep_se[keep]
+    se = np.asarray(se, dtype=float)
+    t = (reps - point) / rep_se                                      # (R, 3)
+    signs = (-1.0,) if method == "studentized-equal-tailed" else (-1.0, 1.0)
+    out = np.concatenate([point + sign * t * se for sign in signs])  # (2R, 3)
+    if method == "studentized-log" and _log_t_interval(point[0], reps[:, 0], level, float(se[0]), rep_se[:, 0],
+                                                       shift) is not None:
+        x, xs = point[0] + shift, reps[:, 0] + shift
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            tu = np.where(xs > 0, xs * (np.log(np.where(xs > 0, xs, 1.0)) - np.log(x)) / rep_se[:, 0], -np.inf)
+            u = np.concatenate([sign * tu for sign in signs]) * se[0] / x
+            out[:, 0] = x * np.exp(u) - shift
+    return out

@@ -34,10 +34,11 @@ from __future__ import annotations
 import numbers
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
-from .bootstrap_ci import METHODS, Estimate, summarise
+from .bootstrap_ci import METHODS, Estimate, confidence_draws, summarise
 
 __all__ = ["MIN_PILOT_GROUP", "VarianceComponents", "gaussian_sketch", "point_estimates",
            "estimate_components", "reduce_scores", "prompt_terms"]
@@ -65,6 +66,9 @@ class VarianceComponents:
     n_boot_degenerate : number of such NaN-c1 replicates (excluded from c1's interval)
     method : "studentized-log" (symmetric bootstrap-t, c1 on the log(c1 + s) scale), "studentized" (symmetric
         bootstrap-t), "studentized-equal-tailed" or "percentile" (docs/math.md M39)
+    replicate_se : (n_boot, 3) standard errors of the replicates (the bootstrap-t denominators), or None
+    sample_se : the pilot's own standard errors of (c1, c2, c3), or None
+    c1_shift : s, the within-prompt noise term of c1's log scale (M39), or None
     """
 
     c1: Estimate
@@ -77,6 +81,17 @@ class VarianceComponents:
     level: float = 0.95
     n_boot_degenerate: int = 0
     method: str = "percentile"
+    replicate_se: Tensor | None = None
+    sample_se: tuple[float, float, float] | None = None
+    c1_shift: float | None = None
+
+    def confidence_draws(self) -> np.ndarray:
+        """Draws (2 n_boot, 3) of the confidence distribution of (c1, c2, c3) behind the intervals, unclipped
+        (:func:`ugrpo.stats.bootstrap_ci.confidence_draws`; the replicates themselves without standard errors)."""
+        point = np.array([self.c1.estimate, self.c2.estimate, self.c3.estimate], dtype=float)
+        rse = None if self.replicate_se is None else self.replicate_se.numpy()
+        se = None if self.sample_se is None else np.array(self.sample_se, dtype=float)
+        return confidence_draws(point, self.replicates.numpy(), self.method, se, rse, self.c1_shift, self.level)
 
     @property
     def c1_distinguishable_from_zero(self) -> bool:
@@ -387,5 +402,6 @@ def _estimate(rewards, scores, gram, n_boot, level, generator, method="studentiz
     return VarianceComponents(
         c1=est[0], c2=est[1], c3=est[2], n_prompts=B0, group_size=G0,
         frac_zero_std=float((spread == 0).double().mean()), replicates=reps, level=level,
-        n_boot_degenerate=int(torch.isnan(reps[:, 0]).sum()), method=method,
+        n_boot_degenerate=int(torch.isnan(reps[:, 0]).sum()), method=method, replicate_se=rep_se,
+        sample_se=tuple(float(v) for v in se), c1_shift=shifts[0],
     )

@@ -36,8 +36,8 @@ import torch
 from torch import Tensor
 
 __all__ = ["Z95", "Q975", "TOO_SMALL", "MEAN_KEYS", "RATIO_KEYS", "ESTIMATE_KEYS", "Interval", "normal_interval",
-           "mean_interval", "t_interval", "difference_interval", "welch_half_width", "ratio_interval",
-           "wilson_interval", "clip_interval"]
+           "mean_interval", "t_interval", "paired_t_interval", "paired_verdict", "difference_interval",
+           "welch_half_width", "ratio_interval", "wilson_interval", "clip_interval"]
 
 Z95 = 1.96
 """the normal quantile of a two-sided 95% interval, rounded as the reports print it (mean +- 1.96 SE)"""
@@ -141,6 +141,38 @@ def t_interval(values: Sequence[float]) -> Interval:
     se = math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1) / n)
     h = float(student_t.ppf(0.975, n - 1)) * se
     return Interval(m, m - h, m + h, se, "95% Student t", n)
+
+
+def paired_t_interval(a: Sequence[float], b: Sequence[float]) -> Interval:
+    """Mean of the paired differences a_i - b_i (runs paired by seed) with a 95% Student-t interval.
+
+    Examples
+    --------
+    >>> iv = paired_t_interval([1.0, 2.0, 3.5], [1.5, 2.2, 3.6])
+    >>> round(iv.estimate, 4), iv.ci_high < 0, iv.kind
+    (-0.2667, False, '95% Student t, paired difference')
+    """
+    if len(a) != len(b) or not len(a):
+        raise ValueError(f"paired_t_interval needs two equally long, non-empty sequences; got {len(a)} and {len(b)}")
+    return replace(t_interval([float(x) - float(y) for x, y in zip(a, b)]), kind="95% Student t, paired difference")
+
+
+def paired_verdict(diff: Interval, lower: str, higher: str) -> str:
+    """The verdict of a paired comparison from the interval of the differences (:func:`paired_t_interval`): ``lower``
+    when the whole interval is below 0, ``higher`` when above, else :data:`TOO_SMALL` with the reason.
+
+    >>> paired_verdict(Interval(-1.0, -2.0, -0.5), "lower gap than uniform", "higher gap than uniform")
+    'lower gap than uniform (95% paired interval of the difference below 0)'
+    >>> paired_verdict(Interval(-1.0, -2.0, 0.5), "lower", "higher")
+    'too small to decide (the 95% paired interval of the difference contains 0)'
+    """
+    if diff.ci_low is None or diff.ci_high is None:
+        return f"{TOO_SMALL} (one seed: no interval)"
+    if diff.ci_high < 0:
+        return f"{lower} (95% paired interval of the difference below 0)"
+    if diff.ci_low > 0:
+        return f"{higher} (95% paired interval of the difference above 0)"
+    return f"{TOO_SMALL} (the 95% paired interval of the difference contains 0)"
 
 
 def difference_interval(a: Tensor, b: Tensor, shift: float = 0.0) -> Interval:

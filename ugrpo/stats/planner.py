@@ -12,11 +12,12 @@ claim of Thm 7).
 
 With constants estimated from a pilot (:class:`~ugrpo.stats.components.VarianceComponents`),
 the answer is a band (:mod:`ugrpo.stats.band`, M40-M42): the candidates within a tolerance (5%)
-of the smallest predicted MSE, the bootstrap probability of each being in it, the G to use (the
-minimiser of the expected relative MSE over the bootstrap: it always commits, with no selection
-bias toward small G) and the pilot size that would pin the band down. ``g_star`` is the argmin at
-the point estimates, kept for compatibility, and None when c1's interval reaches 0; then the data
-bound G* from below (M24), at the stated level when the intervals are calibrated.
+of the smallest predicted MSE for some c1 in its interval, the G to use (one within the tolerance for every
+such c1 when there is one: the pilot *decides*; else the smallest expected excess under the constants'
+confidence distribution, with "the pilot cannot tell" said), how much it can cost, and the pilot size that
+would decide. A pilot that says nothing (every reward equal, a degenerate bootstrap) gets no G.
+``g_star`` is the argmin at the point estimates, kept for compatibility, and None when c1's interval reaches 0;
+then the data bound G* from below (M24), at the stated level when the intervals are calibrated.
 
 Deviations from the paper: the paper's constants are suprema over theta; here they are the
 constants at one theta. Constants below 0 (possible for unbiased estimates) are clipped to 0
@@ -28,7 +29,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -95,19 +96,28 @@ class GroupSizePlan:
     c1_distinguishable_from_zero : True for exact constants with c1 > 0, or when c1's ci_low > 0
     level : confidence level of the intervals (None for exact constants)
     message : plain sentences for the user (the G to use first)
-    g_recommended : the G to use: argmin of the expected relative MSE over the bootstrap (M41); G* for
-        exact constants
+    g_recommended : the G to use (M41): a G within ``tolerance`` of the best for every c1 in its interval when
+        there is one, else the smallest expected ratio to the best under the constants' confidence
+        distribution; G* for exact constants; None when the pilot cannot tell anything (``cannot_tell``)
     band : the candidates within ``tolerance`` of the smallest predicted MSE at the point estimates (M40)
-    band_probability : per candidate (as ``candidates``), the bootstrap probability of being in the band
-        (1.0 / 0.0 for exact constants)
-    g_band : (low, high) of the confidence band: candidates with band probability >= (1 - level)/2 (the
-        exact band's range for exact constants)
-    worst : (G, ratio): the candidate with the largest predicted MSE and its ratio to the smallest (estimated
-        constants: the largest expected ratio over the bootstrap, M41, so that c1 ~ 0 does not hide it)
-    expected_ratio : per candidate, the expected ratio of its MSE to the best's over the bootstrap (M41);
-        the exact ratio for exact constants
-    pilot_prompts_needed : prompts a pilot needs to pin the band down (M42); None when unknown
+    band_probability : per candidate (as ``candidates``), the share of the confidence distribution's draws whose
+        band holds it (1.0 / 0.0 for exact constants)
+    g_band : (low, high) of the confidence band: the G within ``tolerance`` of the best for some c1 in its
+        interval (M40; the exact band's range for exact constants)
+    worst : (G, ratio): the candidate with the largest ratio to the best (estimated constants: the largest over
+        c1's interval)
+    expected_ratio : per candidate, the expected ratio of its MSE to the best's under the confidence
+        distribution (M41); the exact ratio for exact constants
+    pilot_prompts_needed : prompts a pilot needs to decide (M42); None when even 64 B0 would not
     tolerance : the band's tolerance
+    decided : True when g_recommended is within ``tolerance`` of the best for every c1 in its interval (always
+        for exact constants)
+    cannot_tell : the reason when the pilot says nothing about G (every reward equal, no noise measured, a
+        degenerate bootstrap); then g_recommended and g_band are None
+    worst_case : per candidate, the largest ratio to the best over c1's interval (c2, c3 at the estimates)
+    g_range : (G at c1 = its upper end, G at c1 = its lower end): where the best G can lie
+    c1_range : the c1 interval the plan used (upper end raised to >= 2 bootstrap SEs)
+    band_open_ended : the confidence band reaches the largest candidate ("G of at least low")
     """
 
     N: int
@@ -132,6 +142,12 @@ class GroupSizePlan:
     pilot_prompts_needed: int | None = None
     tolerance: float = DEFAULT_TOLERANCE
     expected_ratio: tuple[float, ...] = ()
+    decided: bool = True
+    cannot_tell: str | None = None
+    worst_case: tuple[float, ...] = ()
+    g_range: tuple[int, int] | None = None
+    c1_range: tuple[float, float] | None = None
+    band_open_ended: bool = False
 
 
 def group_cost(plan: GroupSizePlan, G: int) -> float:
@@ -264,6 +280,38 @@ def _plan_exact(c1, c2, c3, N, cands, tol) -> GroupSizePlan:
     )
 
 
+def degenerate_reason(vc: VarianceComponents) -> str | None:
+    """Why a pilot cannot tell anything about G, or None (docs/math.md M41): every prompt's rewards all equal, or
+    all but one (c1 compares prompts); no gradient noise measured (c2, c3 <= 0); or c1's bootstrap over prompts
+    degenerate (more than 1 - level of the resamples hold one distinct prompt, e.g. B0 = 2)."""
+    if vc.frac_zero_std >= 1.0:
+        return (f"every one of the B0 = {vc.n_prompts} pilot prompts has all-equal rewards, so the pilot measures no "
+                f"gradient noise at all; sample a pilot whose rewards vary within prompts (more samples per prompt, "
+                f"or prompts of middling difficulty)")
+    varied = round((1.0 - vc.frac_zero_std) * vc.n_prompts)
+    if varied < 2:
+        return (f"only {varied} of the B0 = {vc.n_prompts} pilot prompts has rewards that vary, and c1 compares "
+                f"prompts' gradients; sample a pilot with more prompts whose rewards vary (more samples per prompt, or "
+                f"prompts of middling difficulty)")
+    if not (vc.c2.estimate > 0 or vc.c3.estimate > 0):
+        return (f"the pilot measured no gradient noise (c2 = {vc.c2.estimate:.3g}, c3 = {vc.c3.estimate:.3g}); "
+                f"sample a pilot whose rewards vary within prompts")
+    n = vc.replicates.shape[0]
+    if n and vc.n_boot_degenerate > (1 - vc.level) * n:
+        return (f"with B0 = {vc.n_prompts} pilot prompts, {100 * vc.n_boot_degenerate / n:.0f}% of the bootstrap "
+                f"resamples hold a single distinct prompt, so c1's uncertainty cannot be estimated; use 16 or more "
+                f"pilot prompts")
+    return None
+
+
+def _c1_range(vc: VarianceComponents) -> tuple[float, float]:
+    """c1's interval with its upper end raised to >= 2 bootstrap SEs (an estimate below 0 is noise, M41)."""
+    hi = vc.c1.ci_high
+    if math.isfinite(vc.c1.se):
+        hi = max(hi, 2 * vc.c1.se)
+    return max(vc.c1.ci_low, 0.0), hi
+
+
 def _plan_estimated(vc: VarianceComponents, c1, c2, c3, N, cands, tol) -> GroupSizePlan:
     if vc.replicates.shape[0] < 2:
         raise ValueError(
@@ -273,65 +321,78 @@ def _plan_estimated(vc: VarianceComponents, c1, c2, c3, N, cands, tol) -> GroupS
     table = _table(c1, c2, c3, N, cands)
     reps = vc.replicates.numpy()
     reps = reps[np.isfinite(reps).all(axis=1)]
-    q = [(1 - vc.level) / 2, (1 + vc.level) / 2]
-    g_ci = cont_ci = None
-    if reps.shape[0] >= 2:
-        arg = _argmins(reps[:, 0], reps[:, 2], np.array(cands, dtype=float))
-        lo, hi = np.quantile(arg, q, method="inverted_cdf")
-        g_ci = (int(lo), int(hi))
-        cont = np.array([_continuous(a, b) for a, b in zip(reps[:, 0], reps[:, 2])])
-        clo, chi = np.quantile(cont, q, method="inverted_cdf")
-        cont_ci = (float(clo), float(chi))
-    else:
+    if reps.shape[0] < 2:
         raise ValueError("fewer than 2 bootstrap replicates are finite; re-run estimate_components with more prompts")
-    # minimax range of c1 when c1* <= 0 nearly always: up to its upper limit, and at least 2 bootstrap SEs (a c1 of
-    # that size would likely have shown; the upper limit alone is 0 when the whole interval is below 0)
-    c1_up = max(vc.c1.ci_high, 2 * vc.c1.se) if math.isfinite(vc.c1.se) else vc.c1.ci_high
-    br = bootstrap_band((c1, c2, c3), reps, N, cands, tol=tol, level=vc.level, c1_upper=c1_up)
-    need = pilot_size_needed((c1, c2, c3), reps, vc.n_prompts, N, cands, tol=tol, level=vc.level)
+    q = [(1 - vc.level) / 2, (1 + vc.level) / 2]
+    arg = _argmins(reps[:, 0], reps[:, 2], np.array(cands, dtype=float))
+    lo, hi = np.quantile(arg, q, method="inverted_cdf")
+    cont = np.array([_continuous(a, b) for a, b in zip(reps[:, 0], reps[:, 2])])
+    clo, chi = np.quantile(cont, q, method="inverted_cdf")
     distinct = vc.c1_distinguishable_from_zero and c1 > 0
     c1_hi, c3_lo = vc.c1.ci_high, vc.c3.ci_low
     lb = _continuous(c1_hi, c3_lo) if math.isfinite(c1_hi) and c1_hi > 0 else None
     common = dict(
         N=N, c1=c1, c2=c2, c3=c3, g_star_continuous=_continuous(c1, c3),
         g_star_paper=math.sqrt(max(c3, 0.0) / c1) if c1 > 0 else math.inf, candidates=table,
-        g_star_ci=g_ci, g_star_continuous_ci=cont_ci, c1_distinguishable_from_zero=distinct, level=vc.level,
-        g_recommended=br.recommended, band=br.point_band, band_probability=br.probability,
-        g_band=(br.low, br.high), pilot_prompts_needed=need, tolerance=tol, expected_ratio=br.expected_ratio,
-        worst=(br.candidates[int(np.argmax(br.expected_ratio))], float(max(br.expected_ratio))),
+        g_star_ci=(int(lo), int(hi)), g_star_continuous_ci=(float(clo), float(chi)),
+        c1_distinguishable_from_zero=distinct, level=vc.level, tolerance=tol,
+        g_star=min(table, key=lambda row: row[2])[0] if distinct else None, g_star_lower_bound=None if distinct else lb,
     )
-    g_star = min(table, key=lambda row: row[2])[0] if distinct else None
-    msg = _estimated_message(vc, br, common, lb if not distinct else None, need, cands)
-    return GroupSizePlan(g_star=g_star, g_star_lower_bound=None if distinct else lb, message=msg, **common)
+    why = degenerate_reason(vc)
+    draws = vc.confidence_draws()
+    if why is None and draws.shape[0] < 2:
+        why = (f"the bootstrap over the B0 = {vc.n_prompts} pilot prompts has no spread (every resample's standard "
+               f"error is 0: at most one prompt's rewards vary), so the pilot cannot say how sure it is; use more "
+               f"pilot prompts, or prompts whose rewards vary")
+    if why is not None:
+        return GroupSizePlan(message=f"the pilot cannot tell which G to use: {why}", cannot_tell=why, **common)
+    c1_range = _c1_range(vc)
+    br = bootstrap_band((c1, c2, c3), draws, N, cands, c1_range=c1_range, tol=tol, level=vc.level)
+    need = pilot_size_needed(c1, c1_range, c2, c3, vc.n_prompts, N, cands, tol=tol)
+    k = int(np.argmax(br.worst_case))
+    plan = GroupSizePlan(
+        message="", g_recommended=br.recommended, band=br.point_band, band_probability=br.probability,
+        g_band=(br.low, br.high), pilot_prompts_needed=need, expected_ratio=br.expected_ratio,
+        worst=(br.candidates[k], float(br.worst_case[k])), decided=br.decided, worst_case=br.worst_case,
+        g_range=br.g_range, c1_range=br.c1_range, band_open_ended=br.open_ended, **common,
+    )
+    return replace(plan, message=estimated_message(plan, vc))
 
 
-def _estimated_message(vc: VarianceComponents, br, common: dict, lb: float | None, need: int | None,
-                       cands) -> str:
-    """The planner's sentences: the G to use, the band, how much the worst G costs, c1's status, pilot size."""
-    level, N, tol = f"{100 * vc.level:g}%", common["N"], br.tolerance
-    rec = br.recommended
-    p_rec = br.probability[br.candidates.index(rec)]
-    out = [f"use G = {rec} (B = {N // rec}) at N = {N}: {100 * p_rec:.0f}% of the bootstrap replicates put it within "
-           f"{100 * tol:g}% of the best predicted MSE; {level} confidence band of near-optimal G: "
-           f"[{br.low}, {br.high}]; the worst candidate G = {common['worst'][0]} gives {common['worst'][1]:.2f}x the "
-           f"best predicted MSE (bootstrap mean)"]
-    c1, lo, hi = vc.c1.estimate, vc.c1.ci_low, vc.c1.ci_high
-    if c1 < 0:
-        out.append(f"c1's estimate is negative (c1 = {c1:.3g}; the true c1 is >= 0): with B0 = {vc.n_prompts} pilot "
-                   f"prompts the differences between prompts' gradients are below the noise")
-    elif not lo > 0:
-        out.append(f"c1's {level} interval [{lo:.3g}, {hi:.3g}] contains 0 (c1 = {c1:.3g}): B0 = {vc.n_prompts} "
-                   f"pilot prompts do not tell c1 from 0")
-    if lb is not None and lb > cands[0]:  # a bound below every candidate says nothing: left out of the message
-        out.append(f"G* is larger than {lb:.1f} at the {level} level (1 + sqrt(c3_low / c1_high))")
-    elif not (lo > 0 and c1 > 0):
-        out.append("the data give no lower bound on G* (c1's interval reaches only 0)")
-    if need is None and c1 <= 0:
-        out.append(f"with c1's estimate <= 0 the pilot cannot say how many prompts would decide; try at least 4x "
-                   f"more ({4 * vc.n_prompts} prompts)")
-    elif need is None:
-        out.append(f"even a pilot of {64 * vc.n_prompts} prompts (64x this one) would not pin the band down")
-    elif need > vc.n_prompts:
-        out.append(f"a pilot of about {need} prompts (this one: {vc.n_prompts}) would decide between G = {br.low} "
-                   f"and {br.high}")
-    return "; ".join(s for s in out if s)
+def band_text(plan: GroupSizePlan) -> str:
+    """The confidence band in words: "G = 8", "G from 4 to 32", or "G of at least 16" (it reaches the largest
+    candidate: every larger G is near-optimal when c1 is near 0)."""
+    lo, hi = plan.g_band
+    if lo == hi:
+        return f"G = {lo}"
+    return f"G of at least {lo}" if plan.band_open_ended else f"G from {lo} to {hi}"
+
+
+def estimated_message(plan: GroupSizePlan, vc: VarianceComponents) -> str:
+    """The planner's sentences, in one voice: the G to use and how sure, the band, c1's status, the pilot size."""
+    level, N, tol = f"{100 * vc.level:g}%", plan.N, 100 * plan.tolerance
+    rec, (a, b), (lo, hi) = plan.g_recommended, plan.g_range, plan.c1_range
+    worst = plan.worst_case[[g for g, _, _ in plan.candidates].index(rec)]
+    raised = hi > vc.c1.ci_high
+    rng = f"c1 in [{lo:.3g}, {hi:.3g}]" + (f" (its {level} interval [{vc.c1.ci_low:.3g}, {vc.c1.ci_high:.3g}], the "
+                                            f"upper end raised to 2 bootstrap SEs)" if raised else
+                                            f" (its {level} interval)")
+    if plan.decided:
+        out = [f"use G = {rec} (B = {N // rec}) at N = {N}: it is within {tol:g}% of the best predicted MSE for every "
+               f"{rng}, c2 and c3 at their estimates: the pilot decides"]
+    else:
+        out = [f"use G = {rec} (B = {N // rec}) at N = {N} as the best guess, but the pilot cannot tell which G is "
+               f"best: the best G is {a} at one end of {rng} and {b} at the other; G = {rec} costs at most "
+               f"{100 * (worst - 1):.0f}% more than the best G over that range (the G with the smallest expected "
+               f"excess under c1's confidence distribution)"]
+    out.append(f"near-optimal (within {tol:g}% of the best for some c1 in that range): {band_text(plan)}")
+    if vc.c1.estimate < 0:
+        out.append(f"c1's estimate {vc.c1.estimate:.3g} is below 0 (the true c1 is >= 0; taken as 0 in the plan): "
+                   f"with B0 = {vc.n_prompts} pilot prompts the differences between prompts' gradients are below the "
+                   f"noise")
+    need = plan.pilot_prompts_needed
+    if not plan.decided:
+        out.append(f"a pilot of about {need} prompts (this one: {vc.n_prompts}) would decide, if c1 is as its "
+                   f"estimate says" if need is not None else
+                   f"even a pilot of {64 * vc.n_prompts} prompts (64x this one) would not decide")
+    return "; ".join(out)

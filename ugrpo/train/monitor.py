@@ -10,7 +10,8 @@ the parameters that generated the samples (no extra samples are drawn):
     -> plan_group_size(components, N) -> G*, its 95% interval (Thm 7, paper eq. (11)-(12); M21-M24),
        the G to use and the 95% band of near-optimal G (M40-M41)
     -> metrics row keys ``monitor_*`` (also in report.md, monitor_g.png, monitor_c.png and a console column),
-       and a warning, once per run, when G lies outside the band.
+       and a warning, once per run, when a batch that decides puts G outside the band (a batch that cannot
+       decide gives no advice).
 
 The pure part (components -> plan -> advice) is shared with the TRL callback
 :class:`ugrpo.integrations.trl.GroupSizeMonitor`: :func:`measure` and :func:`advise`.
@@ -69,7 +70,7 @@ MONITOR_KEYS = (
     "monitor_c1", "monitor_c1_low", "monitor_c1_high", "monitor_c2", "monitor_c2_low", "monitor_c2_high",
     "monitor_c3", "monitor_c3_low", "monitor_c3_high", "monitor_g_star", "monitor_g_star_low",
     "monitor_g_star_high", "monitor_g_recommended", "monitor_g_band_low", "monitor_g_band_high", "monitor_message",
-    "monitor_seconds", "monitor_n_prompts", "monitor_n_batches",
+    "monitor_seconds", "monitor_n_prompts", "monitor_n_batches", "monitor_decided",
 )
 """Keys every monitored step's metrics row has (``monitor_warning`` is added once, when it fires)."""
 
@@ -93,7 +94,9 @@ class MonitorRecord:
     n_batches : batches pooled into the estimate (1 without pooling)
     g_recommended : the G to use (the band's recommendation, docs/math.md M41)
     g_band : (low, high) of the 95% confidence band of near-optimal G (M40)
-    c1_decided : True when c1's interval excludes 0 (the batch decides G*)
+    c1_decided : True when c1's interval excludes 0
+    decided : True when the batch decides (the G to use is within the band's tolerance of the best for every c1 in
+        its interval, docs/math.md M41); a batch that does not decide gives no advice
     """
 
     step: int
@@ -112,6 +115,7 @@ class MonitorRecord:
     g_recommended: int | None = None
     g_band: tuple[int, int] | None = None
     c1_decided: bool = True
+    decided: bool = True
 
 
 @dataclass(frozen=True)
@@ -176,13 +180,17 @@ def measure(
         g_star_ci=plan.g_star_ci if plan.g_star is not None else None, g_star_lower_bound=plan.g_star_lower_bound,
         message=plan.message, seconds=0.0, n_prompts=B, n_batches=int(n_batches), g_recommended=plan.g_recommended,
         g_band=plan.g_band, c1_decided=plan.c1_distinguishable_from_zero,
+        decided=plan.decided and plan.g_recommended is not None,
     )
 
 
 def advise(rec: MonitorRecord, candidates: Sequence[int]) -> Advice | None:
-    """Advice when the run's G is outside the confidence band of near-optimal G (records without a band: the
-    interval of G*), or below the lower bound of G*; else None."""
+    """Advice when the batch decides (``rec.decided``) and the run's G is outside the confidence band of near-optimal
+    G (records without a band: the interval of G*, or below the lower bound of G*); else None. A batch that cannot
+    decide gives no advice: its G to use is a guess."""
     G = rec.num_generations
+    if not rec.decided:
+        return None
     if rec.g_band is not None and rec.g_recommended is not None:
         if rec.g_band[0] <= G <= rec.g_band[1]:
             return None
@@ -223,17 +231,22 @@ def monitor_row(rec: MonitorRecord) -> dict:
     row["monitor_seconds"] = float(rec.seconds)
     row["monitor_n_prompts"] = rec.n_prompts
     row["monitor_n_batches"] = rec.n_batches
+    row["monitor_decided"] = rec.decided
     return row
 
 
 def console_column(row: dict) -> str | None:
-    """The console line's monitor column of a metrics row (None on steps without a measurement).
+    """The console line's monitor column of a metrics row (None on steps without a measurement); ``G_use=8?`` marks
+    the G of a batch that cannot decide (a guess, docs/math.md M41).
 
     Examples
     --------
     >>> console_column({"monitor_c1": 0.01, "monitor_c3": 1.2, "monitor_g_recommended": 8,
     ...                 "monitor_g_band_low": 4, "monitor_g_band_high": 16})
     'c1=0.01 c3=1.2 G_use=8 band=[4,16]'
+    >>> console_column({"monitor_c1": -0.01, "monitor_c3": 1.2, "monitor_g_recommended": 8, "monitor_decided": False,
+    ...                 "monitor_g_band_low": 4, "monitor_g_band_high": 1024})
+    'c1=-0.01 c3=1.2 G_use=8? band=[4,1024]'
     """
     if "monitor_c1" not in row:
         return None
@@ -242,7 +255,8 @@ def console_column(row: dict) -> str | None:
     lo, hi = row.get("monitor_g_band_low"), row.get("monitor_g_band_high")
     band = f" band=[{lo},{hi}]" if lo is not None else ""
     c1, c3, rec = num(row.get("monitor_c1")), num(row.get("monitor_c3")), row.get("monitor_g_recommended")
-    return f"c1={c1} c3={c3} G_use={rec}{band}"
+    guess = "?" if row.get("monitor_decided") is False and rec is not None else ""  # a guess: the batch cannot decide
+    return f"c1={c1} c3={c3} G_use={rec}{guess}{band}"
 
 
 def warning_text(advice: Advice, step: int, N: int) -> str:
@@ -340,7 +354,7 @@ class TrainMonitor:
         rec = replace(rec, seconds=time.perf_counter() - t0)
         self.history.append(rec)
         row = monitor_row(rec)
-        if not rec.c1_decided and self.pool == 1:
+        if not rec.decided and self.pool == 1:
             row["monitor_message"] += " (or pool monitored batches: --monitor-pool 4)"
         advice = None if self.warned else advise(rec, self.candidates)
         if advice is not None:

@@ -34,6 +34,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--temperature", type=float, default=1.0, help="with --model: sampling temperature")
     p.add_argument("--max-new-tokens", type=int, default=8, help="with --model: completion length cap")
     p.add_argument("--chat", action="store_true", help="with --model: wrap prompts in the chat template")
+    p.add_argument("--sampling-backend", choices=("hf", "vllm"), default="hf", help="with --model: who draws the "
+                   "completions: hf (Hugging Face generate, the policy on the CPU) or vllm (one vLLM engine on the "
+                   "GPU for the whole run, given the policy's weights once; pip install 'ugrpo[vllm]'; docs/vllm.md)")
     from ugrpo.stats.allocation import RULES
 
     p.add_argument("--allocation", default=None, metavar="RULES", help="with --model: compare per-prompt allocation "
@@ -69,11 +72,12 @@ def _config(args: argparse.Namespace):
                            ref_samples=args.ref_samples, prompts=args.prompts, sketch_dim=args.sketch_dim,
                            seed=args.seed, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
                            chat=args.chat, allocation=_rules(args.allocation), g_min=args.g_min, g_max=args.g_max,
-                           history_visits=args.history_visits, history_group=args.history_group)
+                           history_visits=args.history_visits, history_group=args.history_group,
+                           sampling_backend=args.sampling_backend)
     from ugrpo.experiments.mse.env import MSEConfig
 
-    if args.task is not None or args.task_option:
-        raise ValueError("--task and --task-option need --model (an env has no task)")
+    if args.task is not None or args.task_option or args.sampling_backend != "hf":
+        raise ValueError("--task, --task-option and --sampling-backend need --model (an env has no task)")
     if args.allocation is not None:
         raise ValueError("--allocation needs --model (on an exact env use `ugrpo allocate --env FILE`)")
     theta = None if args.theta is None else tuple(parse_float_list(args.theta, name="--theta"))

@@ -56,6 +56,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     lm.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
     lm.add_argument("--max-new-tokens", type=int, default=8, help="completion length cap")
     lm.add_argument("--chat", action="store_true", help="wrap prompts in the chat template")
+    lm.add_argument("--sampling-backend", choices=("hf", "vllm"), default="hf",
+                    help="who draws the completions: hf (Hugging Face generate, the policy on the CPU) or vllm (one "
+                    "vLLM engine on the GPU, given the policy's weights once; pip install 'ugrpo[vllm]'; docs/vllm.md)")
 
 
 def _config(args: argparse.Namespace):
@@ -77,9 +80,10 @@ def _config(args: argparse.Namespace):
         return LMPlanConfig(model=args.model, task=args.task, task_options=parse_task_options(args.task_option),
                             pilot_batch=args.pilot_batch, pilot_group=args.pilot_group, budget=args.budget,
                             sketch_dim=args.sketch_dim, seed=args.seed, n_boot=args.n_boot, group=args.group,
-                            temperature=args.temperature, max_new_tokens=args.max_new_tokens, chat=args.chat)
-    if args.task is not None or args.task_option:
-        raise ValueError("--task and --task-option need --model (a language-model pilot)")
+                            temperature=args.temperature, max_new_tokens=args.max_new_tokens, chat=args.chat,
+                            sampling_backend=args.sampling_backend)
+    if args.task is not None or args.task_option or args.sampling_backend != "hf":
+        raise ValueError("--task, --task-option and --sampling-backend need --model (a language-model pilot)")
     if args.pilot is not None and args.theta is not None:
         raise ValueError("--theta only applies to --env (a pilot file was sampled at its own theta)")
     theta = None if args.theta is None else tuple(parse_float_list(args.theta, name="--theta"))
@@ -88,13 +92,32 @@ def _config(args: argparse.Namespace):
                       theta=theta, group=args.group, ci_method=args.ci_method)
 
 
+def console_lines(r: dict) -> str:
+    """The console answer: the constants (estimates below 0 shown at 0 like their intervals, and said), the G to use
+    with its band in one row, then the planner's sentences."""
+    from ugrpo.report.markdown import fmt_ci, text_table
+    from ugrpo.report.plan import band_words
+
+    ex = r.get("exact") or {}
+    rows = [[k, max(r[k]["estimate"], 0.0), fmt_ci(r[k]["ci_low"], r[k]["ci_high"]), ex.get(k)]
+            for k in ("c1", "c2", "c3")]
+    band = r.get("band") or {}
+    use = "-" if band.get("low") is None else band_words(band)
+    rows.append(["G to use", r.get("g_recommended") or "-", use, ex.get("g_star")])
+    lines = [text_table(["", "pilot", "95% CI / band", "exact"], rows)]
+    lines += [f"({k}'s unbiased estimate is {r[k]['estimate']:.4g}, below 0: shown at 0, the constant's range, like "
+              f"its interval)" for k in ("c1", "c2", "c3") if r[k]["estimate"] < 0]
+    lines.append(r["message"])
+    return "\n".join(lines)
+
+
 def main(args: argparse.Namespace) -> int:
     from ugrpo.experiments.plan.env import plan_experiment
     from ugrpo.experiments.plan.lm import lm_plan_experiment
-    from ugrpo.report.markdown import fmt_ci, text_table
 
     if args.trl_config is not None:
         others = [f"--{n}" for n in ("env", "pilot", "model") if getattr(args, n, None) is not None]
+        others += ["--sampling-backend"] if args.sampling_backend != "hf" else []
         if others:
             raise ValueError(f"--trl-config takes the model and data from the TRL config; drop {' and '.join(others)}")
         return _trl(args)
@@ -103,11 +126,7 @@ def main(args: argparse.Namespace) -> int:
         r = plan_experiment(cfg, args.out, argv=argv)
     else:
         r = lm_plan_experiment(cfg, args.out, argv=argv)
-    ex = r.get("exact") or {}
-    rows = [[k, r[k]["estimate"], fmt_ci(r[k]["ci_low"], r[k]["ci_high"]), ex.get(k)] for k in ("c1", "c2", "c3")]
-    rows.append(["G*", r["g_star"], fmt_ci(*r["g_star_ci"]), ex.get("g_star")])
-    print(text_table(["", "pilot", "95% CI", "exact"], rows))
-    print(r["message"])
+    print(console_lines(r))
     if "current_group" in r:
         print(r["current_group"]["message"])
     if args.save_pilot:
@@ -134,7 +153,9 @@ def _trl(args: argparse.Namespace) -> int:
                      pilot_batch=args.pilot_batch, pilot_group=args.pilot_group)
     for k in ("c1", "c2", "c3"):
         e = r[k]
-        print(f"{k} = {e['estimate']:.4g}  95% CI [{e['ci_low']:.4g}, {e['ci_high']:.4g}]")
+        note = f" (unbiased estimate {e['estimate']:.4g}, below 0: shown at 0 like its interval)" if e["estimate"] < 0 \
+            else ""
+        print(f"{k} = {max(e['estimate'], 0.0):.4g}  95% CI [{e['ci_low']:.4g}, {e['ci_high']:.4g}]{note}")
     print(r["trl"]["message"])
     print(f"wrote {args.out}/results.json (key 'trl'), plan.png, report.md")
     return 0

@@ -2,9 +2,9 @@
 
 For each G: R independent minibatches of B prompts x G samples; the *same* samples feed all
 four estimators in a repetition (common random numbers). The squared error ||ghat - g||^2
-against the exact g gives a mean with a normal 95% interval (mean +- 1.96 SE, SE from the R
-squared errors), printed next to the exact value of paper Prop. 3 / docs/math.md
-(``env.exact(theta).mse``).
+against the exact g gives a mean with a Student-t 95% interval (mean +- t_{0.975, R-1} SE, SE from the R
+squared errors: at a handful of repetitions 1.96 SE is far too short, e.g. t_{0.975, 2} = 4.30), printed next to
+the exact value of paper Prop. 3 / docs/math.md (``env.exact(theta).mse``).
 
 The Hoeffding split of GRPO's MSE (paper eq. (2), (9)):
 ``MSE_grpo = [c1/B + c2/(BG)] + c3/(BG(G-1))``, the oracle part plus the degenerate residual.
@@ -29,7 +29,7 @@ from ugrpo.runs import RunDir
 from ugrpo.stats.advantages import compute_advantages
 from ugrpo.stats.estimators import ESTIMATORS
 from ugrpo.stats.exact_mse import hoeffding_split
-from ugrpo.stats.intervals import mean_interval
+from ugrpo.stats.intervals import t_interval
 from ugrpo.stats.seeds import derive_seed  # re-exported; the split lives in stats
 
 __all__ = ["ESTIMATORS", "MSEConfig", "squared_errors", "run_mse", "mse_experiment", "hoeffding_split"]
@@ -95,8 +95,9 @@ def squared_errors(batch, g_true: torch.Tensor, B: int) -> dict[str, torch.Tenso
 
 
 def _stats(x: torch.Tensor) -> dict[str, float]:
-    """Mean squared error over the repetitions with its 95% interval, cut at 0 (a squared error is never negative)."""
-    return mean_interval(x).clip(hi=math.inf).to_dict("mse", "se", "ci_low", "ci_high")
+    """Mean squared error over the repetitions with its Student-t 95% interval, cut at 0 (a squared error is never
+    negative)."""
+    return t_interval(x.tolist()).clip(hi=math.inf).to_dict("mse", "se", "ci_low", "ci_high")
 
 
 def run_mse(env, theta: torch.Tensor, cfg: MSEConfig, run: RunDir, *, progress: bool = True) -> dict[str, Any]:

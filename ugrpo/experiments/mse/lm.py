@@ -37,7 +37,14 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from ugrpo.experiments.mse.env import ESTIMATORS
-from ugrpo.experiments.plan.lm import check_context, load_lm_task, sample_sketched
+from ugrpo.experiments.plan.lm import (
+    check_backend,
+    check_context,
+    load_lm_task,
+    policy_device,
+    require_backend,
+    sample_sketched,
+)
 from ugrpo.runs import RunDir, to_jsonable
 from ugrpo.stats.exact_mse import hoeffding_split
 from ugrpo.stats.intervals import MEAN_KEYS, RATIO_KEYS, difference_interval, ratio_interval
@@ -78,6 +85,9 @@ class LMMSEConfig:
     """simulated history of the ``predicted`` moments: visits per prompt"""
     history_group: int = 4
     """samples per history visit"""
+    sampling_backend: str = "hf"
+    """who draws every sample (reference, blocks, history): hf (Hugging Face generate) or vllm (one vLLM engine for
+    the whole run; docs/vllm.md)"""
 
     def __post_init__(self) -> None:
         if not self.groups or min(self.groups) < 2:
@@ -93,6 +103,7 @@ class LMMSEConfig:
             raise ValueError(f"--seed = {self.seed} must be >= 0")
         if not self.temperature > 0:
             raise ValueError(f"--temperature = {self.temperature} must be > 0")
+        check_backend(self.sampling_backend)
         if self.allocation:
             self._check_allocation()
 
@@ -133,8 +144,9 @@ class LMMSEConfig:
 # sampling (the sample -> score -> sketch pass is shared with the plan: lm_plan.sample_sketched)
 
 
-def _sample_pool(policy, task, problems, idx: Tensor, cfg: LMMSEConfig, progress: bool):
-    """Reference (P, M, k) and estimation blocks (R, B, Gmax, k), each prompt sampled once."""
+def _sample_pool(policy, task, problems, idx: Tensor, cfg: LMMSEConfig, progress: bool, sampler=None):
+    """Reference (P, M, k) and estimation blocks (R, B, Gmax, k), each prompt sampled once (one request of
+    M + uses x Gmax samples); ``sampler``: :func:`ugrpo.lm.vllm_engine.frozen_sampler`'s (None: HF)."""
     P, M, Gmax = len(problems), cfg.ref_samples, max(cfg.groups)
     R, B = idx.shape
     flat = idx.reshape(-1).tolist()
@@ -153,7 +165,7 @@ def _sample_pool(policy, task, problems, idx: Tensor, cfg: LMMSEConfig, progress
             seed = derive_seed(cfg.seed, p, stride=7_919, offset=17)  # one stream per prompt
             ss = sample_sketched(policy, task, [problems[p]], n, [seed], k=cfg.sketch_dim,
                                  sketch_seed=cfg.seed, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens,
-                                 chat=cfg.chat, chunk_size=cfg.chunk_size)
+                                 chat=cfg.chat, chunk_size=cfg.chunk_size, sampler=sampler)
             for key, v in ss.seconds.items():
                 cost[key] += v
             n_unscorable += ss.n_unscorable
@@ -164,7 +176,7 @@ def _sample_pool(policy, task, problems, idx: Tensor, cfg: LMMSEConfig, progress
             bar.update(n)
     finally:
         bar.close()
-    hist = _sample_history(policy, task, problems, cfg, cost) if cfg.allocation else None
+    hist = _sample_history(policy, task, problems, cfg, cost, sampler) if cfg.allocation else None
     est_s = torch.empty(R * B, Gmax, cfg.sketch_dim, dtype=DT)
     est_z = torch.empty(R * B, Gmax, dtype=DT)
     seen = [0] * P
@@ -174,18 +186,19 @@ def _sample_pool(policy, task, problems, idx: Tensor, cfg: LMMSEConfig, progress
     n_hist = 0 if hist is None else hist[1].numel()
     cost.update(samples=P * M + R * B * Gmax + n_hist, samples_reference=P * M, samples_estimation=R * B * Gmax,
                 samples_history=n_hist, tokens=tokens + cost.pop("tokens_history", 0),
+                sampling_backend=cfg.sampling_backend,
                 n_unscorable=n_unscorable + cost.pop("n_unscorable_history", 0))
     return ref_s, ref_z, est_s.view(R, B, Gmax, -1), est_z.view(R, B, Gmax), hist, cost
 
 
-def _sample_history(policy, task, problems, cfg: LMMSEConfig, cost: dict) -> tuple[Tensor, Tensor]:
+def _sample_history(policy, task, problems, cfg: LMMSEConfig, cost: dict, sampler=None) -> tuple[Tensor, Tensor]:
     """History scores (P, V, h, k) and rewards (P, V, h) for the ``predicted`` moments: V visits of h samples per
     prompt from the prompt's own stream (a seed family apart from the reference and the blocks, docs/lm-mse.md R9)."""
     V, h, P = cfg.history_visits, cfg.history_group, len(problems)
     seeds = [derive_seed(cfg.seed, p, stride=7_919, offset=3_989) for p in range(P)]
     ss = sample_sketched(policy, task, problems, V * h, seeds, k=cfg.sketch_dim, sketch_seed=cfg.seed,
                          temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, chat=cfg.chat,
-                         chunk_size=cfg.chunk_size)
+                         chunk_size=cfg.chunk_size, sampler=sampler)
     for key, v in ss.seconds.items():
         cost[key] += v
     cost["tokens_history"], cost["n_unscorable_history"] = int(ss.lengths.sum()), ss.n_unscorable
@@ -242,6 +255,7 @@ def run_lm_mse(cfg: LMMSEConfig, run: RunDir, *, progress: bool = True, n_boot: 
     """Sample the pool, sketch, and measure every estimator's MSE per G; returns the results.json object."""
     t_start = time.perf_counter()
     from ugrpo.lm.loading import load_policy
+    from ugrpo.lm.vllm_engine import frozen_sampler
 
     task, opts = load_lm_task(cfg.model, cfg.task, dict(cfg.task_options))
     problems = task.train_problems()
@@ -250,10 +264,11 @@ def run_lm_mse(cfg: LMMSEConfig, run: RunDir, *, progress: bool = True, n_boot: 
                          "problems; "
                          f"lower --prompts or raise --task-option n_train")
     problems = problems[: cfg.prompts]
-    policy = load_policy(cfg.model, seed=cfg.seed)
-    check_context(policy, problems, cfg.max_new_tokens, cfg.chat)
+    policy = load_policy(cfg.model, seed=cfg.seed, device=policy_device(cfg.sampling_backend))
+    longest = check_context(policy, problems, cfg.max_new_tokens, cfg.chat)
     idx = torch.randint(0, cfg.prompts, (cfg.reps, cfg.batch), generator=torch.Generator().manual_seed(cfg.seed))
-    ref_s, ref_z, est_s, est_z, hist, cost = _sample_pool(policy, task, problems, idx, cfg, progress)
+    with frozen_sampler(policy.model, policy.tokenizer, cfg.sampling_backend, max_model_len=longest) as sampler:
+        ref_s, ref_z, est_s, est_z, hist, cost = _sample_pool(policy, task, problems, idx, cfg, progress, sampler)
     ref = reference_moments(ref_s, ref_z)
     values = ref.v_ref[idx]                                                  # (R, B)
     comp = _components(ref_s, ref_z, n_boot, cfg.seed)
@@ -322,6 +337,7 @@ def lm_mse_experiment(cfg: LMMSEConfig, out: str, *, argv: list[str] | None = No
     """``ugrpo mse --model``: measure ``cfg`` into the run folder ``out`` (fresh), write its outputs, return results."""
     from ugrpo.report.mse import write_report
 
+    require_backend(cfg.sampling_backend)
     rd = RunDir(out)
     rd.write_config({**asdict(cfg), "command": "mse", "argv": argv})
     rd.file("metrics.jsonl").unlink(missing_ok=True)

@@ -52,36 +52,53 @@ def band_block(p, vc=None) -> dict[str, Any]:
     if vc is not None:
         status = ("negative" if vc.c1.estimate < 0 else "interval_contains_zero" if not vc.c1.ci_low > 0
                   else "positive")
-    return {"tolerance": p.tolerance, "G": list(p.band), "low": p.g_band[0], "high": p.g_band[1],
-            "probability": dict(zip(cands, p.band_probability)), "recommended": p.g_recommended,
-            "worst": {"G": p.worst[0], "ratio": p.worst[1]}, "pilot_prompts_needed": p.pilot_prompts_needed,
-            "c1_status": status}
+    low, high = p.g_band if p.g_band is not None else (None, None)
+    rec = p.g_recommended
+    return {"tolerance": p.tolerance, "G": list(p.band), "low": low, "high": high, "open_ended": p.band_open_ended,
+            "probability": dict(zip(cands, p.band_probability)), "recommended": rec, "decided": p.decided,
+            "cannot_tell": p.cannot_tell, "g_range": list(p.g_range) if p.g_range else None,
+            "c1_range": list(p.c1_range) if p.c1_range else None,
+            "recommended_worst_ratio": p.worst_case[cands.index(rec)] if rec is not None and p.worst_case else None,
+            "worst": {"G": p.worst[0], "ratio": p.worst[1]} if p.worst else None,
+            "pilot_prompts_needed": p.pilot_prompts_needed, "c1_status": status}
 
 
-def group_answer(results: dict[str, Any], G: int, replicates=None, level: float = 0.95) -> dict[str, Any]:
-    """``--group G``: G's MSE over the best G's (the bootstrap mean ratio, M41, when the candidates carry it; else the
-    ratio of predicted MSEs), with a bootstrap interval, and the sentence."""
-    from ugrpo.stats.band import ratio_to_best_interval
+def group_answer(results: dict[str, Any], G: int) -> dict[str, Any]:
+    """``--group G``: G's MSE over the best G's at the estimates, with its range over c1's interval (M41), and the
+    sentence, worded as the plan's band is (within the tolerance for every / some / no c1 in the interval)."""
+    from ugrpo.stats.band import ratio_range
 
     cand = {c["G"]: c for c in results["candidates"]}
     if G not in cand:
         raise ValueError(f"--group G = {G} does not divide --budget N = {results.get('budget')} (or is < 2); "
                          f"candidates: {sorted(cand)}")
+    band = results.get("band") or {}
     best = min(c["predicted_mse"] for c in cand.values())
-    ratio = cand[G].get("expected_ratio") or (cand[G]["predicted_mse"] / best if best > 0 else 1.0)
-    ci = None
-    if replicates is not None:  # the replicates with c1* > 0, as for the expected ratio (docs/math.md M41)
-        reps = replicates[replicates[:, 0] > 0] if int((replicates[:, 0] > 0).sum()) >= 2 else replicates
-        iv = ratio_to_best_interval(reps, results["budget"], sorted(cand), G, level)
-        ci = (iv.ci_low, iv.ci_high)
-    rec = results.get("g_recommended") or results.get("g_star")
-    msg = (f"your G = {G} costs {100 * (ratio - 1):.0f}% more gradient error than the best G at this budget "
-           f"({ratio:.3f}x the best G's MSE" + (", bootstrap mean" if "expected_ratio" in cand[G] else ""))
-    msg += f"; {100 * level:g}% bootstrap interval {ci[0]:.3f}-{ci[1]:.3f}x)" if ci else ")"
+    out = {"G": G, "B": cand[G].get("B"), "predicted_mse": cand[G]["predicted_mse"],
+           "ratio_to_best": cand[G]["predicted_mse"] / best if best > 0 else 1.0, "ratio_range": None}
+    if band.get("cannot_tell"):
+        return {**out, "ratio_to_best": None,
+                "message": f"the pilot cannot tell how G = {G} compares with other G: {band['cannot_tell']}"}
+    tol, rec = 100 * band.get("tolerance", 0.05), band.get("recommended") or results.get("g_star")
+    msg = f"your G = {G}"
+    if band.get("c1_range"):
+        point = [results[k]["estimate"] for k in ("c1", "c2", "c3")]
+        r = ratio_range(point, tuple(band["c1_range"]), results["budget"], sorted(cand), G)
+        out["ratio_to_best"], out["ratio_range"] = r.estimate, [r.ci_low, r.ci_high]
+        pct = f"{100 * (r.estimate - 1):.0f}% more gradient error than the best G at the estimates"
+        if r.ci_high <= 1 + tol / 100:
+            msg += f" is within {tol:g}% of the best G for every c1 in its interval ({pct})"
+        elif r.ci_low <= 1 + tol / 100:
+            msg += (f" is within {tol:g}% of the best G for some c1 in its interval but not all: {pct}, up to "
+                    f"{100 * (r.ci_high - 1):.0f}% more over c1's interval")
+        else:
+            msg += (f" is not within {tol:g}% of the best G for any c1 in its interval: {pct}, "
+                    f"{100 * (r.ci_low - 1):.0f}% to {100 * (r.ci_high - 1):.0f}% more over c1's interval")
+    else:
+        msg += f" costs {100 * (out['ratio_to_best'] - 1):.0f}% more gradient error than the best G at this budget"
     if rec is not None and rec != G:
         msg += f"; the planner recommends G = {rec}"
-    return {"G": G, "B": cand[G].get("B"), "predicted_mse": cand[G]["predicted_mse"], "ratio_to_best": ratio,
-            "ratio_ci": list(ci) if ci else None, "message": msg}
+    return {**out, "message": msg}
 
 
 def exact_planner(pm, budgets: Sequence[int], groups: Sequence[int] | None = None) -> dict[str, Any]:
@@ -129,8 +146,10 @@ def run_plan(pilot: Pilot, budget: int, *, n_boot: int, seed: int, run: RunDir,
     p = _plan(vc, budget, tolerance=tolerance)
     cands = [{"G": G, "B": B, "predicted_mse": v} for G, B, v in p.candidates]
     band = _bootstrap_band(vc.replicates, budget, [c["G"] for c in cands])
-    for c, (lo, hi), prob, er in zip(cands, band, p.band_probability, p.expected_ratio):
-        c["band_low"], c["band_high"], c["band_probability"], c["expected_ratio"] = lo, hi, prob, er
+    for c, (lo, hi) in zip(cands, band):
+        c["band_low"], c["band_high"] = lo, hi
+    for c, prob, er, wr in zip(cands, p.band_probability, p.expected_ratio, p.worst_case):
+        c["band_probability"], c["expected_ratio"], c["worst_ratio"] = prob, er, wr
     ci = list(p.g_star_ci) if p.g_star_ci is not None else [None, None]
     if not p.c1_distinguishable_from_zero:  # the bootstrap argmin then piles up at the largest candidate
         ci = [p.g_star_lower_bound if p.g_star_lower_bound is not None and math.isfinite(p.g_star_lower_bound)
@@ -148,7 +167,7 @@ def run_plan(pilot: Pilot, budget: int, *, n_boot: int, seed: int, run: RunDir,
         "n_boot": n_boot, "seed": seed,
     }
     if group is not None:
-        results["current_group"] = group_answer(results, group, vc.replicates, vc.level)
+        results["current_group"] = group_answer(results, group)
     if exact_pm is not None:
         ex = _plan((exact_pm.c1, exact_pm.c2, exact_pm.c3), budget, tolerance=tolerance)
         results["exact"] = {"c1": exact_pm.c1, "c2": exact_pm.c2, "c3": exact_pm.c3,

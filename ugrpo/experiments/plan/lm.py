@@ -12,6 +12,10 @@ Costs: the pilot's (samples; seconds of sampling, scoring and sketching) and one
 budget N, *estimated* from the pilot's per-sample rates: N x (generation seconds per pilot sample)
 + N x (seconds per row of one measured batched forward + backward over the pilot's rows).
 
+Sampling backend (``--sampling-backend``, :func:`ugrpo.lm.vllm_engine.frozen_sampler`): ``hf`` draws with Hugging
+Face ``generate`` from the policy on the CPU; ``vllm`` from one vLLM engine built with the policy's weights, which
+then lives on the GPU (its scoring and sketching too); docs/vllm.md.
+
 This module also holds the sample -> score -> sketch pass shared with ``ugrpo mse --model``.
 """
 
@@ -31,9 +35,33 @@ from ugrpo.stats.band import check_n_boot
 from ugrpo.stats.seeds import derive_seed
 
 __all__ = ["LMPlanConfig", "SketchedSamples", "parse_task_options", "load_lm_task", "sample_sketched",
-           "sample_lm_pilot", "run_lm_plan", "lm_plan_experiment"]
+           "sample_lm_pilot", "run_lm_plan", "lm_plan_experiment", "SAMPLING_BACKENDS", "check_backend",
+           "policy_device", "require_backend"]
 
 DT = torch.float64
+SAMPLING_BACKENDS = ("hf", "vllm")
+"""``--sampling-backend`` of ``plan --model`` / ``mse --model`` (``sampling.backend`` of ``train``)"""
+
+
+def check_backend(backend: str) -> None:
+    """A ValueError for an unknown ``--sampling-backend``."""
+    if backend not in SAMPLING_BACKENDS:
+        raise ValueError(f"--sampling-backend {backend!r}: choose one of {', '.join(SAMPLING_BACKENDS)}")
+
+
+def policy_device(backend: str) -> str:
+    """Where the frozen policy (its scoring and sketching) lives: the CPU for ``hf`` (as before the option
+    existed), this process's GPU for ``vllm`` (vLLM needs the policy on CUDA)."""
+    return "cuda" if backend == "vllm" and torch.cuda.is_available() else "cpu"
+
+
+def require_backend(backend: str) -> None:
+    """``vllm`` missing or no CUDA: the :class:`~ugrpo.errors.UserError` of ``train``'s vllm path, naming
+    ``--sampling-backend``, before any run folder is written."""
+    if backend == "vllm":
+        from ugrpo.lm.vllm_engine import require_vllm
+
+        require_vllm(None, option="--sampling-backend")
 
 
 def parse_task_options(items: Sequence[str]) -> dict[str, Any]:
@@ -90,28 +118,31 @@ class SketchedSamples:
     rollout: Any = None
 
 
-def check_context(policy, problems, max_new_tokens: int, chat: bool) -> None:
+def check_context(policy, problems, max_new_tokens: int, chat: bool) -> int:
     """Every prompt + ``max_new_tokens`` must fit the model's context (as ``train`` checks): a ValueError names the
-    first problem that does not, before any sampling."""
+    first problem that does not, before any sampling. Returns the longest prompt + ``max_new_tokens`` in tokens (a
+    vLLM engine's ``max_model_len``)."""
     from ugrpo.lm.loading import context_length, format_prompt
 
     context = context_length(policy.model)
-    if context is None:
-        return
     tok = policy.tokenizer
     lengths = [len(ids) for ids in tok([format_prompt(tok, p.prompt, chat=chat) for p in problems])["input_ids"]]
+    if context is None:
+        return max(lengths) + max_new_tokens
     too_long = [(p, n) for p, n in zip(problems, lengths) if n + max_new_tokens > context]
     if too_long:
         p, n = too_long[0]
         raise ValueError(f"problem {p.id!r}: prompt has {n} tokens + --max-new-tokens {max_new_tokens} > model "
                          f"context {context} ({len(too_long)} problem(s) too long); lower --max-new-tokens or use a "
                          "model with a longer context")
+    return max(lengths) + max_new_tokens
 
 
 def sample_sketched(policy, task, problems, group_size: int, seeds: Sequence[int], *, k: int, sketch_seed: int,
                     temperature: float, max_new_tokens: int, chat: bool, chunk_size: int,
-                    keep_rollout: bool = False) -> SketchedSamples:
-    """Sample, score (task verifier) and sketch G completions for each problem (one pass each)."""
+                    keep_rollout: bool = False, sampler=None) -> SketchedSamples:
+    """Sample, score (task verifier) and sketch G completions for each problem (one pass each); ``sampler`` (default
+    :func:`ugrpo.lm.sampling.sample_groups`) is :func:`ugrpo.lm.vllm_engine.frozen_sampler`'s callable."""
     from ugrpo.lm.loading import format_prompt
     from ugrpo.lm.sampling import sample_groups
     from ugrpo.lm.sketch import sketch_scores
@@ -120,14 +151,15 @@ def sample_sketched(policy, task, problems, group_size: int, seeds: Sequence[int
     model, tok = policy.model, policy.tokenizer
     B, G = len(problems), group_size
     t0 = time.perf_counter()
-    ro = sample_groups(model, tok, [format_prompt(tok, p.prompt, chat=chat) for p in problems], G, seeds=list(seeds),
-                       temperature=temperature, max_new_tokens=max_new_tokens, batch_size=chunk_size)
+    texts = [format_prompt(tok, p.prompt, chat=chat) for p in problems]
+    ro = (sampler or sample_groups)(model, tok, texts, G, seeds=list(seeds), temperature=temperature,
+                                    max_new_tokens=max_new_tokens, batch_size=chunk_size)
     t1 = time.perf_counter()
     sc = score(task, ro.texts, [p for p in problems for _ in range(G)])
     t2 = time.perf_counter()
     sk = sketch_scores(model, ro, k, seed=sketch_seed, temperature=temperature, chunk_size=chunk_size)  # (B*G, k)
     t3 = time.perf_counter()
-    return SketchedSamples(rewards=torch.tensor(sc.rewards, dtype=DT).view(B, G), scores=sk.to(DT).view(B, G, k),
+    return SketchedSamples(rewards=torch.tensor(sc.rewards, dtype=DT).view(B, G), scores=sk.cpu().to(DT).view(B, G, k),
                            lengths=ro.completion_lengths.view(B, G), n_unscorable=sc.n_unscorable,
                            seconds={"sampling": t1 - t0, "scoring": t2 - t1, "sketch": t3 - t2},
                            rollout=ro if keep_rollout else None)
@@ -159,6 +191,8 @@ class LMPlanConfig:
     max_new_tokens: int = 8
     chat: bool = False
     chunk_size: int = 512
+    sampling_backend: str = "hf"
+    """who draws the pilot: hf (Hugging Face generate) or vllm (one vLLM engine; docs/vllm.md)"""
 
     def __post_init__(self) -> None:
         from ugrpo.experiments.plan.pilot_io import MIN_PILOT_GROUP
@@ -178,6 +212,7 @@ class LMPlanConfig:
             check_divides(self.budget, self.group)
         if not self.temperature > 0 or self.max_new_tokens < 1 or self.chunk_size < 1:
             raise ValueError("--temperature must be > 0, --max-new-tokens and --chunk-size >= 1")
+        check_backend(self.sampling_backend)
 
 
 def _backward_seconds(model, rollout, temperature: float, chunk_size: int) -> float:
@@ -204,13 +239,14 @@ def sample_lm_pilot(cfg: LMPlanConfig, *, progress: bool = True):
     """Sample, score and sketch the pilot in chunks of prompts; returns (Pilot, pilot cost, step cost)."""
     from ugrpo.experiments.plan.pilot_io import Pilot
     from ugrpo.lm.loading import load_policy
+    from ugrpo.lm.vllm_engine import frozen_sampler
 
     task, opts = load_lm_task(cfg.model, cfg.task, dict(cfg.task_options))
     problems = task.train_problems()
     if not problems:
         raise ValueError(f"task {cfg.task!r} has no training problems; check --task-option")
-    policy = load_policy(cfg.model, seed=cfg.seed)
-    check_context(policy, problems, cfg.max_new_tokens, cfg.chat)
+    policy = load_policy(cfg.model, seed=cfg.seed, device=policy_device(cfg.sampling_backend))
+    longest = check_context(policy, problems, cfg.max_new_tokens, cfg.chat)
     gen = torch.Generator().manual_seed(cfg.seed)
     idx = torch.randint(0, len(problems), (cfg.pilot_batch,), generator=gen).tolist()
     drawn = [problems[i] for i in idx]
@@ -221,13 +257,16 @@ def sample_lm_pilot(cfg: LMPlanConfig, *, progress: bool = True):
               f"from {cfg.model}, sketching to k = {cfg.sketch_dim} ...", flush=True)
     step_b = max(1, cfg.chunk_size // cfg.pilot_group)  # prompts per pass
     parts: list[SketchedSamples] = []
-    for start in tqdm(range(0, cfg.pilot_batch, step_b), desc="pilot (sample+score+sketch)", unit="chunk",
-                      disable=not progress, dynamic_ncols=True):
-        sl = slice(start, start + step_b)
-        parts.append(sample_sketched(policy, task, drawn[sl], cfg.pilot_group, seeds[sl], k=cfg.sketch_dim,
-                                     sketch_seed=cfg.seed, temperature=cfg.temperature,
-                                     max_new_tokens=cfg.max_new_tokens, chat=cfg.chat, chunk_size=cfg.chunk_size,
-                                     keep_rollout=start == 0))
+    t_engine = time.perf_counter()
+    with frozen_sampler(policy.model, policy.tokenizer, cfg.sampling_backend, max_model_len=longest) as sampler:
+        t_engine = time.perf_counter() - t_engine  # vllm: the engine's start and weight push (hf: nothing)
+        for start in tqdm(range(0, cfg.pilot_batch, step_b), desc="pilot (sample+score+sketch)", unit="chunk",
+                          disable=not progress, dynamic_ncols=True):
+            sl = slice(start, start + step_b)
+            parts.append(sample_sketched(policy, task, drawn[sl], cfg.pilot_group, seeds[sl], k=cfg.sketch_dim,
+                                         sketch_seed=cfg.seed, temperature=cfg.temperature,
+                                         max_new_tokens=cfg.max_new_tokens, chat=cfg.chat, chunk_size=cfg.chunk_size,
+                                         keep_rollout=start == 0, sampler=sampler))
     rewards, scores = torch.cat([q.rewards for q in parts]), torch.cat([q.scores for q in parts])
     seconds = {k: sum(q.seconds[k] for q in parts) for k in parts[0].seconds}
     n = cfg.pilot_batch * cfg.pilot_group
@@ -236,14 +275,16 @@ def sample_lm_pilot(cfg: LMPlanConfig, *, progress: bool = True):
     per_gen, per_fb = seconds["sampling"] / n, t_fb / n
     cost = {"samples": n, "seconds": sum(seconds.values()), **{f"seconds_{k}": v for k, v in seconds.items()},
             "tokens": int(sum(int(q.lengths.sum()) for q in parts)),
-            "n_unscorable": sum(q.n_unscorable for q in parts), "seconds_forward_backward": t_fb}
+            "n_unscorable": sum(q.n_unscorable for q in parts), "seconds_forward_backward": t_fb,
+            "sampling_backend": cfg.sampling_backend, "seconds_engine_start": t_engine}
     step = {"samples": cfg.budget, "seconds": cfg.budget * (per_gen + per_fb),
             "seconds_generation": cfg.budget * per_gen, "seconds_forward_backward": cfg.budget * per_fb,
             "how": "estimated from the pilot's per-sample rates: N x generation s/sample + N x (one measured batched "
                    "forward+backward over the first pilot chunk's rows) / rows; no optimizer step, no reward time"}
     meta = {"model": cfg.model, "task": cfg.task, "task_options": opts, "seed": cfg.seed, "sketch_dim": cfg.sketch_dim,
             "sketch_seed": cfg.seed, "sketch_params": "trainable", "temperature": cfg.temperature,
-            "max_new_tokens": cfg.max_new_tokens, "prompt_ids": [p.id for p in drawn], "pilot_cost": cost,
+            "max_new_tokens": cfg.max_new_tokens, "sampling_backend": cfg.sampling_backend,
+            "prompt_ids": [p.id for p in drawn], "pilot_cost": cost,
             "mean_reward": float(rewards.mean())}
     return Pilot(rewards=rewards, scores=scores, meta=to_jsonable(meta)), cost, step
 
@@ -269,6 +310,7 @@ def lm_plan_experiment(cfg: LMPlanConfig, out: str, *, argv: list[str] | None = 
     plan.png, report.md with the costs); returns the results."""
     from ugrpo.report.plan import write_report
 
+    require_backend(cfg.sampling_backend)
     rd = RunDir(out)
     rd.write_config({**asdict(cfg), "command": "plan", "argv": argv})
     rd.file("metrics.jsonl").unlink(missing_ok=True)

@@ -147,13 +147,15 @@ def load_trl_config(path: str | Path, **overrides) -> TrlPlanConfig:
     pilot = data.pop("ugrpo", None) or {}
     if not isinstance(pilot, dict):
         raise ValueError(f"{path}: 'ugrpo' must be a mapping of pilot settings ({sorted(PILOT_KEYS)})")
-    grpo_fields = {f.name for f in dataclasses.fields(GRPOConfig)}
+    from ugrpo.train.config.trl_options import option_names
+
+    grpo_fields = {f.name for f in dataclasses.fields(GRPOConfig)} | option_names()  # UGRPOConfig's fields too
     for key in data:
         if key not in grpo_fields and key not in SCRIPT_KEYS:
             near = difflib.get_close_matches(key, sorted(grpo_fields | SCRIPT_KEYS), n=1)
             raise ValueError(f"{path}: unknown key {key!r}" + (f"; did you mean {near[0]!r}?" if near else "")
-                             + " (keys are GRPOConfig fields, model_name_or_path, dataset_name, reward_funcs, "
-                             "num_processes)")
+                             + " (keys are GRPOConfig and UGRPOConfig fields, model_name_or_path, dataset_name, "
+                             "reward_funcs, num_processes)")
     for key in pilot:
         if key not in PILOT_KEYS:
             raise ValueError(f"{path}: unknown key ugrpo.{key}; choose from {sorted(PILOT_KEYS)}")
@@ -290,33 +292,40 @@ def run_trl_plan(config: str | Path | TrlPlanConfig, out: str | Path, *, argv: l
 
 
 def _trl_answer(cfg: TrlPlanConfig, results: dict) -> dict[str, Any]:
-    """The plan in GRPOConfig terms: num_generations (and per_device_train_batch_size) at the same N."""
+    """The plan in GRPOConfig terms: num_generations (and per_device_train_batch_size) at the same N, worded as the
+    plan is (the pilot decides, or cannot tell and gives its best guess, or cannot tell anything)."""
+    from ugrpo.experiments.plan.env import group_answer
+    from ugrpo.report.plan import band_words
+
     N, G = cfg.N, cfg.num_generations
     per_device = N // (cfg.gradient_accumulation_steps * cfg.num_processes)
     table = {c["G"]: c["predicted_mse"] for c in results["candidates"]}
     band = results.get("band") or {}
     lo, hi = band.get("low"), band.get("high")
-    g_rec = results.get("g_recommended", results.get("g_star"))
+    g_rec = results.get("g_recommended")
     current = {"num_generations": G, "per_device_train_batch_size": cfg.per_device_train_batch_size,
                "gradient_accumulation_steps": cfg.gradient_accumulation_steps, "num_processes": cfg.num_processes,
                "prompts_per_step": cfg.step_budget // G, "predicted_mse": table.get(G) if cfg.budget is None else None}
     inside = lo is not None and hi is not None and lo <= G <= hi
     rec = None
-    if g_rec is not None:
+    if g_rec is None:
+        msg = f"the pilot cannot tell which num_generations to use: {band.get('cannot_tell') or results['message']}"
+    else:
         rec = {"num_generations": g_rec, "per_device_train_batch_size": per_device,
                "gradient_accumulation_steps": cfg.gradient_accumulation_steps, "num_processes": cfg.num_processes,
                "prompts_per_step": N // g_rec, "predicted_mse": table.get(g_rec)}
-        msg = (f"set num_generations: {g_rec} with per_device_train_batch_size: {per_device} "
-               f"(N = {N} completions per step = {N // g_rec} prompts x {g_rec})")
-        if lo is not None:
-            msg += (f"; 95% confidence band of near-optimal num_generations (within "
-                    f"{100 * band['tolerance']:g}% of the best predicted MSE): [{lo}, {hi}]")
-            msg += "; your num_generations " + (f"{G} is inside it" if inside else f"{G} is outside it")
-    else:
-        msg = f"the pilot does not pin the best num_generations down: {results['message']}"
+        setting = (f"num_generations: {g_rec} with per_device_train_batch_size: {per_device} (N = {N} completions per "
+                   f"step = {N // g_rec} prompts x {g_rec})")
+        tol = f"{100 * band['tolerance']:g}%"
+        if band.get("decided"):
+            msg = f"set {setting}: within {tol} of the best predicted MSE for every c1 in its interval"
+        else:
+            a, b = band["g_range"]
+            msg = (f"best guess {setting}, but the pilot cannot tell: the best num_generations is {a} at one end of "
+                   f"c1's interval and {b} at the other")
+        msg += f"; near-optimal (within {tol} of the best for some c1): {band_words(band, 'num_generations')}"
     if G in table:
-        from ugrpo.experiments.plan.env import group_answer
-
         msg += "; " + group_answer(results, G)["message"].replace("your G", "your num_generations")
     return {"budget_N": N, "current": current, "recommended": rec, "num_generations_band": [lo, hi],
-            "num_generations_interval": results.get("g_star_ci"), "current_inside_band": inside, "message": msg}
+            "num_generations_interval": results.get("g_star_ci"), "current_inside_band": inside,
+            "decided": bool(band.get("decided")) and g_rec is not None, "message": msg}

@@ -31,7 +31,7 @@ from ugrpo.experiments.sweep import DEFAULT_GROUPS, DEFAULT_SEEDS, check_checkpo
 from ugrpo.runs import RunDir
 from ugrpo.stats.budget import check_divides
 from ugrpo.stats.exact_mse import uniform_mse
-from ugrpo.stats.intervals import t_interval, welch_half_width
+from ugrpo.stats.intervals import paired_t_interval, paired_verdict, t_interval
 
 __all__ = ["AllocSweepConfig", "uniform_group", "run_alloc_sweep", "aggregate_alloc", "samples_to_reach",
            "compare_to_uniform", "sweep_allocation", "allocation_sweep_experiment"]
@@ -325,12 +325,16 @@ def samples_to_reach(curve: Sequence[tuple[float, float]], target: float) -> flo
     return float(curve[-1][0]) if curve and curve[-1][1] <= target else None
 
 
-def compare_to_uniform(rows: Sequence[dict]) -> list[dict[str, Any]]:
-    """Each rule vs uniform: last-checkpoint gaps (intervals overlap -> 'cannot tell') and samples to reach."""
+def compare_to_uniform(rows: Sequence[dict], runs: Sequence[dict]) -> list[dict[str, Any]]:
+    """Each rule vs uniform at the last checkpoint: the per-seed gap differences with a 95% paired Student-t interval
+    (the runs are paired by seed: every rule's run of a seed starts from the same generator seed; the pairs of
+    different seeds are independent, so the paired test is valid whatever the coupling), the verdict from it, and
+    the samples each rule needs to reach uniform's final mean gap."""
     if not any(r["rule"] == "uniform" for r in rows):
         return []
     last = max(r["checkpoint"] for r in rows)
     u = next(r for r in rows if r["rule"] == "uniform" and r["checkpoint"] == last)
+    final = {(r["rule"], r["seed"]): r["gaps"][-1] for r in runs}
     out = []
     for rule in dict.fromkeys(r["rule"] for r in rows):
         if rule == "uniform":
@@ -338,20 +342,13 @@ def compare_to_uniform(rows: Sequence[dict]) -> list[dict[str, Any]]:
         a = next(r for r in rows if r["rule"] == rule and r["checkpoint"] == last)
         curve = [(r["samples"], r["gap_mean"]) for r in rows if r["rule"] == rule]
         need = samples_to_reach(curve, u["gap_mean"])
-        diff = a["gap_mean"] - u["gap_mean"]
-        if None in (a["ci_low"], u["ci_low"]):
-            verdict = "cannot tell (one seed: no interval)"
-        elif a["ci_high"] < u["ci_low"]:
-            verdict = "lower gap than uniform"
-        elif a["ci_low"] > u["ci_high"]:
-            verdict = "higher gap than uniform"
-        else:
-            verdict = "cannot tell (95% intervals overlap)"
-        half = welch_half_width(a["se"], u["se"], a["seeds"], u["seeds"])
+        seeds = [s for (k, s) in final if k == rule and ("uniform", s) in final]
+        diff = paired_t_interval([final[(rule, s)] for s in seeds], [final[("uniform", s)] for s in seeds])
         out.append({"rule": rule, "checkpoint": last, "gap": a["gap_mean"], "gap_uniform": u["gap_mean"],
                     "ratio": a["gap_mean"] / u["gap_mean"] if u["gap_mean"] > 0 else None,
-                    "diff": diff, "diff_ci_low": None if half is None else diff - half,
-                    "diff_ci_high": None if half is None else diff + half, "verdict": verdict,
+                    "diff": diff.estimate, "diff_ci_low": diff.ci_low, "diff_ci_high": diff.ci_high,
+                    "paired_seeds": len(seeds),
+                    "verdict": paired_verdict(diff, "lower gap than uniform", "higher gap than uniform"),
                     "samples_to_uniform_final": need, "samples_uniform_final": u["samples"],
                     "samples_ratio": None if need is None else need / u["samples"]})
     return out
@@ -374,7 +371,7 @@ def sweep_allocation(env, cfg: AllocSweepConfig, out: str, argv: Sequence[str] |
     runs, B = run_alloc_sweep(env, cfg, rd, progress=progress)
     rows = aggregate_alloc(runs, cfg.budget)
     results = {"config": asdict(cfg), "B": B, "G_uniform": runs[0]["G_uniform"], "env_name": env.name or cfg.env,
-               "j_star_exact": bool(env.j_star_exact), "rows": rows, "versus_uniform": compare_to_uniform(rows),
+               "j_star_exact": bool(env.j_star_exact), "rows": rows, "versus_uniform": compare_to_uniform(rows, runs),
                "runs": len(runs)}
     write_report(rd, results, argv)
     return results

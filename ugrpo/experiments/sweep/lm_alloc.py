@@ -18,8 +18,10 @@ config); this module turns the runs' ``metrics.jsonl`` into the comparison, with
   bootstrap over seeds (:func:`bootstrap_ratio`): seed indices resampled jointly for every rule, target and both
   crossings recomputed per resample; a resample in which the rule never reaches the target counts as an infinite
   ratio, so the upper end is unbounded (None) when more than 2.5% of resamples do not reach it.
-- **verdicts** against uniform, as ``ugrpo reproduce`` words them: 'too small to decide' when the 95% intervals
-  overlap (or contain the goal), never an ordering the intervals do not support.
+- **verdicts** against uniform, as ``ugrpo reproduce`` words them: the final accuracy from a paired test by seed
+  (the 95% paired Student-t interval of the per-seed differences; 'too small to decide' when it contains 0), the
+  samples and the goal from the ratio's paired bootstrap interval ('too small to decide' when it contains 1x or the
+  goal), never an ordering the intervals do not support.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import numpy as np
 
 from ugrpo.experiments.sweep.env import samples_to_reach
 from ugrpo.stats.allocation import RULES
-from ugrpo.stats.intervals import TOO_SMALL, t_interval
+from ugrpo.stats.intervals import MEAN_KEYS, TOO_SMALL, paired_t_interval, paired_verdict, t_interval
 from ugrpo.train.config import ALLOCATION_RULES
 
 __all__ = ["LM_RULES", "FALLBACK", "GOAL_RATIO", "check_rules", "eval_points", "curve", "first_reach",
@@ -180,17 +182,6 @@ def bootstrap_ratio(acc: Mapping[str, np.ndarray], samples: Mapping[str, np.ndar
     return out
 
 
-def _overlap_verdict(a: Mapping[str, Any], u: Mapping[str, Any]) -> str:
-    """Final mean of a rule against uniform's: an ordering only when the two 95% intervals do not overlap."""
-    if a["ci_low"] is None or u["ci_low"] is None:
-        return f"{TOO_SMALL} (one seed: no interval)"
-    if a["ci_low"] > u["ci_high"]:
-        return "higher than uniform (95% intervals do not overlap)"
-    if a["ci_high"] < u["ci_low"]:
-        return "lower than uniform (95% intervals do not overlap)"
-    return f"{TOO_SMALL} (95% intervals overlap)"
-
-
 def _not_reached(ratio: float | None) -> str:
     return "; the mean curve does not reach it within the run" if ratio is None else ""
 
@@ -225,11 +216,14 @@ def _goal_verdict(ratio: float | None, boot: Mapping[str, Any], goal: float = GO
 
 
 def compare_rules(curves: Mapping[str, Sequence[Mapping[str, Any]]], reach: Mapping[str, Mapping[str, Any]],
-                  boot: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+                  boot: Mapping[str, Mapping[str, Any]], finals: Mapping[str, Sequence[float]]) -> list[dict[str, Any]]:
     """One entry per rule: final mean with its interval, samples to reach uniform's final accuracy, the ratio with its
     bootstrap interval, and the verdicts against uniform (final accuracy, fewer samples than uniform, the 0.6x goal).
+
+    ``finals``: per rule, the final metric of each seed, the seeds in the same order for every rule: the final-accuracy
+    verdict is a paired test by seed (the mean of the per-seed differences with a 95% paired Student-t interval),
+    not the overlap of the two marginal intervals (a test at well under the 5% level).
     """
-    u = curves["uniform"][-1]
     out = []
     for rule, cv in curves.items():
         last, r, b = cv[-1], reach[rule], boot[rule]
@@ -240,7 +234,9 @@ def compare_rules(curves: Mapping[str, Sequence[Mapping[str, Any]]], reach: Mapp
                "ratio_ci_low": b["ci_low"], "ratio_ci_high": b["ci_high"],
                "bootstrap_not_reached": b["not_reached"], "bootstrap_undefined": b["undefined"]}
         if rule != "uniform":
-            row["final_verdict"] = _overlap_verdict(last, u)
+            diff = paired_t_interval(finals[rule], finals["uniform"])
+            row["final_diff"], row["final_diff_ci_low"], row["final_diff_ci_high"] = diff.to_dict(*MEAN_KEYS).values()
+            row["final_verdict"] = paired_verdict(diff, "lower than uniform", "higher than uniform")
             row["samples_verdict"] = _samples_verdict(r["ratio"], b)
             row["goal_verdict"] = _goal_verdict(r["ratio"], b)
         if not r["uniform_samples_to_reach"]:
@@ -279,7 +275,7 @@ def allocation_section(runs: Sequence[Mapping[str, Any]], checkpoints: Sequence[
             if "uniform" in have:
                 reach = reach_ratio(acc, samples)
                 boot = bootstrap_ratio(acc, samples, reps=reps, seed=seed)
-                entry["comparison"] = compare_rules(curves, reach, boot)
+                entry["comparison"] = compare_rules(curves, reach, boot, {k: v[:, -1].tolist() for k, v in acc.items()})
             out.append(entry)
     fell_back = sorted(r["name"] for r in runs if r["samples_source"] == FALLBACK)
     return {"cells": out, "rules": list(dict.fromkeys(r["rule"] for r in runs)), "fallback_runs": fell_back,

@@ -1,0 +1,350 @@
+"""UGRPOTrainer(allocation=...): per-prompt group sizes inside a real TRL GRPOTrainer run (issue 21).
+
+Each test runs real TRL steps on the tiny model (built in code, random weights, CPU) with a {0, 1} reward whose
+success rate differs between prompts. Checked: the sizes vary per prompt and sum to the generation batch; TRL
+generated exactly G_b rows of prompt b; one SGD step (lr 1) moves the parameters by the ragged estimate
+(1/B) sum_b (1/G_b) sum_g A_bg W_bg computed row by row, for three of TRL's loss normalisations; the history
+survives a TRL checkpoint and resume; bad settings are errors naming the option.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("trl", reason="the TRL integration needs `trl` (pip install 'ugrpo[trl]')")
+
+from datasets import Dataset  # noqa: E402
+from transformers import TrainerCallback  # noqa: E402
+
+from tests.integrations.trl_helpers import VARIED, Recorder, any_digit_reward, grpo_config  # noqa: E402
+from ugrpo.integrations.trl import AdvantageSpec, AllocationSpec, UGRPOTrainer  # noqa: E402
+from ugrpo.integrations.trl_alloc import HISTORY_FILE, TrlAllocation  # noqa: E402
+from ugrpo.lm.logprobs import completion_logprobs  # noqa: E402
+from ugrpo.lm.tiny import build_tiny_model  # noqa: E402
+from ugrpo.lm.tokenizer import build_char_tokenizer  # noqa: E402
+
+G = 4  # num_generations = Gbar
+SMALL = VARIED  # 8 prompts, 4 per step: every prompt is revisited, so the history tells them apart
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return build_char_tokenizer()
+
+
+def _trainer(tok, tmp_path, rule="vip", *, prompts=SMALL, reward=any_digit_reward, spec=None, **config):
+    kw = dict(max_steps=6, num_generations=G, per_device_train_batch_size=16)
+    kw.update(config)
+    rec = Recorder(reward)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer = UGRPOTrainer(model=build_tiny_model(tok, size="1m", seed=0), reward_funcs=rec,
+                               args=grpo_config(tmp_path, **kw), train_dataset=Dataset.from_dict({"prompt": prompts}),
+                               processing_class=tok, advantages=spec or AdvantageSpec(),
+                               allocation=AllocationSpec(rule=rule))
+    return rec.attach(trainer), rec
+
+
+def _train(trainer, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.train(**kw)
+
+
+@pytest.mark.parametrize("rule", ["vip", "ustat"])
+def test_sizes_vary_per_prompt_and_sum_to_the_budget(tok, tmp_path, rule):
+    trainer, rec = _trainer(tok, tmp_path, rule)
+    _train(trainer)
+    log = trainer.ugrpo_allocation.log
+    assert len(log) == 6 == len(rec.batches)
+    assert (log[0].sizes == G).all()  # no history yet: the prior is the same for every prompt
+    g_min, g_max = AllocationSpec(rule=rule).bounds(16, G)
+    for a, batch, rewards in zip(log, rec.batches, rec.rewards):
+        assert a.sizes.sum() == 16 and len(a.sizes) == 4 and len(set(a.prompts.tolist())) == 4
+        assert g_min <= a.sizes.min() and a.sizes.max() <= g_max
+        # TRL generated G_b rows of prompt b, prompt-major, and scored each once
+        text = trainer.processing_class.batch_decode(batch["prompt_ids"], skip_special_tokens=True)
+        assert text == [SMALL[p] for p in np.repeat(a.prompts, a.sizes)] and len(rewards) == 16
+    assert any(len(set(a.sizes.tolist())) > 1 for a in log[2:])  # the groups became ragged
+    hist = trainer.ugrpo_allocation.allocator.history.sums
+    assert hist["samples"].sum() == 6 * 16 and hist["visits"].sum() == 6 * 4
+    if rule == "ustat":
+        assert (hist["w2_success"] + hist["w2_failure"]).sum() > 0  # the score sketch fed the history
+    rows = [r for r in trainer.state.log_history if "ugrpo/alloc_g_min" in r]
+    assert len(rows) == 6
+    for key in ("ugrpo/alloc_g_max", "ugrpo/alloc_g_mean", "ugrpo/alloc_predicted_ratio",
+                "ugrpo/alloc_predicted_ratio_low", "ugrpo/alloc_predicted_ratio_high", "ugrpo/samples_zero_std"):
+        assert all(key in r for r in rows), key
+    assert all(r["ugrpo/alloc_g_mean"] == G for r in rows)
+    assert [r["ugrpo/alloc_g_max"] for r in rows] == [float(a.sizes.max()) for a in log]
+
+
+def _seed_history(trainer):
+    """Earlier visits that tell the 4 prompts apart (success rates 0.5, 0, 1, 0.25 over 40 samples each: vip gives
+    them 6, 2, 3, 5 of the 16 samples)."""
+    h = trainer.ugrpo_allocation.allocator.history
+    for p, k in enumerate([20, 0, 40, 10]):
+        h.update(np.array([p]), np.array([40]), np.r_[np.ones(k), np.zeros(40 - k)])
+
+
+@pytest.mark.parametrize("loss_type", ["dr_grpo", "dapo", "grpo"])
+def test_update_is_the_ragged_estimate_row_by_row(tok, tmp_path, loss_type):
+    """SGD with lr 1: theta moves by (1/B) sum_b (1/G_b) sum_g A_bg W_bg (M32) with TRL's normalisation of W:
+    dr_grpo W = grad log pi(y|x) / L_max, dapo W = grad log pi(y|x) N / T (T the batch's completion tokens),
+    grpo W = grad log pi(y|x) / |y| (TRL's per-sequence token mean). A_bg is the leave-one-out advantage with the
+    prompt's own G_b, computed here by hand; the gradient of each row separately."""
+    L = 8
+    trainer, rec = _trainer(tok, tmp_path, "vip", prompts=SMALL[:4], max_steps=1, optim="sgd", learning_rate=1.0,
+                            lr_scheduler_type="constant", max_grad_norm=0.0, weight_decay=0.0, loss_type=loss_type,
+                            max_completion_length=L, shuffle_dataset=False)
+    _seed_history(trainer)
+    start = build_tiny_model(tok, size="1m", seed=0).eval()  # a fresh copy: TRL wrapped the trainer's model's forward
+    start.load_state_dict(trainer.model.state_dict())
+    params = [p for p in start.parameters() if p.requires_grad]
+    before = [p.detach().clone() for p in params]
+    _train(trainer)
+    (alloc,) = trainer.ugrpo_allocation.log
+    sizes = alloc.sizes.tolist()
+    assert len(set(sizes)) > 1 and sum(sizes) == 16  # ragged: the seeded history told the prompts apart
+    batch, z = rec.batches[0], torch.tensor(rec.rewards[0], dtype=torch.float64)
+    B, N = len(sizes), sum(sizes)
+    T = float(batch["completion_mask"].sum())
+    brute = [torch.zeros_like(p) for p in params]
+    r = 0
+    for Gb in sizes:
+        group = z[r:r + Gb]
+        for g in range(Gb):
+            adv = float(group[g] - (group.sum() - group[g]) / (Gb - 1))  # leave-one-out, paper eq. (4)
+            lp = completion_logprobs(start, batch["prompt_ids"][r + g:r + g + 1], batch["prompt_mask"][r + g:r + g + 1],
+                                     batch["completion_ids"][r + g:r + g + 1],
+                                     batch["completion_mask"][r + g:r + g + 1])
+            norm = {"dr_grpo": 1 / L, "dapo": N / T,
+                    "grpo": 1 / max(float(batch["completion_mask"][r + g].sum()), 1.0)}[loss_type]
+            for acc, gr in zip(brute, torch.autograd.grad(lp.sum(), params, allow_unused=True)):
+                if gr is not None:
+                    acc += adv / (B * Gb) * norm * gr
+        r += Gb
+    after = [p.detach() for p in trainer.model.parameters() if p.requires_grad]
+    moved = max(float((p - q).abs().max()) for p, q in zip(after, before))
+    assert moved > 1e-4
+    for p, q, e in zip(after, before, brute):
+        torch.testing.assert_close(p - q, e, rtol=1e-4, atol=1e-6)
+
+
+def test_resume_from_a_trl_checkpoint_keeps_the_history(tok, tmp_path):
+    """Stop after step 4 (a checkpoint every 4 steps), resume to step 6: the checkpoint holds the history, the resumed
+    run starts from it (its sizes are those the saved history gives, not the uniform ones of an empty history) and
+    adds its own batches to it. (TRL restarts its sampler's permutation on resume, so the resumed prompts are not
+    those an uninterrupted run would draw; the history does not depend on that.)"""
+    part, _ = _trainer(tok, tmp_path, "vip", max_steps=6, save_strategy="steps", save_steps=4)
+    part.add_callback(_StopAt(4))
+    _train(part)
+    ckpt = tmp_path / "trl" / "checkpoint-4"
+    saved = json.loads((ckpt / HISTORY_FILE).read_text())
+    assert saved["history"] == part.ugrpo_allocation.allocator.history.to_json() and saved["rule"] == "vip"
+    assert sum(saved["history"]["visits"]) == 4 * 4
+    resumed, _ = _trainer(tok, tmp_path, "vip", max_steps=6)
+    seen = _Snapshot(resumed)
+    resumed.add_callback(seen)
+    _train(resumed, resume_from_checkpoint=str(ckpt))
+    assert seen.history == saved["history"]  # restored before the first resumed step
+    log = resumed.ugrpo_allocation.log
+    assert [a.step for a in log] == [4, 5]
+    fresh = TrlAllocation(resumed.args, AllocationSpec(rule="vip"), AdvantageSpec(), len(SMALL))
+    want = fresh.allocator.choose(log[0].prompts, 4)[0]
+    assert (want == G).all()  # an empty history gives uniform sizes ...
+    fresh.restore(ckpt)
+    assert fresh.allocator.choose(log[0].prompts, 4)[0].tolist() == log[0].sizes.tolist() != want.tolist()  # ... not
+    added = {k: np.asarray(v) - np.asarray(saved["history"][k]) for k, v in
+             resumed.ugrpo_allocation.allocator.history.to_json().items() if k in ("visits", "samples")}
+    per_prompt = np.zeros(len(SMALL))
+    for a in log:
+        np.add.at(per_prompt, a.prompts, a.sizes)
+    np.testing.assert_array_equal(added["samples"], per_prompt)
+    assert added["visits"].sum() == 2 * 4
+    # a checkpoint without the history cannot resume an allocation run
+    (ckpt / HISTORY_FILE).unlink()
+    again, _ = _trainer(tok, tmp_path, "vip", max_steps=6)
+    with pytest.raises(ValueError, match=f"{HISTORY_FILE} is missing.*allocation rule 'vip'"):
+        _train(again, resume_from_checkpoint=str(ckpt))
+
+
+class _Snapshot(TrainerCallback):
+    """The trainer's allocation history when training begins (after a resume has restored it)."""
+
+    def __init__(self, trainer):
+        self.trainer, self.history = trainer, None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.history = self.trainer.ugrpo_allocation.allocator.history.to_json()
+
+
+class _StopAt(TrainerCallback):
+    """Stop training after global step ``k`` (the checkpoint of that step is still written)."""
+
+    def __init__(self, k):
+        self.k = k
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step >= self.k:
+            control.should_training_stop = True
+        return control
+
+
+# ---------------------------------------------------------------------- refusals and the config
+
+
+def _build(tok, tmp_path, *, data=None, config=None, **kw):
+    kw.setdefault("allocation", AllocationSpec(rule="vip"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return UGRPOTrainer(model=build_tiny_model(tok, size="1m", seed=0), reward_funcs=any_digit_reward,
+                            args=grpo_config(tmp_path, num_generations=G, per_device_train_batch_size=16,
+                                             **(config or {})),
+                            train_dataset=Dataset.from_dict({"prompt": SMALL}) if data is None else data,
+                            processing_class=tok, **kw)
+
+
+def _rollout(prompts, trainer):
+    raise AssertionError("never called")
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(advantages=None), r"needs ugrpo's advantages \(advantages=None keeps TRL's"),
+    (dict(config=dict(use_vllm=True, vllm_mode="server")), r"does not support use_vllm=True with vllm_mode='server'"),
+    (dict(rollout_func=_rollout), "does not support rollout_func"),
+    (dict(data=Dataset.from_dict({"prompt": SMALL}).to_iterable_dataset()), "needs a map-style datasets.Dataset"),
+    (dict(advantages=AdvantageSpec(baseline="grpo_mean")), r"baseline whose per-prompt estimate is unbiased.*"
+                                                           "got baseline=grpo_mean"),
+    (dict(advantages=AdvantageSpec(scale="std"), allocation=AllocationSpec(rule="vip", g_max=3)), None),
+    (dict(allocation=AllocationSpec(rule="ustat", g_min=5)), r"allocation g_min=5 is above num_generations=4"),
+    (dict(callbacks=[None]), "GroupSizeMonitor with a non-uniform allocation is not supported"),
+])
+def test_refused_settings_are_errors_naming_the_option(tok, tmp_path, kw, match):
+    if kw.get("callbacks") == [None]:
+        from ugrpo.integrations.trl import GroupSizeMonitor
+
+        kw["callbacks"] = [GroupSizeMonitor(every=1)]
+    if match is None:  # a valid neighbour of the refused settings builds
+        assert _build(tok, tmp_path, **kw).ugrpo_allocation.allocator.g_max == 3
+        return
+    with pytest.raises(ValueError, match=match):
+        _build(tok, tmp_path, **kw)
+
+
+def test_rewards_outside_the_unit_interval_are_an_error_naming_the_sample(tok, tmp_path):
+    def twice(prompts, completions, **kwargs):
+        return [2.0 * r for r in any_digit_reward(prompts, completions)]
+
+    trainer, _ = _trainer(tok, tmp_path, "vip", reward=twice, max_steps=1)
+    with pytest.raises(ValueError, match=r"rule='vip'\)\): allocation.rule=vip needs rewards in \[0, 1\].*sample "
+                                         r"\d+ of this step has reward 2.0.*allocation rule 'uniform'"):
+        _train(trainer)
+
+
+def test_refused_rules():
+    with pytest.raises(ValueError, match="allocation rule dynamic is not supported in the TRL adapter yet"):
+        AllocationSpec(rule="dynamic")
+    with pytest.raises(ValueError, match=r"allocation rule 'nope' is not valid; choose one of \['uniform', 'vip'"):
+        AllocationSpec(rule="nope")
+    with pytest.raises(ValueError, match="allocation.g_min=1 must be >= 2"):
+        AllocationSpec(rule="vip", g_min=1)
+
+
+def test_ugrpo_config_from_a_trl_yaml_sets_the_trainer(tok, tmp_path):
+    """TrlParser reads ugrpo's fields from a TRL YAML (and the command line); the trainer takes them from the config."""
+    from trl import TrlParser
+
+    from ugrpo.integrations.trl import UGRPOConfig
+
+    f = tmp_path / "grpo.yaml"
+    f.write_text("num_generations: 4\nper_device_train_batch_size: 16\nmax_completion_length: 8\nuse_cpu: true\n"
+                 "report_to: none\nadvantage_baseline: vanilla\nallocation_rule: knapsack\nallocation_g_min: 3\n")
+    (cfg,) = TrlParser((UGRPOConfig,)).parse_args_and_config(
+        ["--config", str(f), "--output_dir", str(tmp_path / "out"), "--allocation_g_max", "7"])
+    assert isinstance(cfg, UGRPOConfig) and cfg.num_generations == 4
+    assert cfg.allocation_spec() == AllocationSpec(rule="knapsack", g_min=3, g_max=7)
+    assert cfg.advantage_spec() == AdvantageSpec(baseline="vanilla")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer = UGRPOTrainer(model=build_tiny_model(tok, size="1m", seed=0), reward_funcs=any_digit_reward,
+                               args=cfg, train_dataset=Dataset.from_dict({"prompt": SMALL}), processing_class=tok)
+    assert trainer.ugrpo_advantages == AdvantageSpec(baseline="vanilla")
+    assert trainer.ugrpo_allocation.spec.rule == "knapsack" and trainer.ugrpo_allocation.allocator.g_min == 3
+    mon = UGRPOConfig(output_dir=str(tmp_path / "m"), use_cpu=True, report_to="none", num_generations=4,
+                      per_device_train_batch_size=16, monitor_every=3, monitor_pool=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        watched = UGRPOTrainer(model=build_tiny_model(tok, size="1m", seed=0), reward_funcs=any_digit_reward,
+                               args=mon, train_dataset=Dataset.from_dict({"prompt": SMALL}), processing_class=tok)
+    assert watched.ugrpo_allocation is None and (watched.ugrpo_monitor.every, watched.ugrpo_monitor.pool) == (3, 1)
+    with pytest.raises(ValueError, match="allocation_rule both set it"):
+        UGRPOTrainer(model=build_tiny_model(tok, size="1m", seed=0), reward_funcs=any_digit_reward, args=cfg,
+                     train_dataset=Dataset.from_dict({"prompt": SMALL}), processing_class=tok,
+                     allocation=AllocationSpec(rule="vip"))
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("allocation_rule", "nope", r"UGRPOConfig.allocation_rule='nope': allocation rule 'nope' is not valid"),
+    ("allocation_rule", "dynamic", "allocation rule dynamic is not supported in the TRL adapter yet"),
+    ("allocation_g_min", 1, "allocation_g_min=1 must be >= 2"),
+    ("advantage_scale", "mad", r"advantage_scale='mad'; choose 'none' or 'std'"),
+    ("advantage_baseline", "oracle", "needs a value function, which a config cannot hold"),
+    ("monitor_every", -1, r"UGRPOConfig.monitor_every=-1 must be an integer >= 0"),
+])
+def test_bad_ugrpo_config_fields_are_errors_naming_the_field(tmp_path, field, value, match):
+    from ugrpo.integrations.trl import UGRPOConfig
+
+    with pytest.raises(ValueError, match=match):
+        UGRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", **{field: value})
+
+
+# ---------------------------------------------------------------------- two processes
+
+
+@pytest.mark.slow  # ~40 s: a 1-process and a 2-process TRL run of 6 steps, each its own interpreter
+def test_two_processes_give_the_sizes_and_parameters_of_one(tmp_path):
+    """torchrun with 2 gloo processes (8 rows each) against 1 process (16 rows), same global batch, same seeds,
+    rule ustat (gathered rewards and score sketches): the same G_b at every step, including a step whose group is
+    split between the processes, and the same parameters after 6 SGD steps (tests/integrations/trl_alloc_driver.py)."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from safetensors.torch import load_file
+
+    torchrun = Path(sys.executable).with_name("torchrun")
+    if not torchrun.exists():
+        pytest.skip("torchrun is not installed next to the Python interpreter")
+    repo = Path(__file__).resolve().parents[2]
+    driver = str(repo / "tests" / "integrations" / "trl_alloc_driver.py")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, PYTHONPATH=str(repo), OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1",
+               TOKENIZERS_PARALLELISM="false")
+    for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):  # a launcher's, not this process's
+        env.pop(var, None)
+    one, two = tmp_path / "one", tmp_path / "two"
+    for cmd, out in (([sys.executable, driver, str(one), "16", "ustat"], one),
+                     ([str(torchrun), "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port",
+                       str(port), driver, str(two), "8", "ustat"], two)):
+        out.mkdir()
+        proc = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    sizes_one, sizes_two = (json.loads((d / "sizes.json").read_text()) for d in (one, two))
+    assert sizes_one == sizes_two and len(sizes_one) == 6
+    split = [s for s in sizes_one if 8 not in np.cumsum(s["sizes"]).tolist()]
+    assert split, sizes_one  # some step has a group whose rows sit on both processes
+    a, b = (load_file(str(d / "model.safetensors")) for d in (one, two))
+    start = {k: v.detach() for k, v in build_tiny_model(build_char_tokenizer(), size="1m", seed=0).named_parameters()}
+    assert max(float((a[k] - start[k]).abs().max()) for k in a) > 1e-4  # the runs moved the parameters
+    for k in a:  # SGD: linear in the all-reduced gradient, so only float rounding differs
+        torch.testing.assert_close(b[k], a[k], rtol=0, atol=1e-5)

@@ -1,0 +1,287 @@
+"""Per-prompt group sizes G_b inside TRL's ``GRPOTrainer``: the step of :class:`TrlAllocation` (docs/trl.md).
+
+Design: ragged rows through TRL's generation batch (not padding to G_max). TRL's ``RepeatSampler`` still yields
+B prompts x G = ``num_generations`` rows per generation batch (its seed, its skipping on resume and its split over
+processes are unchanged). Before TRL generates, :meth:`TrlAllocation.layout`
+
+1. gathers the batch's rows over processes (each row carries its dataset index in the column :data:`INDEX_COLUMN`,
+   added to the train dataset at construction) and reads the B prompts (blocks of G equal rows);
+2. asks :class:`ugrpo.train.alloc.Allocator` (the rules and the predictor of ``ugrpo train``, one implementation) for
+   G_b from the prompts' earlier visits only, never from this batch, so each prompt's leave-one-out estimate stays
+   unbiased (docs/math.md M32, M44);
+3. lays out sum_b G_b = B G = N rows prompt-major (prompt b's G_b rows together) and gives process r the rows
+   [r n, (r + 1) n), n = N / processes: as many rows as before, so what TRL does next (tokenising, generating one
+   completion per row with HF ``generate`` or vLLM colocate, rewards, shuffling, accumulation, the loss and its
+   normaliser, DDP) is unchanged, and only the rows that are used are generated.
+
+After TRL has scored the rows, :meth:`TrlAllocation.finish` replaces TRL's advantages (computed on the wrong
+(B, G) view) by ``ugrpo.train.alloc.step_advantages``: each prompt's own G_b in its leave-one-out mean (and std),
+times the row weight Gbar/G_b, so that TRL's per-row average over the N rows is
+(1/B) sum_b (1/G_b) sum_g A_bg W_bg with TRL's own per-row normalisation of W (docs/trl.md); then the history
+learns the batch's global rewards (and, for ``ustat``, sketched scores) and the metrics go to TRL's ``_metrics``.
+The history is saved in TRL checkpoints (:data:`HISTORY_FILE`) and restored on ``resume_from_checkpoint``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ugrpo.stats.history import PromptHistory
+from ugrpo.train.alloc import Allocator, step_advantages
+from ugrpo.train.config import BudgetConfig, SamplingConfig, TrainConfig
+
+from .trl_specs import AdvantageSpec, AllocationSpec
+
+__all__ = ["INDEX_COLUMN", "HISTORY_FILE", "StepAllocation", "TrlAllocation", "adapter_config", "prepare_allocation",
+           "weighted_rewards"]
+
+INDEX_COLUMN = "ugrpo_prompt_index"
+"""the column the adapter adds to the train dataset: each row's dataset index, the key of the history"""
+HISTORY_FILE = "ugrpo_allocation.json"
+"""the per-prompt history in a TRL checkpoint folder (``checkpoint-K/``)"""
+
+
+def weighted_rewards(rewards_per_func: Tensor, weights: Tensor) -> tuple[Tensor, Tensor]:
+    """TRL's per-function rewards (N, F) -> (N,) float64 ``sum_f w_f r_nf`` over the functions that scored row n,
+    and the (N,) mask of rows no function scored (they get 0; ugrpo's convention, docs/trl-equivalence.md)."""
+    if rewards_per_func.ndim != 2 or rewards_per_func.shape[1] != weights.numel():
+        raise ValueError(f"rewards_per_func must be (N, F) with F = {weights.numel()} reward functions; got "
+                         f"{tuple(rewards_per_func.shape)}")
+    r = rewards_per_func.detach().double().cpu()
+    return (r * weights.detach().to(r).unsqueeze(0)).nansum(dim=1), torch.isnan(r).all(dim=1)
+
+
+def adapter_config(args, spec: AllocationSpec, adv: AdvantageSpec) -> TrainConfig:
+    """The ``ugrpo train`` config whose Allocator a TRL run uses: N = ``generation_batch_size``, G =
+    ``num_generations``, the advantage of ``adv`` and the allocation ``spec`` (its checks, in TRL's names first)."""
+    N, G = int(args.generation_batch_size), int(args.num_generations)
+    if spec.g_min > G:
+        raise ValueError(f"allocation g_min={spec.g_min} is above num_generations={G}: the B = generation_batch_size "
+                         f"/ num_generations = {N // G} prompts cannot each get g_min of the N = {N} samples; lower "
+                         "allocation_g_min or raise num_generations")
+    try:
+        return TrainConfig(
+            budget=BudgetConfig(samples_per_step=N, group_size=G, micro_batch=int(args.per_device_train_batch_size)),
+            sampling=SamplingConfig(temperature=float(args.temperature), top_p=float(args.top_p),
+                                    max_new_tokens=int(args.max_completion_length)),
+            allocation=spec, baseline=adv.baseline, oracle_samples=int(adv.baseline == "oracle"),  # V(x): value_fn
+            scale=adv.scale, ddof=adv.ddof, eps=adv.eps, zero_std=adv.zero_std, seed=int(args.seed))
+    except ValueError as e:  # its names are ugrpo train's; the advantage fields are those of AdvantageSpec
+        raise ValueError(f"UGRPOTrainer(allocation=AllocationSpec(rule={spec.rule!r}), advantages={adv}): {e}") \
+            from None
+
+
+def prepare_allocation(bound: dict, advantages: AdvantageSpec | None, spec: AllocationSpec):
+    """Refuse what per-prompt group sizes cannot run with (naming the option), then the train dataset with
+    :data:`INDEX_COLUMN` added. ``bound``: ``GRPOTrainer.__init__``'s arguments by name."""
+    from datasets import Dataset
+
+    where = f"UGRPOTrainer(allocation=AllocationSpec(rule={spec.rule!r}))"
+    args, data = bound.get("args"), bound.get("train_dataset")
+    if advantages is None:
+        raise ValueError(f"{where} needs ugrpo's advantages (advantages=None keeps TRL's, which assume "
+                         "num_generations rows per prompt); pass advantages=AdvantageSpec(baseline='grpo')")
+    if args is not None and args.use_vllm and args.vllm_mode == "server":
+        raise ValueError(f"{where} does not support use_vllm=True with vllm_mode='server': TRL asks the server for "
+                         "n = num_generations completions of every prompt in one request, and per-prompt G_b would "
+                         "need one request per prompt; use vllm_mode='colocate' (one completion per row, supported) "
+                         "or transformers generation")
+    if bound.get("rollout_func") is not None:
+        raise ValueError(f"{where} does not support rollout_func: it is handed the rows of a batch and may assume "
+                         "num_generations rows per prompt; remove rollout_func or use allocation rule 'uniform'")
+    if not isinstance(data, Dataset):
+        raise ValueError(f"{where} needs a map-style datasets.Dataset as train_dataset (the history is keyed by "
+                         f"dataset index); got {type(data).__name__}")
+    if args is not None:
+        adapter_config(args, spec, advantages)  # the budget and advantage checks, before TRL builds anything
+    if INDEX_COLUMN in data.column_names:
+        raise ValueError(f"{where}: train_dataset already has a column {INDEX_COLUMN!r}, which the adapter adds; "
+                         "rename it")
+    return data.add_column(INDEX_COLUMN, list(range(len(data))))
+
+
+@dataclass(frozen=True)
+class StepAllocation:
+    """The group sizes of one generation batch and this process's rows.
+
+    Attributes
+    ----------
+    step : TRL's ``global_step`` when the batch was generated
+    prompts : (B,) dataset indices of the batch's prompts, in TRL's order
+    sizes : (B,) G_b, sum = N (``generation_batch_size``)
+    local_groups : (n,) the group b of each of this process's rows
+    local_ranks : (n,) the position g < G_b of each row within its group
+    """
+
+    step: int
+    prompts: np.ndarray
+    sizes: np.ndarray
+    local_groups: np.ndarray
+    local_ranks: np.ndarray
+
+    @property
+    def local_prompts(self) -> np.ndarray:
+        """(n,) dataset index of each of this process's rows."""
+        return self.prompts[self.local_groups]
+
+
+class TrlAllocation:
+    """The allocation of one TRL run (one per process; every process computes the same sizes).
+
+    Parameters
+    ----------
+    args : the run's ``GRPOConfig``
+    spec : the rule and its bounds
+    advantages : the ugrpo advantage (required: TRL's own advantages assume equal groups)
+    n_prompts : rows of the train dataset (the history has one entry per dataset index)
+    """
+
+    def __init__(self, args, spec: AllocationSpec, advantages: AdvantageSpec, n_prompts: int) -> None:
+        self.cfg = adapter_config(args, spec, advantages)
+        self.spec, self.advantages = spec, advantages
+        self.N, self.G = self.cfg.budget.samples_per_step, self.cfg.budget.group_size
+        self.allocator = Allocator(self.cfg, n_prompts)
+        self.log: list[StepAllocation] = []
+        self._pending: tuple[StepAllocation, dict] | None = None
+
+    @property
+    def last(self) -> StepAllocation | None:
+        """The latest generation batch's allocation (after it was scored)."""
+        return self.log[-1] if self.log else None
+
+    @property
+    def current(self) -> StepAllocation | None:
+        """The allocation of the batch TRL is generating now (between :meth:`layout` and :meth:`finish`)."""
+        return None if self._pending is None else self._pending[0]
+
+    # -- before generation ------------------------------------------------------------------------
+
+    def layout(self, trainer, inputs: list[dict]) -> list[dict]:
+        """This process's rows of the ragged batch (copies of the dataset rows, without :data:`INDEX_COLUMN`)."""
+        from accelerate.utils import gather_object
+
+        rows = gather_object(list(inputs))  # the global batch in sampler order (processes hold contiguous slices)
+        if len(rows) != self.N:
+            raise RuntimeError(f"UGRPOTrainer: the generation batch has {len(rows)} rows, expected "
+                               f"generation_batch_size = {self.N}")
+        idx = np.array([int(r[INDEX_COLUMN]) for r in rows], dtype=np.int64).reshape(-1, self.G)
+        if (idx != idx[:, :1]).any():
+            raise RuntimeError("UGRPOTrainer(allocation=...) expects each prompt's num_generations rows next to each "
+                               "other (TRL's RepeatSampler); a custom sampler or dataloader broke that layout")
+        prompts = idx[:, 0]
+        step = int(trainer.state.global_step)
+        sizes, row = self.allocator.choose(prompts, step)
+        group = np.repeat(np.arange(len(prompts)), sizes)
+        rank_in = np.concatenate([np.arange(g) for g in sizes])
+        n, r = len(inputs), trainer.accelerator.process_index
+        part = slice(r * n, (r + 1) * n)
+        alloc = StepAllocation(step, prompts, sizes, group[part], rank_in[part])
+        self._pending = (alloc, row)
+        return [{k: v for k, v in rows[b * self.G].items() if k != INDEX_COLUMN} for b in alloc.local_groups]
+
+    # -- after scoring ----------------------------------------------------------------------------
+
+    def finish(self, trainer, out: dict, inputs: list[dict], rewards_per_func: Tensor, value_fn, guard) -> None:
+        """Ragged advantages into ``out``, the batch into the history, the metrics into ``trainer._metrics``.
+
+        ``guard(model, args)``: a context manager that turns activation checkpointing off for the sketch (``ustat``).
+        """
+        if self._pending is None:
+            raise RuntimeError("UGRPOTrainer: finish() without layout() (a TRL version this code does not know)")
+        alloc, row = self._pending
+        self._pending = None
+        z, unscorable = weighted_rewards(rewards_per_func, trainer.reward_weights)  # (N,) global, row order
+        try:
+            self.allocator.check_rewards(z)
+        except ValueError as e:  # the trainer's message, in the adapter's names
+            raise ValueError(f"UGRPOTrainer(allocation=AllocationSpec(rule={self.spec.rule!r})): "
+                             + str(e).replace("--allocation.rule uniform", "allocation rule 'uniform'")) from None
+        sizes = torch.as_tensor(alloc.sizes)
+        values = self._values(trainer, inputs, value_fn, sizes) if self.advantages.baseline == "oracle" else None
+        adv, n_zero = step_advantages(self.cfg, SimpleNamespace(group_sizes=sizes), z, values)  # (N,) * Gbar/G_b
+        n, r = len(inputs), trainer.accelerator.process_index
+        old = out["advantages"]
+        out["advantages"] = adv[r * n:(r + 1) * n].to(device=old.device, dtype=old.dtype)
+        sketch, seconds = self._sketch(trainer, out, alloc.step, guard)
+        seen = self.allocator.observe(alloc.prompts, alloc.sizes, z.numpy(), sketch)
+        self.log.append(alloc)
+        B = len(alloc.sizes)
+        m = trainer._metrics["train"]
+        for k, v in {**row, **seen, "alloc_g_mean": float(alloc.sizes.mean()), "frac_zero_std": n_zero / B,
+                     "frac_unscorable": float(unscorable.double().mean()), "alloc_sketch_seconds": seconds}.items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                m[f"ugrpo/{k}"].append(float(v))
+        if m.get("frac_reward_zero_std"):  # TRL's value came from its (B, G) view of ragged groups
+            m["frac_reward_zero_std"][-1] = n_zero / B
+        dq = trainer._logs["advantages"]  # the completions table: TRL appended its own advantages
+        for _ in range(min(self.N, len(dq))):
+            dq.pop()
+        dq.extend(adv.tolist())
+
+    def _values(self, trainer, inputs: list[dict], value_fn, sizes: Tensor) -> Tensor:
+        """(B,) V(x_b) from ``value_fn`` on this process's rows, gathered; one value per group."""
+        vals = list(value_fn([x["prompt"] for x in inputs]))
+        if len(vals) != len(inputs):
+            raise ValueError(f"value_fn returned {len(vals)} values for {len(inputs)} prompts; return one per prompt")
+        local = torch.tensor([float(v) for v in vals], dtype=torch.float64, device=trainer.accelerator.device)
+        v = trainer.accelerator.gather(local).cpu()  # (N,) in row order
+        if not torch.isfinite(v).all():
+            raise ValueError("value_fn returned a non-finite value; V(x) must be a finite number for every prompt")
+        first = torch.cumsum(sizes, 0) - sizes
+        per_row = v[first].repeat_interleave(sizes)
+        if (v - per_row).abs().max() > 1e-9 * (1 + v.abs().max()):
+            raise ValueError("value_fn gave different values to rows of the same group; V(x) must depend on the "
+                             "prompt only")
+        return v[first]
+
+    def _sketch(self, trainer, out: dict, step: int, guard) -> tuple[np.ndarray | None, float]:
+        """(N, k) sketched scores of the batch at the sampling parameters (``ustat``), gathered; else None."""
+        if not self.allocator.uses_scores:
+            return None, 0.0
+        t0 = time.perf_counter()
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        tensors = tuple(out[k] for k in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask"))
+        with guard(model, trainer.args):
+            local, _ = self.allocator.sketch(model, tensors, step)  # (n, k)
+        acc = trainer.accelerator
+        w = acc.gather(local.to(device=acc.device).contiguous()).double().cpu()  # (N, k), row order
+        return w.numpy(), time.perf_counter() - t0
+
+    # -- checkpoints ------------------------------------------------------------------------------
+
+    def save(self, folder: str | os.PathLike) -> Path:
+        """Write the history into a TRL checkpoint folder (:data:`HISTORY_FILE`, atomic)."""
+        from ugrpo.fileio import atomic_write_text
+
+        path = Path(folder) / HISTORY_FILE
+        data = {"rule": self.spec.rule, "history": self.allocator.history.to_json(), "c1": self.allocator.c1}
+        atomic_write_text(path, json.dumps(data))
+        return path
+
+    def restore(self, folder: str | os.PathLike) -> None:
+        """Replace the history by the one saved in TRL checkpoint ``folder`` (ValueError naming the file if it is
+        absent or does not fit this run's train dataset)."""
+        path = Path(folder) / HISTORY_FILE
+        if not path.is_file():
+            raise ValueError(f"resume_from_checkpoint={str(folder)!r}: {path.name} is missing, so the per-prompt "
+                             f"history of allocation rule {self.spec.rule!r} is lost (the checkpoint was written "
+                             "without allocation, or by another trainer); resume with allocation rule 'uniform' or "
+                             "start a new run in a new output_dir")
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            raise ValueError(f"{path} is unreadable ({e}); restore it from a copy or start a new run") from None
+        if not isinstance(data, dict) or not isinstance(data.get("history"), dict):
+            raise ValueError(f"{path} holds no 'history' object; it was not written by UGRPOTrainer")
+        self.allocator.history = PromptHistory.from_json(data["history"], self.allocator.history.P, str(path))
+        c1 = data.get("c1")
+        self.allocator.c1 = tuple(float(x) for x in c1) if isinstance(c1, list) and len(c1) == 3 else None
