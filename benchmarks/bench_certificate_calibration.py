@@ -10,8 +10,9 @@ posterior interval from the same history: draws pooled over ``--boot`` bootstrap
 instance and history length: the share of repetitions whose interval holds the true ratio (binomial SE), the mean
 interval width, the mean true and posterior-median ratios, how often the guard moved the sizes. One batch per
 history: the repetitions are independent. ``miss_overstated``: the share whose true ratio lies ABOVE the interval
-(it promised more gain than the sizes give; the rest of the misses under-state the gain). Diagnostic ``coverage_p_only``: the same interval with the TRUE
-per-prompt score moments m_1, m_0 and eta put into the posterior (only p uncertain): the p part alone.
+(it promised more gain than the sizes give; the rest of the misses under-state the gain). Diagnostic
+``coverage_p_only``: the same interval with the TRUE per-prompt score moments m_1, m_0 and eta put into the
+posterior (only p uncertain): the p part alone.
 
 Run: ``nice -n 10 python benchmarks/bench_certificate_calibration.py`` -> benchmarks/results/local/
 certificate_calibration.json; ``--ship`` also writes the coverage table the trainer quotes
@@ -95,7 +96,8 @@ def _cell(env, lab, budget: int, steps: int, reps: int, seed: int, boot: int) ->
         med_r.append(c.ratio)
     cov, cp = hit / reps, hit_p / reps
     return {"coverage": cov, "coverage_se": math.sqrt(cov * (1 - cov) / reps), "reps": reps,
-            "miss_overstated": over / reps, "coverage_p_only": cp, "coverage_p_only_se": math.sqrt(cp * (1 - cp) / reps),
+            "miss_overstated": over / reps, "coverage_p_only": cp,
+            "coverage_p_only_se": math.sqrt(cp * (1 - cp) / reps),
             "mean_width": float(np.mean(width)), "mean_true_ratio": float(np.mean(true_r)),
             "mean_median_ratio": float(np.mean(med_r)), "guard_moved_share": moved / reps,
             "certificate_ms": 1000 * float(np.mean(secs))}
