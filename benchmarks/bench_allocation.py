@@ -1,17 +1,26 @@
 """Benchmark of per-prompt rollout allocation at equal budget (docs/math.md M32-M38), exact synthetic lab.
 
 For each instance (the demo plus heterogeneous make-env instances whose seeds and knobs are fixed below, chosen
-before any result was seen), `ugrpo.experiments.allocate.run_allocate` gives the exact MSE of every rule at equal
-N samples per step, averaged over drawn batches; this file records the ratios ustat / best uniform G,
-ustat / vip and ustat / knapsack (paired over batches, 95% delta-method intervals), with true and with predicted
-per-prompt moments, for samples and for tokens as the unit. Goal (issue 12): <= 0.7 against the best uniform G
-and below both anchors on every instance.
+before any result was seen: the first five for issue 12, the last three for issue 19), `ugrpo.experiments.allocate.
+run_allocate` gives the exact MSE of every rule at equal N samples per step, averaged over drawn batches; this file
+records the ratios ustat / best uniform G, ustat / vip and ustat / knapsack (paired over batches, 95% delta-method
+intervals), with true and with predicted per-prompt moments (the one predictor, docs/math.md M46-M49; ustat through
+its safe rule, M50), for samples and for tokens as the unit.
 
-Run: ``.venv/bin/python benchmarks/bench_allocation.py`` -> benchmarks/results/allocation.json (about a minute).
+Goal (issue 19), samples as the unit, PREDICTED moments: ustat / best uniform G <= 1.00 and ustat / min(vip,
+knapsack) <= 1.02 on every instance (point estimates).
+
+``--seed-offset K`` adds K to every make-env seed and to the lab's seed: other instances of the same kinds, for
+choosing settings without looking at the benchmark's own instances (the predictor's constants were chosen on
+offsets 1000-4000).
+
+Run: ``.venv/bin/python benchmarks/bench_allocation.py`` -> benchmarks/results/local/allocation.json (a few
+minutes).
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from pathlib import Path
@@ -41,45 +50,75 @@ INSTANCES = [
     ("linear-hard", 256, dict(kind="linear_softmax", n_prompts=80, n_actions=5, dim=6, logit_scale=1.5,
                               reward_spread=1.5, difficulty=2.0, extreme_fraction=0.6, extreme_shift=5.0,
                               score_reward_corr=0.0, seed=404)),
+    # issue 19: score scales spread 100-fold across prompts
+    ("bandit-scales", 256, dict(kind="softmax_bandit", n_prompts=64, n_actions=6, logit_scale=1.0,
+                                reward_spread=1.5, score_scale_spread=100.0, seed=505)),
+    # issue 19: hard prompts (below-median mean reward) carry 6x larger features
+    ("linear-hardscale", 256, dict(kind="linear_softmax", n_prompts=64, n_actions=6, dim=8, logit_scale=1.0,
+                                   reward_spread=1.5, hard_score_scale=6.0, seed=606)),
+    # issue 19: 5% rare hard prompts (p ~ 0.015) with ~1000x larger ||W||^2 (scores x 31.6)
+    ("bandit-rare", 512, dict(kind="softmax_bandit", n_prompts=100, n_actions=6, logit_scale=1.0,
+                              reward_spread=1.0, rare_fraction=0.05, rare_shift=4.5, rare_score_scale=31.6,
+                              seed=707)),
 ]
 SEED, BATCHES, TOKEN_BATCHES = 0, 2000, 100
 
 
-def _env(spec):
+def _env(spec, offset: int = 0):
     if spec is None:
         return builtin_env("demo")
     kw = dict(spec)
+    kw["seed"] += offset
     return random_env(kw.pop("kind"), **kw)
 
 
+def _goal(res: dict) -> dict:
+    """Issue 19's goal per moments: ustat / uniform <= 1.00 and ustat / min(vip, knapsack) <= 1.02 (samples)."""
+    mse = {(r["moments"], r["rule"]): r["mse"] for r in res["rows"]}
+    out = {}
+    for m in ("true", "predicted"):
+        u, anchors = mse[(m, "ustat")], min(mse[(m, "vip")], mse[(m, "knapsack")])
+        out[m] = {"ustat_over_uniform": u / mse[(m, "uniform")], "ustat_over_best_anchor": u / anchors,
+                  "met": u / mse[(m, "uniform")] <= 1.0 and u / anchors <= 1.02}
+    return out
+
+
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seed-offset", type=int, default=0)
+    ap.add_argument("--only", default="", help="comma-separated instance names (default: all)")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
     torch.set_num_threads(1)
     out = []
+    only = {x for x in args.only.split(",") if x}
     for name, budget, spec in INSTANCES:
+        if only and name not in only:
+            continue
         t0 = time.perf_counter()
-        res = run_allocate(_env(spec), AllocateConfig(budget=budget, seed=SEED, batches=BATCHES,
-                                                      token_batches=TOKEN_BATCHES))
+        res = run_allocate(_env(spec, args.seed_offset), AllocateConfig(
+            budget=budget, seed=SEED + args.seed_offset, batches=BATCHES, token_batches=TOKEN_BATCHES))
         ratios = {f"{r['unit']}/{r['moments']}/ustat_over_{r['denominator']}":
                   {k: r[k] for k in ("ratio", "ci_low", "ci_high")} for r in res["ratios"]}
-        samples = [r for r in res["ratios"] if r["unit"] == "samples"]
-        goal = {m: all((r["ratio"] <= 0.7) if r["denominator"] == "uniform" else (r["ci_high"] < 1.0)
-                       for r in samples if r["moments"] == m) for m in ("true", "predicted")}
+        goal = _goal(res)
         inst = res["instance"]
         mse_u = next(r["mse"] for r in res["rows"] if r["rule"] == "uniform")
         # any allocation over the same B keeps c1/B: the ratio to uniform cannot go below this share
         floor = inst["c1"] / inst["B"] / mse_u
         out.append({"instance": name, "budget": budget, "make_env": spec, **inst, "ratios": ratios,
                     "c1_share_of_uniform_mse": floor,
-                    "goal_met_samples": goal, "rows": res["rows"], "token_rows": res["token_rows"],
+                    "goal": goal, "rows": res["rows"], "token_rows": res["token_rows"],
                     "prediction_quality": res["prediction_quality"], "seconds": time.perf_counter() - t0})
-        print(f"{name:15s} G_u={inst['best_uniform_G']:3d} B={inst['B']:3d} c1/B share {floor:.2f} " + "  ".join(
-            f"{r['unit'][0]}/{r['moments'][:4]}/{r['denominator'][:4]} {r['ratio']:.3f}" for r in res["ratios"]),
-            flush=True)
+        print(f"{name:16s} G_u={inst['best_uniform_G']:3d} B={inst['B']:3d} c1/B share {floor:.2f} " + "  ".join(
+            f"{r['unit'][0]}/{r['moments'][:4]}/{r['denominator'][:4]} {r['ratio']:.3f}" for r in res["ratios"])
+            + f"  goal(pred) {goal['predicted']['met']}", flush=True)
     path = write_result("allocation", {
         "description": "exact MSE ratios of per-prompt allocation rules at equal budget (ugrpo allocate)",
-        "goal": "ustat / best uniform G <= 0.7 and ustat below vip and knapsack (95% interval below 1) on every "
-                "instance, samples as the unit",
-        "seed": SEED, "batches": BATCHES, "token_batches": TOKEN_BATCHES, "instances": out})
+        "goal": "predicted moments, samples as the unit: ustat / best uniform G <= 1.00 and ustat / min(vip, "
+                "knapsack) <= 1.02 on every instance (issue 19)",
+        "seed": SEED, "seed_offset": args.seed_offset, "batches": BATCHES, "token_batches": TOKEN_BATCHES,
+        "goal_met_all": all(i["goal"]["predicted"]["met"] for i in out), "instances": out},
+        Path(args.out) if args.out else None)
     print(f"wrote {path}")
 
 

@@ -1,9 +1,10 @@
 """Cost of the allocation certificate per training step (ugrpo.stats.certificate, docs/allocation.md A6).
 
 Times, side by side in one process on a synthetic ``PromptHistory`` of 50 steps (Bernoulli rewards, 16-dim
-sketched scores): the plug-in ratio alone (``history.stats`` + two ``predicted_mse``: what a step cost before the
-interval) and the certificate (``history.posterior`` with the empirical-Bayes Beta fit + ``certificate`` with
-1000 draws and the G* part), for P train prompts and B prompts per step. The step time it is compared with is
+sketched scores), what ``ugrpo train``'s Allocator does per ``ustat`` step (ugrpo/train/alloc.py): the predictor's
+posterior (``history.posterior``: the fitted population of p, M46, and the score moments, M47-M49), the safe rule
+(``safe.choose_sizes``, M50), the plug-in ratio (two ``predicted_mse``) and the certificate (1000 draws and the G*
+part, M45), for P train prompts and B prompts per step. The step time it is compared with is
 ``ustat``'s median ``s_per_step`` in benchmarks/results/train_allocation.json (the tiny arithmetic model on this
 machine; a real model's step is far longer).
 
@@ -25,9 +26,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import REFERENCE_DIR, write_result  # noqa: E402
 
-from ugrpo.stats.allocation import allocate, predicted_mse  # noqa: E402
+from ugrpo.stats.allocation import predicted_mse  # noqa: E402
 from ugrpo.stats.certificate import certificate  # noqa: E402
 from ugrpo.stats.history import PromptHistory  # noqa: E402
+from ugrpo.stats.predict import posterior_means  # noqa: E402
+from ugrpo.stats.safe import choose_sizes  # noqa: E402
 
 CASES = ((1000, 16, 8), (7473, 64, 8))  # (P, B, G): arith-tiny-like and a GSM8K-sized train set
 REPEATS = 20
@@ -41,19 +44,24 @@ def _case(P: int, B: int, G: int) -> dict:
         z = (rng.random(B * G) < np.repeat(rng.beta(0.3, 0.5, B), G)).astype(float)
         h.update(idx, np.full(B, G), z, rng.standard_normal((B * G, 16)))
     idx = rng.integers(P, size=B)
-    st = h.stats(idx, prior_a=1.0, prior_b=1.0, shrink=4.0, scores=True)
-    sizes = allocate("ustat", st, B * G, g_max=4 * G).sizes
+    post = h.posterior(idx, scores=True)
+    st = posterior_means(post)
+    sizes, _ = choose_sizes("ustat", post, B * G, G, g_max=4 * G, rng=np.random.default_rng(1))
+
+    def predictor() -> None:
+        posterior_means(h.posterior(idx, scores=True))
+
+    def safe_rule() -> None:
+        choose_sizes("ustat", post, B * G, G, g_max=4 * G, rng=np.random.default_rng(1))
 
     def plugin() -> None:
-        s = h.stats(idx, prior_a=1.0, prior_b=1.0, shrink=4.0, scores=True)
-        predicted_mse(sizes, s) / predicted_mse(np.full(B, G), s)
+        predicted_mse(sizes, st) / predicted_mse(np.full(B, G), st)
 
     def cert() -> None:
-        certificate(h.posterior(idx, scores=True), sizes, G, st.c2, st.c3, c1=(0.01, 0.005, 0.02), g_min=2,
-                    g_max=4 * G, seed=1)
+        certificate(post, sizes, G, st.c2, st.c3, c1=(0.01, 0.005, 0.02), g_min=2, g_max=4 * G, seed=1)
 
     out = {}
-    for name, fn in (("plugin", plugin), ("certificate", cert)):
+    for name, fn in (("predictor", predictor), ("safe_rule", safe_rule), ("plugin", plugin), ("certificate", cert)):
         fn()
         t = []
         for _ in range(REPEATS):
@@ -74,6 +82,8 @@ def main() -> None:
         if step:
             r["ustat_step_s"] = step
             r["certificate_over_step"] = r["certificate_median_s"] / step
+            r["allocator_over_step"] = (r["predictor_median_s"] + r["safe_rule_median_s"] + r["plugin_median_s"]
+                                        + r["certificate_median_s"]) / step
         print(r, flush=True)
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else None
     print(f"wrote {write_result('certificate_cost', {'repeats': REPEATS, 'rows': rows}, out)}")

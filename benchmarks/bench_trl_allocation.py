@@ -118,7 +118,9 @@ def mse_part(args, conformal) -> dict:
     from ugrpo.lm.loading import load_policy
     from ugrpo.stats.allocation import allocate
     from ugrpo.stats.intervals import RATIO_KEYS, ratio_interval
-    from ugrpo.stats.mc_mse import corrected_row, history_prompt_stats, ragged_block_errors, reference_moments
+    from ugrpo.stats.mc_mse import corrected_row, history_prompt_posterior, ragged_block_errors, reference_moments
+    from ugrpo.stats.predict import posterior_means
+    from ugrpo.stats.safe import choose_sizes
 
     t0 = time.perf_counter()
     task, _ = load_lm_task(MODEL, TASK, {})
@@ -149,7 +151,7 @@ def mse_part(args, conformal) -> dict:
             seen[p] += 1
     sample_s = time.perf_counter() - t0
     ref = reference_moments(ref_s, ref_z)
-    pred = history_prompt_stats(hist_s, hist_z)
+    pred = history_prompt_posterior(hist_s, hist_z)  # the one predictor (docs/math.md M46-M49)
     targets = {"total": (ref.g_ref, ref.ref_err, ref.spread()),
                "within": (ref.g_x[idx].mean(1), float(ref.within_ref_err(idx).mean()), ref.spread(idx))}
     grid = [2, 4, 8, 16]
@@ -164,9 +166,15 @@ def mse_part(args, conformal) -> dict:
     else:
         budgets = np.full(R, B * 8)
     sizes["uniform"] = np.stack([even_sizes(B, int(S)) for S in budgets])
+    def rule_sizes(rule: str, r: int) -> np.ndarray:
+        """As the trainer chooses (the safe rule for ustat, M50) when B divides the budget; else the plug-in."""
+        S, known = int(budgets[r]), pred.take(idx[r].numpy())
+        if S % B == 0:
+            return choose_sizes(rule, known, S, S // B, g_min=2, g_max=Gmax, rng=np.random.default_rng([0, r]))[0]
+        return allocate(rule, posterior_means(known), S, g_min=2, g_max=Gmax).sizes
+
     for rule in RULES[1:]:
-        sizes[rule] = np.stack([allocate(rule, pred.take(idx[r].numpy()), int(budgets[r]), g_min=2, g_max=Gmax).sizes
-                                for r in range(R)])
+        sizes[rule] = np.stack([rule_sizes(rule, r) for r in range(R)])
     rows = {}
     for name, sz in sizes.items():
         row = {"mean_samples_per_step": float(sz.sum(1).mean()), "mean_G": float(sz.mean()),

@@ -244,3 +244,17 @@ def test_issue24_item5_flags_are_never_abbreviated(tmp_path, capsys, argv, messa
     err = capsys.readouterr().err
     assert rc == 2 and message in err, err
     assert not out.exists()
+
+
+def test_make_env_score_norm_knobs_reach_the_file(tmp_path, capsys):
+    from ugrpo.envs.io import load_env
+
+    out = tmp_path / "rare.json"
+    rc, _, _ = _run(["make-env", "--kind", "softmax_bandit", "--prompts", "20", "--actions", "3", "--rare-fraction",
+                     "0.1", "--rare-score-scale", "10", "--seed", "3", "--out", str(out)], capsys)
+    env = load_env(out)
+    w2 = env.exact().e_w2
+    assert rc == 0 and int((w2 > 20 * w2.median()).sum()) == 2 and "--rare-fraction 0.1" in env.description
+    rc, _, err = _run(["make-env", "--kind", "softmax_bandit", "--prompts", "2", "--actions", "2",
+                       "--score-scale-spread", "0.5", "--out", str(tmp_path / "x.json")], capsys)
+    assert rc == 2 and "score_scale_spread = 0.5 must be a finite number in [1.0" in err

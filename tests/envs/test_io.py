@@ -131,3 +131,17 @@ def test_builtin_demo_loads():
     assert "demo" in list_builtin_envs()
     env = builtin_env("demo")
     assert env.name == "demo" and 20 <= env.n_prompts <= 60 and 4 <= int(env.n_actions.max()) <= 8
+
+
+def test_bandit_score_scale_round_trips_and_is_checked(tmp_path):
+    from ugrpo.envs.io import env_from_dict
+
+    env = random_env("softmax_bandit", n_prompts=6, n_actions=3, seed=2, score_scale_spread=50.0)
+    save_env(env, tmp_path / "s.json")
+    back = load_env(tmp_path / "s.json")
+    assert all("score_scale" in p for p in json.loads((tmp_path / "s.json").read_text())["prompts"])
+    torch.testing.assert_close(back.probs(), env.probs())
+    torch.testing.assert_close(back.score_table(), env.score_table())
+    doc = {"kind": "softmax_bandit", "prompts": [{"logits": [0, 1], "reward_mean": [0.2, 0.8], "score_scale": 0}]}
+    with pytest.raises(EnvFormatError, match=r"prompts\[0\].score_scale = 0.0 must be > 0"):
+        env_from_dict(doc)

@@ -7,8 +7,17 @@ import pytest
 import torch
 
 from ugrpo.envs.generate import random_env
-from ugrpo.experiments.allocate import AllocateConfig, _batch_errors, bernoulli_stats, build_lab, predicted_stats
+from ugrpo.experiments.allocate import (
+    AllocateConfig,
+    _batch_errors,
+    _sizes,
+    bernoulli_stats,
+    build_lab,
+    predicted_stats,
+)
 from ugrpo.stats.allocation import best_uniform
+from ugrpo.stats.predict import posterior_means
+from ugrpo.stats.safe import choose_sizes
 
 from .conftest import assert_png, results, run_cli
 
@@ -38,7 +47,8 @@ def test_bernoulli_stats_with_a_point_mass_are_the_exact_moments():
 def test_predicted_stats_keep_unsolved_prompts_alive():
     env = _hetero()
     cfg = AllocateConfig(budget=48, history_steps=2)
-    pred, hist = predicted_stats(env, cfg, torch.Generator().manual_seed(0))
+    post, hist = predicted_stats(env, cfg, torch.Generator().manual_seed(0))
+    pred = posterior_means(post)
     assert hist["history_samples"] == 2 * 12 * 4
     assert (pred.value > 0).all() and (pred.value < 1).all() and (pred.c3 > 0).all()
 
@@ -50,9 +60,25 @@ def test_ustat_with_true_moments_never_loses_to_uniform_on_a_batch():
     G_u, _ = best_uniform(lab.c1, lab.c2, lab.c3, 48)
     cfg = AllocateConfig(budget=48)
     batches = np.random.default_rng(0).integers(12, size=(50, 48 // G_u))
-    us, _ = _batch_errors(lab, lab.true, "ustat", batches, cfg, "samples", G_u)
-    un, _ = _batch_errors(lab, lab.true, "uniform", batches, cfg, "samples", G_u)
+    us, _, moved = _batch_errors(lab, lab.true, "ustat", batches, cfg, "samples", G_u)
+    un, _, _ = _batch_errors(lab, lab.true, "uniform", batches, cfg, "samples", G_u)
     assert (us <= un + 1e-15).all() and (us < un).any()
+    assert moved == 0.0  # certain moments: the guard keeps the plug-in sizes
+
+
+def test_the_lab_uses_the_safe_rule_with_predicted_moments():
+    """With predicted moments the lab's ustat sizes are the trainer's choice (the predictor's posterior and the
+    safe rule, M50) with the lab's seed for the guard's draws."""
+    env = _hetero()
+    cfg = AllocateConfig(budget=48, history_steps=2)
+    post, _ = predicted_stats(env, cfg, torch.Generator().manual_seed(0))
+    lab = build_lab(env, 0)
+    G_u, _ = best_uniform(lab.c1, lab.c2, lab.c3, 48)
+    idx = np.random.default_rng(1).integers(12, size=48 // G_u)
+    sizes, _, _ = _sizes(post, "ustat", idx, cfg, "samples", G_u, 48 // G_u, lab, 0)
+    want, _ = choose_sizes("ustat", post.take(idx), 48, G_u, g_min=cfg.g_min, g_max=cfg.g_max,
+                           rng=np.random.default_rng([cfg.seed, 3, 0]))
+    np.testing.assert_array_equal(sizes, want)
 
 
 def test_make_env_knobs():
@@ -68,6 +94,34 @@ def test_make_env_knobs():
     assert torch.equal(plain.features, same.features) and torch.equal(plain.reward_mean, same.reward_mean)
     with pytest.raises(ValueError, match="score_reward_corr"):
         random_env("softmax_bandit", n_prompts=3, n_actions=2, score_reward_corr=1.5)
+
+
+def test_make_env_score_norm_knobs():
+    """score_scale_spread, hard_score_scale and the rare prompts change the scores by the stated factors and, for
+    the bandit, leave the policy alone; the defaults leave the instance bit for bit unchanged."""
+    base = random_env("softmax_bandit", n_prompts=40, n_actions=5, seed=3)
+    spread = random_env("softmax_bandit", n_prompts=40, n_actions=5, seed=3, score_scale_spread=100.0)
+    assert torch.allclose(spread.probs(), base.probs())
+    ratio = spread.exact().e_w2 / base.exact().e_w2                       # s_x^2, s_x in [0.1, 10]
+    assert 1e-2 <= float(ratio.min()) < 0.1 and 10 < float(ratio.max()) <= 1e2
+    hard = random_env("softmax_bandit", n_prompts=40, n_actions=5, seed=3, hard_score_scale=6.0)
+    mean_r = base.reward_mean.mean(1)
+    r = hard.exact().e_w2 / base.exact().e_w2
+    torch.testing.assert_close(r, torch.where(mean_r < mean_r.median(), 36.0, 1.0).to(r.dtype))
+    rare = random_env("softmax_bandit", n_prompts=100, n_actions=5, seed=3, rare_fraction=0.05, rare_shift=5.0,
+                      rare_score_scale=31.6)
+    ex = rare.exact()
+    big = ex.e_w2 > 100 * ex.e_w2.median()
+    assert int(big.sum()) == 5 and float(ex.V[big].max()) < 0.05 and float(ex.V[~big].min()) > 0.05
+    lin = random_env("linear_softmax", n_prompts=8, n_actions=4, dim=3, seed=5)
+    lin_s = random_env("linear_softmax", n_prompts=8, n_actions=4, dim=3, seed=5, score_scale_spread=10.0)
+    assert torch.allclose(lin_s.probs(), lin.probs())                     # features scaled orthogonally to theta0
+    assert not torch.allclose(lin_s.exact().e_w2, lin.exact().e_w2)
+    assert torch.equal(random_env("softmax_bandit", n_prompts=6, n_actions=3, seed=1, score_scale_spread=1.0,
+                                  hard_score_scale=1.0, rare_fraction=0.0).features,
+                       random_env("softmax_bandit", n_prompts=6, n_actions=3, seed=1).features)
+    with pytest.raises(ValueError, match="score_scale_spread = 0.5 must be a finite number in \\[1.0"):
+        random_env("softmax_bandit", n_prompts=3, n_actions=2, score_scale_spread=0.5)
 
 
 def test_allocate_command_end_to_end(tmp_path, capsys):

@@ -59,10 +59,12 @@ def _train(trainer, **kw):
 @pytest.mark.parametrize("rule", ["vip", "ustat"])
 def test_sizes_vary_per_prompt_and_sum_to_the_budget(tok, tmp_path, rule):
     trainer, rec = _trainer(tok, tmp_path, rule)
+    allocator = trainer.ugrpo_allocation.allocator
+    assert (allocator.choose(np.arange(4), 0)[0] == G).all()  # no history yet: the prior is the same for every prompt
+    _seed_all(trainer)  # 6 steps of 4 samples would not tell the 8 prompts apart: the fitted prior pools them
     _train(trainer)
     log = trainer.ugrpo_allocation.log
     assert len(log) == 6 == len(rec.batches)
-    assert (log[0].sizes == G).all()  # no history yet: the prior is the same for every prompt
     g_min, g_max = AllocationSpec(rule=rule).bounds(16, G)
     for a, batch, rewards in zip(log, rec.batches, rec.rewards):
         assert a.sizes.sum() == 16 and len(a.sizes) == 4 and len(set(a.prompts.tolist())) == 4
@@ -70,9 +72,9 @@ def test_sizes_vary_per_prompt_and_sum_to_the_budget(tok, tmp_path, rule):
         # TRL generated G_b rows of prompt b, prompt-major, and scored each once
         text = trainer.processing_class.batch_decode(batch["prompt_ids"], skip_special_tokens=True)
         assert text == [SMALL[p] for p in np.repeat(a.prompts, a.sizes)] and len(rewards) == 16
-    assert any(len(set(a.sizes.tolist())) > 1 for a in log[2:])  # the groups became ragged
+    assert any(len(set(a.sizes.tolist())) > 1 for a in log)  # the groups are ragged
     hist = trainer.ugrpo_allocation.allocator.history.sums
-    assert hist["samples"].sum() == 6 * 16 and hist["visits"].sum() == 6 * 4
+    assert hist["samples"].sum() == 6 * 16 + 8 * 40 and hist["visits"].sum() == 6 * 4 + 8
     if rule == "ustat":
         assert (hist["w2_success"] + hist["w2_failure"]).sum() > 0  # the score sketch fed the history
     rows = [r for r in trainer.state.log_history if "ugrpo/alloc_g_min" in r]
@@ -90,6 +92,17 @@ def _seed_history(trainer):
     h = trainer.ugrpo_allocation.allocator.history
     for p, k in enumerate([20, 0, 40, 10]):
         h.update(np.array([p]), np.array([40]), np.r_[np.ones(k), np.zeros(40 - k)])
+
+
+def _seed_all(trainer):
+    """Earlier visits of all 8 prompts of SMALL, 40 samples each with success rates 0.5, 0, 1, 0.05, 0.95, 0.025,
+    0.975, 0.5 (no two pairs alike: any 4 prompts differ in p(1-p)) and seeded N(0, I) sketched scores: enough for
+    the fitted predictor to tell them apart."""
+    h = trainer.ugrpo_allocation.allocator.history
+    rng = np.random.default_rng(0)
+    for p, k in enumerate([20, 0, 40, 2, 38, 1, 39, 20]):
+        h.update(np.array([p]), np.array([40]), np.r_[np.ones(k), np.zeros(40 - k)],
+                 rng.standard_normal((40, trainer.ugrpo_allocation.allocator.al.sketch_dim)))
 
 
 @pytest.mark.parametrize("loss_type", ["dr_grpo", "dapo", "grpo"])
@@ -142,12 +155,13 @@ def test_resume_from_a_trl_checkpoint_keeps_the_history(tok, tmp_path):
     adds its own batches to it. (TRL restarts its sampler's permutation on resume, so the resumed prompts are not
     those an uninterrupted run would draw; the history does not depend on that.)"""
     part, _ = _trainer(tok, tmp_path, "vip", max_steps=6, save_strategy="steps", save_steps=4)
+    _seed_all(part)  # a history that tells the prompts apart, so the restored sizes differ from uniform
     part.add_callback(_StopAt(4))
     _train(part)
     ckpt = tmp_path / "trl" / "checkpoint-4"
     saved = json.loads((ckpt / HISTORY_FILE).read_text())
     assert saved["history"] == part.ugrpo_allocation.allocator.history.to_json() and saved["rule"] == "vip"
-    assert sum(saved["history"]["visits"]) == 4 * 4
+    assert sum(saved["history"]["visits"]) == 4 * 4 + 8
     resumed, _ = _trainer(tok, tmp_path, "vip", max_steps=6)
     seen = _Snapshot(resumed)
     resumed.add_callback(seen)

@@ -1,5 +1,5 @@
-"""The per-prompt history (ugrpo.stats.history, docs/math.md M14, M38): its sums against a hand count, the JSON
-round trip of the trainer's checkpoints, the Beta posterior's reward variance and bad input."""
+"""The per-prompt history (ugrpo.stats.history, docs/math.md M14, M46-M49): its sums against a hand count, the JSON
+round trip of the trainer's checkpoints, what it hands the predictor, and bad input."""
 
 import json
 
@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from ugrpo.envs import random_env
-from ugrpo.stats.history import PromptHistory, check_unit_rewards, history_stats
+from ugrpo.stats.history import PromptHistory, check_unit_rewards
+from ugrpo.stats.predict import posterior_means, predict, reward_variance
 
 
 def test_history_sums_match_a_hand_count():
@@ -31,9 +32,11 @@ def test_history_sums_match_a_hand_count():
     t_first = ((scores[0] * 1).pow(2).sum() - w2[0]) / 2
     t_last = ((scores[5] + scores[6]).pow(2).sum() - w2[5] - w2[6]) / 2
     torch.testing.assert_close(torch.tensor(h.sums["t0_sum"][1]), t_first + t_last)
-    st = h.stats(np.arange(2), prior_a=1.0, prior_b=1.0, shrink=4.0, scores=True)
-    assert st.value.tolist() == pytest.approx([(1 + 2) / (2 + 3), (1 + 3) / (2 + 4)])
-    empty = history_stats(*(np.zeros(2) for _ in range(6)))
+    st = h.stats(np.arange(2), scores=True)
+    want = predict(h.sums, np.arange(2), scores=True)                   # the history is the predictor's input
+    for key in ("value", "c2", "c3", "g_norm2"):
+        np.testing.assert_array_equal(getattr(st, key), getattr(want, key))
+    empty = PromptHistory(2).stats(np.arange(2), scores=True)
     assert empty.c2[0] == empty.c2[1] > 0 and empty.c3[0] == empty.c3[1] > 0  # no history: even, not starved
 
 
@@ -51,9 +54,13 @@ def test_history_counts_and_json_round_trip():
     old = {k: v for k, v in h.to_json().items() if k not in ("w4_success", "w4_failure", "t0_sq", "second_moments")}
     legacy = PromptHistory.from_json(old, 4, "x")  # a history.json from before the certificate's sums
     assert not legacy.second and not legacy.from_json(legacy.to_json(), 4, "x").second
-    assert np.isinf(legacy.posterior(np.array([0, 2]), scores=True).shape1).all()  # scores held fixed
-    # Beta(1 + 1.5, 1 + 0.5) posterior: E p(1-p) = ab / ((a+b)(a+b+1))
-    assert h.reward_variance(np.array([0]), prior_a=1, prior_b=1)[0] == pytest.approx(2.5 * 1.5 / (4 * 5))
+    # the legacy file's second-moment sums are not handed to the predictor (they would cover part of the run only)
+    assert set(legacy.sums_for_prediction()) == {"visits", "samples", "successes", "w2_success", "w2_failure",
+                                                 "t0_sum"}
+    assert set(h.sums_for_prediction()) == set(h.sums)
+    post = h.posterior(np.array([0, 2]), scores=False)
+    np.testing.assert_allclose(h.reward_variance(np.array([0, 2])), reward_variance(post), rtol=1e-12)
+    np.testing.assert_allclose(posterior_means(post).c2, reward_variance(post), rtol=1e-12)  # no scores: E p(1-p)
     with pytest.raises(ValueError, match="for 4 train prompts but this run has 5"):
         PromptHistory.from_json(h.to_json(), 5, "x")
     with pytest.raises(ValueError, match="sample 1 of this step has reward 2.0"):

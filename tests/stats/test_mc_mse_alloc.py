@@ -11,10 +11,11 @@ import torch
 
 from ugrpo.envs.generate import random_env
 from ugrpo.stats.allocation import PromptStats, allocate, predicted_mse
-from ugrpo.stats.history import history_stats
+from ugrpo.stats.history import PromptHistory
 from ugrpo.stats.mc_mse import (
     block_squared_errors,
-    history_prompt_stats,
+    history_prompt_posterior,
+    history_prompt_sums,
     ragged_block_errors,
     reference_moments,
     sample_prompt_stats,
@@ -147,19 +148,17 @@ def test_sample_prompt_stats_unbiased_for_exact_prompt_moments():
         assert (np.abs(z) < 5).all(), (k, a.mean(0), getattr(true, k), z)
 
 
-def test_history_prompt_stats_is_history_stats_of_the_visit_sums():
+def test_history_prompt_sums_are_the_prompt_history_of_the_same_visits():
     gen = torch.Generator().manual_seed(4)
     P, V, h, k = 3, 2, 4, 5
     s = torch.randn(P, V, h, k, generator=gen, dtype=DT)
     z = (torch.rand(P, V, h, generator=gen) < 0.5).to(DT)
-    got = history_prompt_stats(s, z, shrink=2.0)
-    w2 = [[[float((s[p, v, i] ** 2).sum()) for i in range(h)] for v in range(V)] for p in range(P)]
-    t0 = [sum(sum(float(z[p, v, i] * z[p, v, j] * (s[p, v, i] @ s[p, v, j])) for i in range(h) for j in range(h)
-                  if i != j) / (h * (h - 1)) for v in range(V)) for p in range(P)]
-    want = history_stats(np.full(P, V), np.full(P, V * h), z.sum((1, 2)).numpy(),
-                         np.array([sum(w2[p][v][i] * float(z[p, v, i]) for v in range(V) for i in range(h))
-                                   for p in range(P)]),
-                         np.array([sum(w2[p][v][i] * float(1 - z[p, v, i]) for v in range(V) for i in range(h))
-                                   for p in range(P)]), np.array(t0), shrink=2.0)
-    for key in ("value", "c2", "c3", "g_norm2"):
-        np.testing.assert_allclose(getattr(got, key), getattr(want, key), rtol=1e-12)
+    got = history_prompt_sums(s, z)
+    hist = PromptHistory(P)
+    for v in range(V):  # one step per visit: every prompt once, h samples each
+        hist.update(np.arange(P), np.full(P, h), z[:, v].reshape(-1).numpy(), s[:, v].reshape(P * h, k).numpy())
+    assert set(got) == set(hist.sums)
+    for key, want in hist.sums.items():
+        np.testing.assert_allclose(got[key], want, rtol=1e-12, atol=1e-12, err_msg=key)
+    post = history_prompt_posterior(s, z)
+    assert len(post) == P and post.seen.all()

@@ -38,10 +38,23 @@ SEEDS = [5, 6, 7]
     ({"allocation__g_min": 1}, "g_min=1 must be >= 2"),
     ({"allocation__rule": "dynamic", "baseline": "oracle", "oracle_samples": 2}, "does not support baseline=oracle"),
     ({"allocation__dynamic_max_rounds": 0}, "dynamic_max_rounds=0 must be > 0"),
+    ({"allocation__rule": "ustat", "allocation__safe_tol": 1.0}, r"allocation.safe_tol=1.0 must be .* \[0, 1\)"),
+    ({"allocation__safe_tol": -0.01}, r"allocation.safe_tol=-0.01"),
+    ({"allocation__safe_level": 1.0}, r"allocation.safe_level=1.0 must be a number in \[0.5, 1\)"),
 ])
 def test_bad_allocation_configs_are_errors_before_any_work(over, match):
     with pytest.raises(ValueError, match=match):
         config_from_dict(small_config("m", ("a", "b"), **over))
+
+
+def test_removed_prior_keys_are_errors_naming_the_replacement(tmp_path):
+    for key in ("prior_a", "prior_b", "shrink"):
+        with pytest.raises(ValueError, match=f"'allocation.{key}' .* was removed: .* fitted to the run's own history"):
+            load_config(None, [f"--allocation.{key}", "2"])
+    f = tmp_path / "c.yaml"
+    f.write_text("allocation:\n  rule: ustat\n  shrink: 4\n")
+    with pytest.raises(ValueError, match=f"'allocation.shrink' in {f} was removed"):
+        load_config(str(f), [])
 
 
 def test_rule_on_the_command_line_long_and_short(tmp_path):
@@ -331,9 +344,44 @@ def test_ustat_run_with_the_monitor(tiny_model_dir, task_files, tmp_path):
         r["alloc_predicted_ratio_gstar_high"] and 20 % r["alloc_gstar"] == 0
 
 
-def test_console_line_says_the_certificate_interval_is_not_calibrated():
+def test_console_line_carries_the_measured_coverage_read_from_the_shipped_table(tmp_path, monkeypatch):
+    import ugrpo.report.coverage as cov
     from ugrpo.train.steplog import line
 
     row = {"step": 5, "reward_mean": 0.5, "alloc_g_hist": {"4": 2}, "alloc_g_min": 3, "alloc_g_max": 12,
            "alloc_predicted_ratio": 0.849, "alloc_predicted_ratio_low": 0.792, "alloc_predicted_ratio_high": 0.939}
-    assert "G_b=3..12 predicted_mse_ratio=0.849 (posterior 0.792-0.939, uncalibrated)" in line(row)
+    table = {"level": 0.95, "source": "benchmarks/bench_certificate_calibration.py",
+             "cells": [{"instance": "a", "history_steps": 2, "coverage": 0.71, "se": 0.03, "reps": 200},
+                       {"instance": "b", "history_steps": 10, "coverage": 0.965, "se": 0.01, "reps": 200}]}
+    (tmp_path / "c.json").write_text(json.dumps(table))
+    monkeypatch.setattr(cov, "COVERAGE_FILE", tmp_path / "c.json")
+    cov.certificate_coverage.cache_clear()
+    try:
+        assert "G_b=3..12 predicted_mse_ratio=0.849 (posterior 0.792-0.939, measured coverage 0.71-0.96, below 95% " \
+            "in 1 of 2 cells)" in line(row)
+        long = cov.coverage_phrase()
+        assert "0.71-0.965 over 2 cells" in long and "below 0.90 in 1: a at 2 steps 0.71;" in long
+        monkeypatch.setattr(cov, "COVERAGE_FILE", tmp_path / "absent.json")
+        cov.certificate_coverage.cache_clear()
+        assert "coverage not measured" in line(row)  # no table: it says so, it never invents a number
+    finally:
+        cov.certificate_coverage.cache_clear()
+
+
+def test_shipped_coverage_table_is_the_committed_benchmark_result_of_what_the_trainer_does():
+    from pathlib import Path
+
+    import ugrpo.report.coverage as cov
+
+    root = Path(__file__).resolve().parents[2]
+    bench = json.loads((root / "benchmarks/results/certificate_calibration.json").read_text())
+    table = json.loads(cov.COVERAGE_FILE.read_text())
+    assert bench["boot"] == table["boot"] == 0  # the trainer's certificate takes no bootstrap refits (M51)
+    assert [(c["instance"], c["history_steps"], c["coverage"], c["reps"]) for c in table["cells"]] == \
+        [(r["instance"], r["history_steps"], r["coverage"], r["reps"]) for r in bench["rows"]]
+    cov.certificate_coverage.cache_clear()
+    try:
+        low = sum(r["coverage"] < 0.95 for r in bench["rows"])
+        assert f"below 95% in {low} of {len(bench['rows'])} cells" in cov.coverage_phrase(short=True)
+    finally:
+        cov.certificate_coverage.cache_clear()

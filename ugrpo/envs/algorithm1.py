@@ -47,10 +47,12 @@ from ..stats.budget import check_divides
 from ..stats.estimator import prompt_gradients
 from ..stats.estimators import GROUP_BASELINES
 from ..stats.history import PromptHistory
+from ..stats.predict import Posterior, posterior_means
 from ..stats.ragged import compute_ragged_advantages, ragged_prompt_gradients
+from ..stats.safe import SAFE_LEVEL, SAFE_TOL, check_safety, choose_sizes
 from .base import SyntheticPolicy
 
-__all__ = ["Algorithm1Result", "Algorithm1BatchResult", "AllocRunResult", "HistoryPrior", "MOMENTS",
+__all__ = ["Algorithm1Result", "Algorithm1BatchResult", "AllocRunResult", "Safety", "MOMENTS",
            "run_algorithm1", "run_algorithm1_batch", "run_algorithm1_alloc", "sample_ragged", "ragged_step_gradient"]
 
 LRSchedule = Literal["constant", "inverse"]
@@ -142,12 +144,14 @@ class AllocRunResult:
 
 
 @dataclass(frozen=True)
-class HistoryPrior:
-    """The prior of the history-based predictions (M38): Beta(prior_a, prior_b) on p, shrinkage pseudo-count."""
+class Safety:
+    """``ustat``'s safe rule with history-based predictions (docs/math.md M50): tolerance and posterior quantile."""
 
-    prior_a: float = 1.0
-    prior_b: float = 1.0
-    shrink: float = 4.0
+    tol: float = SAFE_TOL
+    level: float = SAFE_LEVEL
+
+    def __post_init__(self) -> None:
+        check_safety(self.tol, self.level, "sweep")
 
 
 def sample_ragged(env: SyntheticPolicy, theta: Tensor, prompts: Tensor, sizes: Tensor,
@@ -360,7 +364,7 @@ def run_algorithm1_alloc(
     env: SyntheticPolicy, *, rule: str, N: int, B: int, steps: int, lr: float, seeds: Sequence[int],
     moments: Literal["history", "exact"] = "history", g_min: int = 2, g_max: int = 64,
     lr_schedule: Literal["constant", "inverse"] = "constant", checkpoints: Sequence[int] | None = None,
-    prior: HistoryPrior = HistoryPrior(), threads: int | None = 1,
+    safety: Safety = Safety(), threads: int | None = 1,
 ) -> AllocRunResult:
     """Algorithm 1 at N samples per step over B prompts, G_b by ``rule``, for S = len(seeds) seeds (module doc).
 
@@ -370,7 +374,7 @@ def run_algorithm1_alloc(
     N, B : samples and prompts per step (g_min B <= N <= g_max B; ``uniform``: B divides N)
     moments : ``history`` (the run's own past, M38) or ``exact`` (current theta's exact moments: the ceiling)
     lr, lr_schedule, checkpoints : as in :func:`run_algorithm1_batch`
-    prior : the Beta prior and shrinkage of the history-based predictions
+    safety : ``ustat``'s safe rule with history-based predictions (M50; with B dividing N, else plug-in sizes)
     threads : torch intra-op threads during the run (restored afterwards)
     """
     cps = _validate_alloc(env, rule, moments, N, B, g_min, g_max, steps, lr, lr_schedule, checkpoints)
@@ -378,16 +382,26 @@ def run_algorithm1_alloc(
     S = len(seeds)
     hist = [PromptHistory(env.n_prompts) for _ in seeds] if rule != "uniform" and moments == "history" else None
 
-    def known(s: int, idx: np.ndarray, theta: Tensor) -> PromptStats:
-        if hist is not None:
-            return hist[s].stats(idx, prior_a=prior.prior_a, prior_b=prior.prior_b, shrink=prior.shrink, scores=True)
+    def known(s: int, idx: np.ndarray, theta: Tensor):
+        if hist is not None:  # the one predictor's posterior (M46-M49)
+            return hist[s].posterior(idx, scores=True)
         return PromptStats.from_moments(env.exact(theta[s], sigma=False).prompt_moments).take(idx)
+
+    step = [0]
+
+    def one(s: int, idx: np.ndarray, theta: Tensor) -> np.ndarray:
+        k = known(s, idx, theta)
+        if N % B == 0:  # the trainer's choice, guard included for ustat (M50)
+            return choose_sizes(rule, k, N, N // B, g_min=g_min, g_max=g_max, tol=safety.tol, level=safety.level,
+                                rng=np.random.default_rng([seeds[s], step[0]]))[0]
+        return allocate(rule, posterior_means(k) if isinstance(k, Posterior) else k, N, g_min=g_min,
+                        g_max=g_max).sizes
 
     def sizes_of(prompts: Tensor, theta: Tensor) -> Tensor:
         if rule == "uniform":
             return torch.full((S, B), N // B)
-        return torch.stack([torch.from_numpy(allocate(rule, known(s, prompts[s].numpy(), theta), N, g_min=g_min,
-                                                      g_max=g_max).sizes) for s in range(S)])
+        step[0] += 1
+        return torch.stack([torch.from_numpy(one(s, prompts[s].numpy(), theta)) for s in range(S)])
 
     def observe(prompts: Tensor, sizes: Tensor, rewards: Tensor, scores: Tensor) -> None:
         for s in range(S):  # seed s's samples are rows s N .. (s + 1) N of the ragged batch

@@ -35,6 +35,20 @@ instance exactly as without them (they draw from a separate generator):
   E[||W||^2 | Z] differs between right and wrong answers (as on a language model). Bandit: logits =
   logit_scale (rho u_xa + sqrt(1 - rho^2) t_xa), u the standardised reward noise; linear_softmax: the
   features gain rho u_xa along theta0's direction (theta0 . phi shifts by rho |theta0| u_xa).
+
+Score-norm knobs (per-prompt multipliers s_x of the scores W, so E[||W||^2 | x, Z] is multiplied by s_x^2; all
+default to no change, and they draw from their own generators). In a ``softmax_bandit`` the initial policy is
+unchanged (features s_x e_a, parameters logits / s_x); in a ``linear_softmax`` the component of phi(x, .)
+orthogonal to theta0 is multiplied by s_x, so theta0 . phi (the initial policy) is unchanged and the scores
+grow by s_x in every direction but theta0's:
+
+* ``score_scale_spread`` S >= 1: s_x = S^(u_x - 1/2), u_x iid uniform on [0, 1]: score scales spread S-fold
+  across prompts (||W||^2 S^2-fold), independent of the rewards.
+* ``hard_score_scale`` k > 0: the prompts whose mean reward over arms lies below the median of all prompts' get
+  s_x times k (k > 1: hard prompts carry larger scores, so m_z(x) correlates with p).
+* ``rare_fraction`` f in [0, 1], ``rare_shift``, ``rare_score_scale``: round(f P) randomly chosen prompts (not
+  among the extreme ones) get their reward logits shifted down by ``rare_shift`` (p near 0: rare hard prompts)
+  and s_x times ``rare_score_scale`` (e.g. 31.6 for 1000x larger ||W||^2).
 """
 
 from __future__ import annotations
@@ -59,7 +73,9 @@ def random_env(kind: Literal["softmax_bandit", "linear_softmax"], *, n_prompts: 
                dim: int | None = None, logit_scale: float = 0.5, reward_spread: float = 1.0,
                difficulty: float = 0.0, prompt_heterogeneity: float = 1.0, seed: int = 0,
                name: str = "", description: str = "", extreme_fraction: float = 0.0,
-               extreme_shift: float = 5.0, score_reward_corr: float = 0.0) -> SyntheticPolicy:
+               extreme_shift: float = 5.0, score_reward_corr: float = 0.0, score_scale_spread: float = 1.0,
+               hard_score_scale: float = 1.0, rare_fraction: float = 0.0, rare_shift: float = 5.0,
+               rare_score_scale: float = 1.0) -> SyntheticPolicy:
     """A random instance of ``kind``; see the module docstring for each knob's effect on c1, c2, c3.
 
     Parameters
@@ -76,6 +92,10 @@ def random_env(kind: Literal["softmax_bandit", "linear_softmax"], *, n_prompts: 
     extreme_fraction : in [0, 1], the share of prompts pushed near p = 0 or 1 (module docstring)
     extreme_shift : >= 0, the size of that push on the reward logits
     score_reward_corr : in [-1, 1], coupling of initial logits to reward logits (module docstring)
+    score_scale_spread : >= 1, the spread of per-prompt score scales (module docstring)
+    hard_score_scale : > 0, score multiplier of the prompts with below-median mean reward
+    rare_fraction, rare_shift, rare_score_scale : the share of rare hard prompts, the downward push of their reward
+        logits (>= 0) and their score multiplier (> 0)
     """
     if kind not in ("softmax_bandit", "linear_softmax"):
         raise ValueError(f"kind = {kind!r} is unknown; expected 'softmax_bandit' or 'linear_softmax'")
@@ -89,6 +109,11 @@ def random_env(kind: Literal["softmax_bandit", "linear_softmax"], *, n_prompts: 
     _check("extreme_fraction", extreme_fraction, 0.0, 1.0)
     _check("extreme_shift", extreme_shift, 0.0)
     _check("score_reward_corr", score_reward_corr, -1.0, 1.0)
+    _check("score_scale_spread", score_scale_spread, 1.0)
+    _check("hard_score_scale", hard_score_scale, 1e-6)
+    _check("rare_fraction", rare_fraction, 0.0, 1.0)
+    _check("rare_shift", rare_shift, 0.0)
+    _check("rare_score_scale", rare_score_scale, 1e-6)
     if kind == "softmax_bandit" and dim is not None:
         raise ValueError("dim is only for kind='linear_softmax' (the bandit has D = n_prompts * n_actions)")
     if kind == "linear_softmax" and (isinstance(dim, bool) or not isinstance(dim, int) or dim < 1):
@@ -104,17 +129,25 @@ def random_env(kind: Literal["softmax_bandit", "linear_softmax"], *, n_prompts: 
 
     noise = mix(P, K)
     shifts = _extreme_shifts(P, extreme_fraction, extreme_shift, seed)  # (P, 1)
+    rare = _rare_prompts(P, rare_fraction, shifts, seed)  # (P,) bool
+    shifts = torch.where(rare.unsqueeze(1), torch.full_like(shifts, -float(rare_shift)), shifts)
     reward = torch.sigmoid(-difficulty + reward_spread * noise + shifts)  # (P, K)
     reward = reward.clamp(0.0, 1.0)
+    scale = _score_scales(reward, rare, score_scale_spread, hard_score_scale, rare_score_scale, seed)  # (P,)
     u = (noise - noise.mean()) / noise.std().clamp_min(1e-12) if P * K > 1 else noise
     rho = score_reward_corr
     if kind == "softmax_bandit":
         logits = logit_scale * (rho * u + math.sqrt(1.0 - rho**2) * mix(P, K))
-        return SoftmaxBandit(logits.tolist(), reward.tolist(), name=name, description=description)
+        return SoftmaxBandit(logits.tolist(), reward.tolist(), name=name, description=description,
+                             score_scale=None if bool((scale == 1).all()) else scale.tolist())
     feats = mix(P, K, dim)  # (P, K, d)
     theta = torch.randn(dim, generator=gen, dtype=torch.float64) * (logit_scale / math.sqrt(dim))
     if rho != 0.0 and float(theta.norm()) > 0:
         feats = feats + rho * u.unsqueeze(-1) * (theta / theta.norm())
+    if not bool((scale == 1).all()):  # scale phi orthogonally to theta0: the initial logits stay theta0 . phi
+        t = theta / theta.norm() if float(theta.norm()) > 0 else torch.zeros_like(theta)
+        par = (feats @ t).unsqueeze(-1) * t
+        feats = par + scale.view(P, 1, 1) * (feats - par)
     return LinearSoftmax(theta.tolist(), feats.tolist(), reward.tolist(), name=name, description=description)
 
 
@@ -129,3 +162,31 @@ def _extreme_shifts(P: int, fraction: float, shift: float, seed: int) -> torch.T
     signs = torch.where(torch.rand(n, generator=gen) < 0.5, -1.0, 1.0).to(torch.float64)
     out[idx, 0] = signs * shift
     return out
+
+
+def _rare_prompts(P: int, fraction: float, shifts: torch.Tensor, seed: int) -> torch.Tensor:
+    """(P,) bool: round(fraction P) prompts chosen at random among those without an extreme shift (own generator)."""
+    out = torch.zeros(P, dtype=torch.bool)
+    free = torch.nonzero(shifts[:, 0] == 0).flatten()
+    n = min(int(round(fraction * P)), len(free))
+    if n == 0:
+        return out
+    gen = torch.Generator().manual_seed(int(seed) + 104729)
+    out[free[torch.randperm(len(free), generator=gen)[:n]]] = True
+    return out
+
+
+def _score_scales(reward: torch.Tensor, rare: torch.Tensor, spread: float, hard: float, rare_scale: float,
+                  seed: int) -> torch.Tensor:
+    """(P,) score multipliers s_x (module docstring); all ones with the default knobs."""
+    P = reward.shape[0]
+    scale = torch.ones(P, dtype=torch.float64)
+    if spread > 1.0:
+        gen = torch.Generator().manual_seed(int(seed) + 15485863)
+        scale = scale * spread ** (torch.rand(P, generator=gen, dtype=torch.float64) - 0.5)
+    if hard != 1.0:
+        mean = reward.mean(1)
+        scale = torch.where(mean < mean.median(), scale * hard, scale)
+    if rare_scale != 1.0:
+        scale = torch.where(rare, scale * rare_scale, scale)
+    return scale

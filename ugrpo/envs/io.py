@@ -5,6 +5,8 @@ Format (unknown keys are errors; ``name`` and ``description`` are optional strin
     {"kind": "softmax_bandit",
      "prompts": [{"logits": [K numbers], "reward_mean": [K numbers in [0, 1]]}, ...]}
 
+    (a bandit prompt may add "score_scale": s > 0, default 1: the same policy with scores s (e_a - pi))
+
     {"kind": "linear_softmax", "theta": [d numbers],
      "prompts": [{"features": [K rows of d numbers], "reward_mean": [K numbers]}, ...]}
 
@@ -34,6 +36,7 @@ DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 _TOP_KEYS = {"softmax_bandit": {"kind", "prompts", "name", "description"},
              "linear_softmax": {"kind", "theta", "prompts", "name", "description"}}
 _PROMPT_KEYS = {"softmax_bandit": ("logits", "reward_mean"), "linear_softmax": ("features", "reward_mean")}
+_OPTIONAL_KEYS = {"softmax_bandit": ("score_scale",), "linear_softmax": ()}
 
 
 class EnvFormatError(ValueError):
@@ -100,15 +103,22 @@ def env_from_dict(data: Any, *, source: str = "<dict>") -> SyntheticPolicy:
     if not isinstance(prompts, list) or not prompts:
         raise _fail(src, "prompts", "must be a non-empty list of prompt objects")
     first_key, _ = _PROMPT_KEYS[kind]
-    firsts, rewards = [], []
+    firsts, rewards, scales = [], [], []
     for i, pr in enumerate(prompts):
         f = f"prompts[{i}]"
         if not isinstance(pr, dict):
             raise _fail(src, f, f"must be an object with keys {list(_PROMPT_KEYS[kind])}, got {type(pr).__name__}")
-        unknown = sorted(set(pr) - set(_PROMPT_KEYS[kind]))
+        allowed = _PROMPT_KEYS[kind] + _OPTIONAL_KEYS[kind]
+        unknown = sorted(set(pr) - set(allowed))
         if unknown:
-            raise _fail(src, f"{f} key(s) {unknown}", f"not allowed for kind {kind!r}; allowed: "
-                        f"{list(_PROMPT_KEYS[kind])}")
+            raise _fail(src, f"{f} key(s) {unknown}", f"not allowed for kind {kind!r}; allowed: {list(allowed)}")
+        if "score_scale" in pr:
+            sc = _number(pr["score_scale"], src, f"{f}.score_scale")
+            if sc <= 0:
+                raise _fail(src, f"{f}.score_scale", f"= {sc} must be > 0 (a multiplier of the prompt's scores)")
+            scales.append(sc)
+        else:
+            scales.append(1.0)
         for key in _PROMPT_KEYS[kind]:
             if key not in pr:
                 raise _fail(src, f"{f}.{key}", "is missing")
@@ -128,7 +138,7 @@ def env_from_dict(data: Any, *, source: str = "<dict>") -> SyntheticPolicy:
         rewards.append(_numbers(rm, src, f"{f}.reward_mean", length=k, unit=True))
         firsts.append(first)
     if kind == "softmax_bandit":
-        return SoftmaxBandit(firsts, rewards, **meta)
+        return SoftmaxBandit(firsts, rewards, **meta, score_scale=scales)
     return LinearSoftmax(theta, firsts, rewards, **meta)
 
 
@@ -142,7 +152,8 @@ def env_to_dict(env: SyntheticPolicy) -> dict:
     ks = env.n_actions.tolist()
     rm = [env.reward_mean[i, :k].tolist() for i, k in enumerate(ks)]
     if isinstance(env, SoftmaxBandit):
-        out["prompts"] = [{"logits": lg, "reward_mean": r} for lg, r in zip(env.logits_list(), rm)]
+        out["prompts"] = [{"logits": lg, "reward_mean": r, **({"score_scale": s} if s != 1.0 else {})}
+                          for lg, r, s in zip(env.logits_list(), rm, env.score_scale)]
     elif isinstance(env, LinearSoftmax):
         out["theta"] = env.theta0.tolist()
         out["prompts"] = [{"features": env.features[i, :k].tolist(), "reward_mean": r}

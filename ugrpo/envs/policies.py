@@ -1,7 +1,9 @@
 """The two kinds of exact synthetic policy: ``softmax_bandit`` and ``linear_softmax``.
 
 * ``SoftmaxBandit``: one softmax per prompt with its own logits; theta is all logits
-  concatenated (D = sum_x K_x), so W(x, a) = e_a - pi_x in block x and 0 elsewhere.
+  concatenated (D = sum_x K_x), so W(x, a) = e_a - pi_x in block x and 0 elsewhere. With a per-prompt
+  ``score_scale`` s_x the block's features are s_x e_a and its parameters logits / s_x: the same policy, scores
+  s_x (e_a - pi_x) (||W||^2 times s_x^2; an SGD step moves that prompt's logits s_x^2 times as far).
 * ``LinearSoftmax``: one shared theta in R^d, pi(a|x) propto exp(theta . phi(x, a)),
   W(x, a) = phi(x, a) - sum_b pi(b|x) phi(x, b).
 
@@ -17,6 +19,7 @@ J_star (the ``max_theta E^{pi_theta} Z`` of the suboptimality gap, docs/paper.md
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -43,13 +46,15 @@ class SoftmaxBandit(SyntheticPolicy):
     ----------
     logits : per prompt, a list of K_x initial logits (K_x may differ)
     reward_mean : per prompt, K_x success probabilities r(x, a) in [0, 1]
+    score_scale : optional per-prompt s_x > 0 (default 1): features s_x e_a, parameters logits / s_x (same
+        policy, scores times s_x)
     """
 
     kind = "softmax_bandit"
     j_star_exact = True
 
     def __init__(self, logits: Sequence[Sequence[float]], reward_mean: Sequence[Sequence[float]],
-                 *, name: str = "", description: str = "") -> None:
+                 *, name: str = "", description: str = "", score_scale: Sequence[float] | None = None) -> None:
         if len(logits) != len(reward_mean) or len(logits) == 0:
             raise ValueError(f"need one logits row per reward_mean row and at least one prompt; "
                              f"got {len(logits)} logits rows and {len(reward_mean)} reward_mean rows")
@@ -57,16 +62,20 @@ class SoftmaxBandit(SyntheticPolicy):
         for i, (a, b) in enumerate(zip(logits, reward_mean)):
             if len(a) != len(b):
                 raise ValueError(f"prompt {i}: {len(a)} logits but {len(b)} reward means")
+        scale = [1.0] * len(ks) if score_scale is None else [float(v) for v in score_scale]
+        if len(scale) != len(ks) or not all(math.isfinite(v) and v > 0 for v in scale):
+            raise ValueError(f"score_scale must be {len(ks)} finite numbers > 0 (one per prompt), got {score_scale}")
+        self.score_scale = scale
         kmax, D = max(ks), sum(ks)
         r, mask = _pad(reward_mean, kmax)
         feats = torch.zeros(len(ks), kmax, D, dtype=torch.float64)
         off = 0
         self.offsets = []  # start of prompt x's block in theta
         for i, k in enumerate(ks):
-            feats[i, torch.arange(k), off + torch.arange(k)] = 1.0
+            feats[i, torch.arange(k), off + torch.arange(k)] = scale[i]
             self.offsets.append(off)
             off += k
-        theta0 = torch.tensor([v for row in logits for v in row], dtype=torch.float64)
+        theta0 = torch.tensor([v / s for row, s in zip(logits, scale) for v in row], dtype=torch.float64)
         self._setup(feats, r, mask, theta0, name, description)
 
     def J_star(self) -> float:
@@ -74,10 +83,10 @@ class SoftmaxBandit(SyntheticPolicy):
         return self.j_star_upper_bound()
 
     def logits_list(self, theta: Tensor | None = None) -> list[list[float]]:
-        """theta split back into per-prompt logits (the JSON layout)."""
+        """theta split back into per-prompt logits (the JSON layout): block x times its score_scale."""
         theta = self._theta(theta)
         ks = self.n_actions.tolist()
-        return [theta[o: o + k].tolist() for o, k in zip(self.offsets, ks)]
+        return [(theta[o: o + k] * s).tolist() for o, k, s in zip(self.offsets, ks, self.score_scale)]
 
 
 class LinearSoftmax(SyntheticPolicy):

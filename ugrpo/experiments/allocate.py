@@ -6,9 +6,12 @@ MSE is c1/B + (1/B^2) sum_b f_b(G_b) with the TRUE f_b (docs/math.md M33). The m
 interval; c1/B is exact, so only the within-batch part carries Monte Carlo error (over batches, not samples).
 ``uniform`` is the best single G dividing N, whose MSE is the closed form M11 (no interval needed).
 
-Predicted moments (M38): a simulated history of earlier uniform-G steps at the same theta; per prompt a Beta
-posterior on p (an unsolved prompt keeps E[p(1-p)] > 0) and the score moments E[||W||^2 | Z = z] and ||g(x)||^2
-shrunk toward the history's pooled values.
+Predicted moments: a simulated history of earlier uniform-G steps at the same theta through the one predictor
+(:mod:`ugrpo.stats.predict`, docs/math.md M46-M49: a population model fitted to the whole history, each prompt's
+posterior from its own visits). ``vip`` and ``knapsack`` use the posterior means of p; ``ustat`` uses the trainer's
+safe rule (:func:`ugrpo.stats.safe.choose_sizes`, M50: the plug-in sizes unless the posterior says they may lose to
+uniform G) when the budget is B G samples, its plug-in sizes otherwise (tokens as the unit, ``--prompts`` not
+dividing N, ``ustat+screen``).
 """
 
 from __future__ import annotations
@@ -21,8 +24,10 @@ import torch
 
 from ugrpo.stats.allocation import RULES, PromptStats, allocate, best_uniform, prediction_quality
 from ugrpo.stats.exact_mse import prompt_error, uniform_mse
-from ugrpo.stats.history import PromptHistory, bernoulli_stats, history_stats
+from ugrpo.stats.history import PromptHistory, bernoulli_stats
 from ugrpo.stats.intervals import RATIO_KEYS, Interval, normal_interval, ratio_interval
+from ugrpo.stats.predict import Posterior, posterior, posterior_means
+from ugrpo.stats.safe import SAFE_LEVEL, SAFE_TOL, check_safety, choose_sizes
 
 __all__ = ["AllocateConfig", "Lab", "build_lab", "bernoulli_stats", "history_sums", "predicted_stats", "run_allocate",
            "ratio_ci", "allocate_experiment"]
@@ -42,8 +47,7 @@ class AllocateConfig:
     prompts : B for the non-uniform rules; None = the best uniform G's B = N/G (equal N and equal B)
     g_min, g_max : bounds on G_b
     history_steps, history_group : the simulated history: steps of N/history_group prompts x history_group samples
-    prior_a, prior_b : the Beta prior on p
-    shrink : pseudo-count pulling per-prompt score moments toward the pooled history values
+    safe_tol, safe_level : the safe rule's tolerance and posterior quantile (M50)
     screen : also run ``ustat+screen`` (G_b = 0 allowed; biased, M32), measured with the exact vector formula
     """
 
@@ -57,9 +61,8 @@ class AllocateConfig:
     g_max: int = 64
     history_steps: int = 10
     history_group: int = 4
-    prior_a: float = 1.0
-    prior_b: float = 1.0
-    shrink: float = 4.0
+    safe_tol: float = SAFE_TOL
+    safe_level: float = SAFE_LEVEL
     screen: bool = False
 
     def __post_init__(self) -> None:
@@ -76,8 +79,7 @@ class AllocateConfig:
             raise ValueError("history_group must be >= 3 (the per-prompt ||g(x)||^2 estimate needs pairs, M14)")
         if self.prompts is not None and self.prompts * self.g_min > self.budget:
             raise ValueError(f"--prompts {self.prompts} x g_min {self.g_min} exceeds the budget {self.budget}")
-        if min(self.prior_a, self.prior_b) <= 0 or self.shrink < 0:
-            raise ValueError("the Beta prior needs a, b > 0 and shrink must be >= 0")
+        check_safety(self.safe_tol, self.safe_level, "allocate")
 
 
 @dataclass(frozen=True)
@@ -124,42 +126,55 @@ def history_sums(env, cfg: AllocateConfig, gen: torch.Generator) -> dict:
     return h.sums
 
 
-def predicted_stats(env, cfg: AllocateConfig, gen: torch.Generator) -> tuple[PromptStats, dict]:
-    """Per-prompt moments predicted from a simulated history (docs/math.md M38) and how well they predict."""
+def predicted_stats(env, cfg: AllocateConfig, gen: torch.Generator) -> tuple[Posterior, dict]:
+    """The predictor's posterior of all P prompts from a simulated history (docs/math.md M46-M49) and what the
+    history holds."""
     h = history_sums(env, cfg, gen)
-    pred = history_stats(h["visits"], h["samples"], h["successes"], h["w2_success"], h["w2_failure"], h["t0_sum"],
-                         prior_a=cfg.prior_a, prior_b=cfg.prior_b, shrink=cfg.shrink)
     visits = h["visits"]
     hist = {"history_samples": int(visits.sum()) * cfg.history_group,
             "prompts_never_visited": int((visits == 0).sum()), "mean_visits": float(visits.mean())}
-    return pred, hist
+    return posterior(h), hist
 
 
-def _batch_errors(lab: Lab, known: PromptStats, rule: str, batches: np.ndarray, cfg: AllocateConfig,
-                  unit: str, G_u: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per batch: the exact MSE given the batch minus ||gbar_X - g||^2 (whose mean over batches is c1/B), with
-    the TRUE moments (M33), and the cost spent. Without dropped prompts this is (1/B^2) sum_b f_b(G_b); with
-    dropped ones (``ustat+screen``) it adds ||(1/B) sum_kept g(x_b) - g||^2 - ||gbar_X - g||^2 (M32)."""
-    B = batches.shape[1]
+def _sizes(known: Posterior | PromptStats, rule: str, idx: np.ndarray, cfg: AllocateConfig, unit: str, G_u: int,
+           B: int, lab: Lab, j: int) -> tuple[np.ndarray, int, bool]:
+    """(sizes, cost, guarded) of one batch: the trainer's choice (M50) for samples at N = B G, else plug-in."""
     base, screen = rule.split("+")[0], rule.endswith("+screen")
+    k = known.take(idx)
+    budget = cfg.budget if rule != "uniform" else B * G_u
+    if unit == "samples" and not screen and budget == B * G_u:
+        sizes, choice = choose_sizes(base, k, budget, G_u, g_min=cfg.g_min, g_max=cfg.g_max, tol=cfg.safe_tol,
+                                     level=cfg.safe_level, rng=np.random.default_rng([cfg.seed, 3, j]))
+        return sizes, int(sizes.sum()), choice is not None and choice.blend != 0.0
+    st = posterior_means(k) if isinstance(k, Posterior) else k
+    if unit == "samples":
+        al = allocate(base, st, budget, g_min=cfg.g_min, g_max=cfg.g_max, screen=screen)
+    else:
+        L = lab.lengths[idx]
+        al = allocate(base, st, int(G_u * L.sum()), g_min=cfg.g_min, g_max=cfg.g_max, unit="tokens", lengths=L,
+                      screen=screen)
+    return al.sizes, al.cost, False
+
+
+def _batch_errors(lab: Lab, known: Posterior | PromptStats, rule: str, batches: np.ndarray, cfg: AllocateConfig,
+                  unit: str, G_u: int) -> tuple[np.ndarray, np.ndarray, float]:
+    """Per batch: the exact MSE given the batch minus ||gbar_X - g||^2 (whose mean over batches is c1/B), with
+    the TRUE moments (M33), and the cost spent; plus the share of batches where the guard moved the sizes away from
+    the plug-in ones. Without dropped prompts this is (1/B^2) sum_b f_b(G_b); with dropped ones (``ustat+screen``)
+    it adds ||(1/B) sum_kept g(x_b) - g||^2 - ||gbar_X - g||^2 (M32)."""
+    B = batches.shape[1]
     g = lab.g_x.mean(0)
-    out, cost = np.empty(len(batches)), np.empty(len(batches))
+    out, cost, guarded = np.empty(len(batches)), np.empty(len(batches)), 0
     for j, idx in enumerate(batches):
-        if unit == "samples":
-            al = allocate(base, known.take(idx), cfg.budget if rule != "uniform" else B * G_u, g_min=cfg.g_min,
-                          g_max=cfg.g_max, screen=screen)
-        else:
-            L = lab.lengths[idx]
-            al = allocate(base, known.take(idx), int(G_u * L.sum()), g_min=cfg.g_min, g_max=cfg.g_max,
-                          unit="tokens", lengths=L, screen=screen)
-        kept = al.sizes > 0
+        sizes, cost[j], moved = _sizes(known, rule, idx, cfg, unit, G_u, B, lab, j)
+        guarded += moved
+        kept = sizes > 0
         t = lab.true.take(idx[kept])
-        out[j] = prompt_error(t.c2, t.c3, al.sizes[kept]).sum() / B**2
+        out[j] = prompt_error(t.c2, t.c3, sizes[kept]).sum() / B**2
         if not kept.all():
             gx = lab.g_x[idx]
             out[j] += float(((gx[kept].sum(0) / B - g) ** 2).sum() - ((gx.mean(0) - g) ** 2).sum())
-        cost[j] = al.cost
-    return out, cost
+    return out, cost, guarded / len(batches)
 
 
 def ratio_ci(a: np.ndarray, b: np.ndarray | float) -> Interval:
@@ -204,7 +219,7 @@ def run_allocate(env, cfg: AllocateConfig, progress: bool = False) -> dict:
                                   "exact": True})
                     per_batch[(unit, moments, rule)] = float(mse_u)  # exact: no per-batch values
                     continue
-                within, cost = _batch_errors(lab, known, rule, batches[:nb], cfg, unit, Gt)
+                within, cost, guarded = _batch_errors(lab, known, rule, batches[:nb], cfg, unit, Gt)
                 tot = lab.c1 / B + within
                 se = float(np.std(within, ddof=1) / math.sqrt(nb)) if nb > 1 else 0.0
                 m = float(tot.mean())
@@ -212,6 +227,8 @@ def run_allocate(env, cfg: AllocateConfig, progress: bool = False) -> dict:
                 row = {"rule": rule, "moments": moments, "budget": cfg.budget, "unit": unit, "B": B, "mse": m,
                        "ci_low": max(lab.c1 / B if "+" not in rule else 0.0, lo), "ci_high": hi, "exact": False,
                        "batches": nb, "mean_cost": float(cost.mean())}
+                if rule == "ustat" and unit == "samples":
+                    row["guard_moved_share"] = guarded  # batches whose sizes the safe rule changed (M50)
                 if rule == "uniform":
                     row["G"] = Gt
                 table.append(row)
@@ -222,7 +239,7 @@ def run_allocate(env, cfg: AllocateConfig, progress: bool = False) -> dict:
     return {"config": asdict(cfg), "instance": {"name": env.name, "P": env.n_prompts, "c1": lab.c1, "c2": lab.c2,
                                                 "c3": lab.c3, "best_uniform_G": G_u, "B": B},
             "rows": rows, "token_rows": token_rows, "ratios": ratios, "uniform_curve": curve,
-            "history": hist, "prediction_quality": prediction_quality(pred, lab.true)}
+            "history": hist, "prediction_quality": prediction_quality(posterior_means(pred), lab.true)}
 
 
 def _ratios(per_batch: dict, rules: tuple[str, ...]) -> list[dict]:

@@ -60,8 +60,8 @@ class UGRPOConfig(GRPOConfig, UGRPOOptions):
         """The :class:`AllocationSpec` of the ``allocation_*`` fields; None for the uniform rule."""
         try:
             spec = AllocationSpec(rule=self.allocation_rule, g_min=self.allocation_g_min, g_max=self.allocation_g_max,
-                                  prior_a=self.allocation_prior_a, prior_b=self.allocation_prior_b,
-                                  shrink=self.allocation_shrink, sketch_dim=self.allocation_sketch_dim)
+                                  safe_tol=self.allocation_safe_tol, safe_level=self.allocation_safe_level,
+                                  sketch_dim=self.allocation_sketch_dim)
         except ValueError as e:
             raise ValueError(f"UGRPOConfig.allocation_rule={self.allocation_rule!r}: "
                              + str(e).replace("allocation.", "allocation_")) from None

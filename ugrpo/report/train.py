@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from ugrpo.report.coverage import coverage_phrase
 from ugrpo.report.plots import Series, line_plot
 from ugrpo.runs import RunDir
 from ugrpo.stats.intervals import wilson_interval
@@ -145,10 +146,6 @@ Samples on groups whose rewards were all equal: {zero} of {spent} ({zero / max(s
 """
 
 
-# measured in the exact synthetic lab (benchmarks/results/certificate_calibration.json, docs/allocation.md A6)
-CERT_COVERAGE = ("its measured coverage of the true ratio in the exact synthetic lab was 0.56-0.945 over 5 "
-                 "instances x 3 history lengths (docs/allocation.md A6): a posterior interval, not a calibrated "
-                 "95% one")
 
 
 def _certificate_text(al: list[dict]) -> str:
@@ -162,7 +159,7 @@ def _certificate_text(al: list[dict]) -> str:
     if last is not None:
         text += (f" Step {last.get('step')}: {_f(last['alloc_predicted_ratio'])}, posterior interval "
                  f"[{_f(last['alloc_predicted_ratio_low'])}, {_f(last['alloc_predicted_ratio_high'])}] (nominal 95%; "
-                 f"{CERT_COVERAGE}).")
+                 f"{coverage_phrase()}).")
     gs = next((r for r in reversed(al) if r.get("alloc_predicted_ratio_gstar") is not None), None)
     if gs is not None:
         text += (f" Full MSE (c1 from the G* monitor) against the best single G* = {gs['alloc_gstar']} at the same N, "

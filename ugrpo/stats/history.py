@@ -1,4 +1,4 @@
-"""Per-prompt history: what an allocation rule knows before a step (docs/allocation.md, docs/math.md M38, M45).
+"""Per-prompt history: what an allocation rule knows before a step (docs/allocation.md, docs/math.md M38, M46-M49).
 
 One :class:`PromptHistory` serves the trainer (:mod:`ugrpo.train.alloc`, saved in checkpoints), the synthetic
 Algorithm 1 runs (:mod:`ugrpo.envs.algorithm1`, one per seed) and the simulated history of ``ugrpo allocate``.
@@ -7,16 +7,18 @@ For each of the P prompts, sums over its earlier visits (numpy float64 arrays of
 * ``visits``      groups drawn for it
 * ``samples``     samples drawn for it (n_x)
 * ``successes``   rewards summed over those samples (s_x; rewards in [0, 1], fractional ones allowed: a reward z
-  counts as z successes and 1 - z failures, the Beta posterior's usual extension to fractional counts)
+  counts as z successes and 1 - z failures, the binomial likelihood's usual extension to fractional counts)
 * ``w2_success``, ``w2_failure``  sums of ||W||^2 weighted by z and by 1 - z (``ustat`` only: ||W||^2 from the
   step's score sketch; ``vip``/``knapsack`` measure no scores, so these stay 0)
 * ``t0_sum``      sum over visits of the unbiased per-visit estimate of ||g(x)||^2 (M14, from the sketch)
 
-:func:`history_stats` turns them into the Beta posterior on p and shrunk score moments (M38; the Bernoulli
-polynomials :func:`bernoulli_stats`, the Beta moments :func:`beta_moments`), :meth:`PromptHistory.posterior` into
-the certificate's empirical-Bayes posterior (M45). In the trainer every process updates the history with the GLOBAL
-rewards of a step, so all compute the same allocation; it is saved in every checkpoint as JSON (``history.json``,
-:meth:`PromptHistory.to_json`) and restored on ``--resume`` (:meth:`ugrpo.train.alloc.Allocator.restore`).
+:meth:`PromptHistory.posterior` and :meth:`PromptHistory.stats` hand them to the one predictor,
+:mod:`ugrpo.stats.predict` (a hierarchical model fitted to the whole history, docs/math.md M46-M49): the posterior
+every rule, the safe rule and the certificate use, and its means. :func:`bernoulli_stats` is M38's map from
+(p, m_1, m_0, ||g||^2) to (p, c2, c3), :func:`beta_moments` the Beta moments. In the trainer every process
+updates the history with the GLOBAL rewards of a step, so all compute the same allocation; it is saved in every
+checkpoint as JSON (``history.json``, :meth:`PromptHistory.to_json`) and restored on ``--resume``
+(:meth:`ugrpo.train.alloc.Allocator.restore`).
 """
 
 from __future__ import annotations
@@ -25,17 +27,17 @@ import numpy as np
 import torch
 
 from ugrpo.stats.allocation import PromptStats
-from ugrpo.stats.certificate import HistoryPosterior, fit_beta_prior, history_posterior
+from ugrpo.stats.predict import REQUIRED, SECOND_MOMENTS, Posterior, posterior, posterior_means
 from ugrpo.stats.ragged import ragged_t0, segment_sum
 
-__all__ = ["FIELDS", "PromptHistory", "check_unit_rewards", "history_stats", "bernoulli_stats", "beta_moments"]
+__all__ = ["FIELDS", "SECOND", "PromptHistory", "check_unit_rewards", "bernoulli_stats", "beta_moments"]
 
-FIELDS: tuple[str, ...] = ("visits", "samples", "successes", "w2_success", "w2_failure", "t0_sum")
-"""the sums :func:`history_stats` reads, in its argument order"""
-# second-moment sums for the certificate's posterior (stats/certificate.py, M45): sums of z ||W||^4,
-# (1 - z) ||W||^4 and of the squared per-visit T0; absent from older history.json files (then they would cover
-# only the steps after the resume, so the certificate holds m_z and ||g||^2 fixed for the rest of that run)
-SECOND: tuple[str, ...] = ("w4_success", "w4_failure", "t0_sq")
+FIELDS: tuple[str, ...] = REQUIRED
+"""the first-moment sums every prediction reads"""
+# second-moment sums (the within-prompt spreads of the predictor, M47-M48): sums of z ||W||^4, (1 - z) ||W||^4
+# and of the squared per-visit T0; absent from older history.json files (then they would cover only the steps
+# after the resume, so the predictor uses its defaults for the spreads for the rest of that run)
+SECOND: tuple[str, ...] = SECOND_MOMENTS
 
 
 def check_unit_rewards(rewards: np.ndarray, rule: str) -> None:
@@ -74,41 +76,22 @@ class PromptHistory:
         for k, v in per_visit.items():
             np.add.at(self.sums[k], np.asarray(prompts, dtype=np.int64), v)  # a prompt drawn twice counts twice
 
-    def stats(self, prompts: np.ndarray, *, prior_a: float, prior_b: float, shrink: float,
-              scores: bool) -> PromptStats:
-        """Predicted (p, c2, c3) of the drawn prompts (M38).
+    def sums_for_prediction(self) -> dict[str, np.ndarray]:
+        """The sums the predictor reads (the second-moment ones only when they cover the whole history)."""
+        return {k: v for k, v in self.sums.items() if k in FIELDS or (self.second and k in SECOND)}
 
-        ``scores=False`` (``vip``, ``knapsack``: no score sketch) assumes ||W||^2 = 1 for every sample and
-        ||g(x)||^2 = 0, so c2 and c3 are the posterior E p(1-p): the moments the certificate then uses.
-        """
-        s = self.sums
-        if scores:
-            w1, w0, t0 = s["w2_success"], s["w2_failure"], s["t0_sum"]
-        else:
-            w1, w0, t0 = s["successes"], s["samples"] - s["successes"], np.zeros(self.P)
-        st = history_stats(s["visits"], s["samples"], s["successes"], w1, w0, t0, prior_a=prior_a, prior_b=prior_b,
-                           shrink=shrink)
-        return st.take(np.asarray(prompts, dtype=np.int64))
+    def posterior(self, prompts: np.ndarray | None = None, *, scores: bool) -> Posterior:
+        """The predictor's posterior of the drawn prompts (docs/math.md M46-M49); ``scores=False`` (``vip``,
+        ``knapsack``: no scores measured) holds ||W||^2 = 1 and ||g||^2 = 0."""
+        return posterior(self.sums_for_prediction(), prompts, scores=scores)
 
-    def posterior(self, prompts: np.ndarray, *, scores: bool) -> HistoryPosterior:
-        """The certificate's empirical-Bayes posterior of the drawn prompts (M45; ``scores=False``: ||W||^2 = 1
-        and ||g||^2 = 0, held fixed, as in :meth:`stats`)."""
-        s = self.sums
-        a, b = fit_beta_prior(s["successes"], s["samples"])
-        if scores:
-            more = {k: s[k] for k in ("w2_success", "w2_failure", "t0_sum") + (SECOND if self.second else ())}
-        else:
-            more = {"w2_success": s["successes"], "w2_failure": s["samples"] - s["successes"],
-                    "t0_sum": np.zeros(self.P)}
-        return history_posterior(np.asarray(prompts, dtype=np.int64), s["visits"], s["samples"], s["successes"],
-                                 **more, prior_a=a, prior_b=b)
+    def stats(self, prompts: np.ndarray | None = None, *, scores: bool) -> PromptStats:
+        """Posterior means of (p, c2, c3) of the drawn prompts (M49): what every rule optimises."""
+        return posterior_means(self.posterior(prompts, scores=scores))
 
-    def reward_variance(self, prompts: np.ndarray, *, prior_a: float, prior_b: float) -> np.ndarray:
-        """(B,) posterior mean E[p(1-p)] of the drawn prompts under Beta(a + s, b + n - s) (M38)."""
-        idx = np.asarray(prompts, dtype=np.int64)
-        s, n = self.sums["successes"][idx], self.sums["samples"][idx]
-        e1, e2, _ = beta_moments(prior_a + s, prior_b + n - s)
-        return e1 - e2
+    def reward_variance(self, prompts: np.ndarray) -> np.ndarray:
+        """(B,) posterior mean E[p(1-p)] of the drawn prompts (M46)."""
+        return self.stats(prompts, scores=False).c2
 
     def to_json(self) -> dict:
         """A JSON-safe dict (lists of floats); float64 round-trips exactly through JSON's repr."""
@@ -148,58 +131,8 @@ def bernoulli_stats(p_moments: tuple[np.ndarray, np.ndarray, np.ndarray], m1: np
     return PromptStats(value=e1, c2=np.clip(e_w2v2 - g2, 0.0, None), c3=m2_var + g2, g_norm2=g2)
 
 
-def history_stats(visits: np.ndarray, samples: np.ndarray, successes: np.ndarray, w2_success: np.ndarray,
-                  w2_failure: np.ndarray, t0_sum: np.ndarray, *, prior_a: float = 1.0, prior_b: float = 1.0,
-                  shrink: float = 4.0) -> PromptStats:
-    """Per-prompt moments predicted from earlier visits (docs/math.md M38); every argument is (P,).
-
-    Parameters
-    ----------
-    visits : visits of each prompt (groups drawn for it)
-    samples : samples drawn for it over all visits (n_x)
-    successes : rewards summed over those samples (s_x; Bernoulli rewards)
-    w2_success, w2_failure : sums of ||W||^2 over its samples with Z = 1 and with Z = 0
-    t0_sum : sum over its visits of the unbiased per-visit estimate of ||g(x)||^2 (M14)
-    prior_a, prior_b : the Beta prior on p (posterior Beta(a + s_x, b + n_x - s_x))
-    shrink : pseudo-count kappa pulling m_z and ||g(x)||^2 toward the pooled values of all prompts (with no
-        samples of reward z anywhere, m_z is pooled over both rewards; with no history at all it is 1, so every
-        prompt gets the same positive c2, c3 and the allocation is as even as the budget allows)
-
-    Returns
-    -------
-    PromptStats with the posterior means of p, c2(x), c3(x) and the shrunk ||g(x)||^2.
-
-    Examples
-    --------
-    >>> z = np.zeros(2)
-    >>> st = history_stats(z, z, z, z, z, z)  # no history: the prior, E p(1-p) = 1/6 > 0
-    >>> st.value.tolist(), bool(st.c2[0] == st.c2[1] > 0)
-    ([0.5, 0.5], True)
-    """
-    if min(prior_a, prior_b) <= 0 or shrink < 0:
-        raise ValueError(f"the Beta prior needs a, b > 0 and shrink >= 0; got {prior_a}, {prior_b}, {shrink}")
-    k1 = np.asarray(successes, dtype=np.float64)
-    k0 = np.asarray(samples, dtype=np.float64) - k1
-    s1, s0, t0s = (np.asarray(v, dtype=np.float64) for v in (w2_success, w2_failure, t0_sum))
-    visits = np.asarray(visits, dtype=np.float64)
-    n_all = k1.sum() + k0.sum()
-    pool = (s1.sum() + s0.sum()) / n_all if n_all > 0 else 1.0  # no history at all: any common scale
-    pool1 = s1.sum() / k1.sum() if k1.sum() > 0 else pool
-    pool0 = s0.sum() / k0.sum() if k0.sum() > 0 else pool
-    pool_g = max(t0s.sum() / max(visits.sum(), 1.0), 0.0)
-    kap = shrink
-    if kap > 0:
-        m1, m0 = (s1 + kap * pool1) / (k1 + kap), (s0 + kap * pool0) / (k0 + kap)
-        g2 = (t0s + kap * pool_g) / (visits + kap)
-    else:
-        m1 = np.where(k1 > 0, s1 / np.maximum(k1, 1), pool1)
-        m0 = np.where(k0 > 0, s0 / np.maximum(k0, 1), pool0)
-        g2 = np.where(visits > 0, t0s / np.maximum(visits, 1), pool_g)
-    return bernoulli_stats(beta_moments(prior_a + k1, prior_b + k0), m1, m0, np.clip(g2, 0.0, None))
-
-
 def beta_moments(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(E p, E p^2, E p^3) of Beta(a, b); E p(1-p) = E p - E p^2 (M38).
+    """(E p, E p^2, E p^3) of Beta(a, b); E p(1-p) = E p - E p^2 (M38's polynomials at a Beta posterior).
 
     >>> [float(m[0]) for m in beta_moments(np.array([1.0]), np.array([1.0]))]  # uniform: 1/2, 1/3, 1/4
     [0.5, 0.3333333333333333, 0.25]

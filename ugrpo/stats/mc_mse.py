@@ -18,12 +18,12 @@ from ugrpo.stats.advantages import compute_advantages
 from ugrpo.stats.allocation import PromptStats
 from ugrpo.stats.components import prompt_terms, reduce_scores
 from ugrpo.stats.estimators import ESTIMATORS
-from ugrpo.stats.history import history_stats
 from ugrpo.stats.intervals import clip_interval, normal_interval
+from ugrpo.stats.predict import Posterior, posterior
 from ugrpo.stats.ragged import ragged_advantages, ragged_prompt_gradients, ragged_t0
 
 __all__ = ["ReferenceMoments", "reference_moments", "block_squared_errors", "corrected_row", "ragged_block_errors",
-           "sample_prompt_stats", "history_prompt_stats"]
+           "sample_prompt_stats", "history_prompt_sums", "history_prompt_posterior"]
 
 DT = torch.float64
 
@@ -234,15 +234,14 @@ def sample_prompt_stats(scores: Tensor, rewards: Tensor) -> PromptStats:
                        c3=(t2 + t0).clamp_min(0).numpy(), g_norm2=t0.clamp_min(0).numpy())
 
 
-def history_prompt_stats(scores: Tensor, rewards: Tensor, *, prior_a: float = 1.0, prior_b: float = 1.0,
-                         shrink: float = 4.0) -> PromptStats:
-    """Per-prompt moments predicted from V earlier visits of h samples each (docs/math.md M38; R9).
+def history_prompt_sums(scores: Tensor, rewards: Tensor) -> dict[str, np.ndarray]:
+    """The per-prompt history sums (:class:`ugrpo.stats.history.PromptHistory`'s fields, second moments included)
+    of V earlier visits of h samples each (docs/math.md M46-M49; R9).
 
     Parameters
     ----------
     scores : (P, V, h, k) sketched scores of the history samples (h >= 2)
-    rewards : (P, V, h) Bernoulli rewards
-    prior_a, prior_b, shrink : see :func:`ugrpo.stats.history.history_stats`
+    rewards : (P, V, h) rewards in [0, 1]
     """
     if scores.ndim != 4 or rewards.shape != scores.shape[:3] or scores.shape[2] < 2:
         raise ValueError(f"need history scores (P, V, h, k) and rewards (P, V, h) with h >= 2; got "
@@ -252,6 +251,14 @@ def history_prompt_stats(scores: Tensor, rewards: Tensor, *, prior_a: float = 1.
     w2 = (s**2).sum(-1)                                                   # (P, V, h) ||S W||^2
     t0 = ragged_t0(z.reshape(-1), s.reshape(P * V * h, -1),
                    torch.full((P * V,), h)).view(P, V)                    # (P, V) unbiased ||g(x)||^2 (M14)
-    return history_stats(np.full(P, V, dtype=float), np.full(P, V * h, dtype=float), z.sum((1, 2)).numpy(),
-                         (z * w2).sum((1, 2)).numpy(), ((1 - z) * w2).sum((1, 2)).numpy(), t0.sum(1).numpy(),
-                         prior_a=prior_a, prior_b=prior_b, shrink=shrink)
+    out = {"visits": torch.full((P,), float(V)), "samples": torch.full((P,), float(V * h)),
+           "successes": z.sum((1, 2)), "w2_success": (z * w2).sum((1, 2)), "w2_failure": ((1 - z) * w2).sum((1, 2)),
+           "t0_sum": t0.sum(1), "w4_success": (z * w2**2).sum((1, 2)), "w4_failure": ((1 - z) * w2**2).sum((1, 2)),
+           "t0_sq": (t0**2).sum(1)}
+    return {k: v.numpy() for k, v in out.items()}
+
+
+def history_prompt_posterior(scores: Tensor, rewards: Tensor) -> Posterior:
+    """The predictor's posterior of the P prompts (:func:`ugrpo.stats.predict.posterior`) from
+    :func:`history_prompt_sums`."""
+    return posterior(history_prompt_sums(scores, rewards))

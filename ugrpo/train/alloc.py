@@ -4,6 +4,8 @@ Each step: :meth:`Allocator.choose` gives G_b for the B drawn prompts from the r
 from this step's samples, so each prompt's leave-one-out estimate stays unbiased, M32) by a rule of
 :func:`ugrpo.stats.allocation.allocate`, plus the certificate ``alloc_predicted_ratio``; after sampling,
 :meth:`Allocator.observe` adds the step's global rewards (and, for ``ustat``, sketched scores) to the history.
+What a rule knows is the one predictor's posterior (:mod:`ugrpo.stats.predict`, docs/math.md M46-M49); ``ustat``
+chooses through the safe rule (:func:`ugrpo.stats.safe.choose_sizes`, M50).
 :func:`row_weights` is the per-row weight Gbar/G_b that turns the trainer's usual 1/(B Gbar) sum into the
 estimate (1/B) sum_b (1/G_b) sum_g A_bg W_bg (M32-M33).
 """
@@ -17,10 +19,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ugrpo.stats.allocation import allocate
 from ugrpo.stats.certificate import certificate
 from ugrpo.stats.history import FIELDS, SECOND, PromptHistory, check_unit_rewards
+from ugrpo.stats.predict import Posterior, posterior_means, reward_variance
 from ugrpo.stats.ragged import compute_ragged_advantages, ragged_reward_spread
+from ugrpo.stats.safe import choose_sizes
 from ugrpo.train.config import TrainConfig
 
 __all__ = ["Allocator", "row_weights", "step_advantages"]
@@ -81,11 +84,10 @@ class Allocator:
         """True when every group has G samples and no history is kept (``uniform``, ``dynamic``)."""
         return self.al.rule in ("uniform", "dynamic")
 
-    def certify(self, prompts: np.ndarray, sizes: np.ndarray, st, step: int) -> dict:
+    def certify(self, post: Posterior, sizes: np.ndarray, st, step: int) -> dict:
         """The certificate (docs/allocation.md A6, M45): posterior median and 95% posterior interval of the
         within-batch MSE ratio chosen / uniform G, the plug-in ratio, and with the monitor's latest c1 (``ustat``
         only: c1 is in the same score units) the full-MSE ratio against the best single G* at the same N."""
-        post = self.history.posterior(prompts, scores=self.uses_scores)
         c1 = self.c1 if self.uses_scores else None
         seed = int(np.random.SeedSequence([int(self.cfg.seed), int(step), 0x636572]).generate_state(1)[0])
         c = certificate(post, sizes, self.G, st.c2, st.c3, c1=c1, g_min=self.g_min, g_max=self.g_max, seed=seed)
@@ -107,17 +109,21 @@ class Allocator:
         if self.uniform:
             return np.full(self.B, self.G, dtype=np.int64), {}
         al = self.al
-        st = self.history.stats(prompts, prior_a=al.prior_a, prior_b=al.prior_b, shrink=al.shrink,
-                                scores=self.uses_scores)
-        sizes = allocate(al.rule, st, self.N, g_min=self.g_min, g_max=self.g_max).sizes
+        post = self.history.posterior(prompts, scores=self.uses_scores)
+        st = posterior_means(post)
+        rng = np.random.default_rng(np.random.SeedSequence([int(self.cfg.seed), int(step), 0x736166]))
+        sizes, choice = choose_sizes(al.rule, post, self.N, self.G, g_min=self.g_min, g_max=self.g_max,
+                                     tol=al.safe_tol, level=al.safe_level, rng=rng)
         hist = np.bincount(sizes)
         row = {
             "alloc_g_min": int(sizes.min()), "alloc_g_max": int(sizes.max()),
             "alloc_g_hist": {str(g): int(c) for g, c in enumerate(hist) if c},
-            **self.certify(prompts, sizes, st, step),
-            "reward_var_predicted": float(self.history.reward_variance(prompts, prior_a=al.prior_a,
-                                                                       prior_b=al.prior_b).mean()),
+            **self.certify(post, sizes, st, step),
+            "reward_var_predicted": float(reward_variance(post).mean()),
         }
+        if choice is not None:  # ustat's guard (M50): the blend weight chosen (None: uniform G) and its quantile
+            row.update(alloc_safe_blend=choice.blend, alloc_safe_upper=choice.upper,
+                       alloc_safe_plugin_upper=choice.plugin_upper)
         return sizes.astype(np.int64), row
 
     def check_rewards(self, rewards: Tensor) -> None:

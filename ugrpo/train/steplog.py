@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from ugrpo.errors import NonFiniteError
+from ugrpo.report.coverage import coverage_phrase
 from ugrpo.runs import repair_metrics
 from ugrpo.train.distributed import gather_objects
 from ugrpo.train.monitor import console_column
@@ -148,7 +149,7 @@ def line(row: dict) -> str:
         parts.append(f"G_b={row['alloc_g_min']}..{row['alloc_g_max']} "
                      f"predicted_mse_ratio={row['alloc_predicted_ratio']:.3g}"
                      + (f" (posterior {row['alloc_predicted_ratio_low']:.3g}-"
-                        f"{row['alloc_predicted_ratio_high']:.3g}, uncalibrated)"
+                        f"{row['alloc_predicted_ratio_high']:.3g}, {coverage_phrase(short=True)})"
                         if row.get("alloc_predicted_ratio_low") is not None else ""))
     if "dynamic_rounds" in row:
         parts.append(f"rounds={row['dynamic_rounds']} samples={row['samples']}")

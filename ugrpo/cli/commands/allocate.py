@@ -28,6 +28,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--g-max", type=int, default=64, help="largest group size a rule may give a prompt")
     p.add_argument("--history-steps", type=int, default=10, help="simulated earlier steps behind the predictions")
     p.add_argument("--history-group", type=int, default=4, help="G of the simulated earlier steps (>= 3)")
+    p.add_argument("--safe-tol", type=float, default=0.0,
+                   help="ustat's safe rule: the chosen sizes' posterior 90%% quantile of MSE / uniform's may not "
+                        "exceed 1 + tol (in [0, 1); docs/math.md M50)")
+    p.add_argument("--safe-level", type=float, default=0.9, help="the posterior quantile the safe rule bounds")
     p.add_argument("--screen", action="store_true",
                    help="also run ustat+screen: prompts may get G_b = 0 (biased unless g(x_b) = 0; never a default)")
     p.add_argument("--out", required=True, help="run folder")
@@ -42,7 +46,7 @@ def main(args: argparse.Namespace) -> int:
     cfg = AllocateConfig(budget=args.budget, rules=rules, seed=args.seed, batches=args.batches,
                          token_batches=args.token_batches, prompts=args.prompts, g_min=args.g_min, g_max=args.g_max,
                          history_steps=args.history_steps, history_group=args.history_group,
-                         screen=args.screen)
+                         safe_tol=args.safe_tol, safe_level=args.safe_level, screen=args.screen)
     t0 = time.perf_counter()
     results = allocate_experiment(cfg, args.env, args.out, argv=command_line("allocate", args),
                                   progress=not args.no_progress)

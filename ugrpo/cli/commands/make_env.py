@@ -26,9 +26,26 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--extreme-shift", type=float, default=5.0, help="size of that push on the reward logits")
     p.add_argument("--score-reward-corr", type=float, default=0.0,
                    help="in [-1, 1]: couples initial logits to reward logits; < 0 gives right answers larger scores")
+    p.add_argument("--score-scale-spread", type=float, default=1.0,
+                   help=">= 1: per-prompt score multipliers spread this many-fold (||W||^2 its square; log-uniform)")
+    p.add_argument("--hard-score-scale", type=float, default=1.0,
+                   help="> 0: score multiplier of the prompts whose mean reward is below the median (hard prompts)")
+    p.add_argument("--rare-fraction", type=float, default=0.0,
+                   help="in [0, 1]: share of rare hard prompts (reward logits pushed down by --rare-shift)")
+    p.add_argument("--rare-shift", type=float, default=5.0, help="the downward push of the rare prompts' reward logits")
+    p.add_argument("--rare-score-scale", type=float, default=1.0,
+                   help="> 0: score multiplier of the rare prompts (31.6 gives ~1000x larger ||W||^2)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random policy")
     p.add_argument("--name", default="", help="free-text name stored in the file")
     p.add_argument("--out", required=True, help="JSON file to write")
+
+
+def _score_knobs(args: argparse.Namespace) -> str:
+    """The score-norm knobs that differ from their defaults, as flags (for the file's description)."""
+    knobs = (("score-scale-spread", args.score_scale_spread, 1.0), ("hard-score-scale", args.hard_score_scale, 1.0),
+             ("rare-fraction", args.rare_fraction, 0.0), ("rare-score-scale", args.rare_score_scale, 1.0))
+    out = "".join(f" --{k} {v}" for k, v, d in knobs if v != d)
+    return out + (f" --rare-shift {args.rare_shift}" if args.rare_fraction else "")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -43,12 +60,15 @@ def main(args: argparse.Namespace) -> int:
                      logit_scale=args.logit_scale, reward_spread=args.reward_spread, difficulty=args.difficulty,
                      prompt_heterogeneity=args.heterogeneity, seed=args.seed, name=args.name,
                      extreme_fraction=args.extreme_fraction, extreme_shift=args.extreme_shift,
-                     score_reward_corr=args.score_reward_corr,
+                     score_reward_corr=args.score_reward_corr, score_scale_spread=args.score_scale_spread,
+                     hard_score_scale=args.hard_score_scale, rare_fraction=args.rare_fraction,
+                     rare_shift=args.rare_shift, rare_score_scale=args.rare_score_scale,
                      description=f"ugrpo make-env --kind {args.kind} --prompts {args.prompts} "
                                  f"--actions {args.actions} --seed {args.seed}"
                                  + (f" --extreme-fraction {args.extreme_fraction} --extreme-shift {args.extreme_shift}"
                                     if args.extreme_fraction else "")
-                                 + (f" --score-reward-corr {args.score_reward_corr}" if args.score_reward_corr else ""))
+                                 + (f" --score-reward-corr {args.score_reward_corr}" if args.score_reward_corr else "")
+                                 + _score_knobs(args))
     save_env(env, out)
     env = load_env(out)  # what later commands will see
     ex = env.exact(env.theta0, sigma=False)

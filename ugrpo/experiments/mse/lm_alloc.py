@@ -10,7 +10,8 @@ adds one allocation study per uniform group size G of ``--groups`` with G < g_ma
   numbers), and its squared error against g_ref gets the same correction as the uniform rows (R8);
 * moments: ``true`` = per-prompt p, c2(x), c3(x) from the M reference samples (the ceiling of the gain);
   ``predicted`` = a simulated history of V visits x h samples per prompt, drawn from its own sample stream
-  (independent of the reference and the blocks), through the Beta/shrinkage predictor of docs/math.md M38;
+  (independent of the reference and the blocks), through the one predictor (:mod:`ugrpo.stats.predict`, docs/math.md
+  M46-M49); ``ustat`` then uses the trainer's safe rule (M50), the other rules the posterior means;
 * per rule: the corrected MSE with its 95% interval, the predicted MSE (M33 with the rule's moments and c1 of the
   reference pool), the realised ratio rule / uniform with a paired 95% interval, and the predicted ratio; all of it
   again within the drawn prompts (against (1/B) sum_b g_ref(x_b), no c1/B: the part an allocation can change).
@@ -28,16 +29,18 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ugrpo.stats.allocation import PromptStats, allocate, predicted_mse, prediction_quality
+from ugrpo.stats.allocation import PromptStats, predicted_mse, prediction_quality
 from ugrpo.stats.intervals import Interval, ratio_interval
 from ugrpo.stats.mc_mse import (
     ReferenceMoments,
     block_squared_errors,
     corrected_row,
-    history_prompt_stats,
+    history_prompt_posterior,
     ragged_block_errors,
     sample_prompt_stats,
 )
+from ugrpo.stats.predict import Posterior, posterior_means
+from ugrpo.stats.safe import choose_sizes
 
 __all__ = ["allocation_groups", "rule_sizes", "run_allocation_study"]
 
@@ -48,13 +51,15 @@ def allocation_groups(groups: tuple[int, ...], g_max: int) -> list[int]:
     return sorted(G for G in groups if G < g_max)
 
 
-def rule_sizes(rule: str, known: PromptStats, idx: Tensor, G: int, g_min: int, g_max: int) -> np.ndarray:
-    """(R, B) group sizes of ``rule`` for every repetition's drawn prompts ``idx`` (R, B) at budget N = B G."""
+def rule_sizes(rule: str, known: PromptStats | Posterior, idx: Tensor, G: int, g_min: int, g_max: int,
+               seed: int = 0) -> np.ndarray:
+    """(R, B) group sizes of ``rule`` for every repetition's drawn prompts ``idx`` (R, B) at budget N = B G, as the
+    trainer chooses them (:func:`ugrpo.stats.safe.choose_sizes`; the guard's draws seeded by (seed, r))."""
     R, B = idx.shape
     if rule == "uniform":
         return np.full((R, B), G, dtype=np.int64)
-    return np.stack([allocate(rule, known.take(row), B * G, g_min=g_min, g_max=g_max).sizes
-                     for row in idx.numpy()])
+    return np.stack([choose_sizes(rule, known.take(row), B * G, G, g_min=g_min, g_max=g_max,
+                                  rng=np.random.default_rng([seed, r]))[0] for r, row in enumerate(idx.numpy())])
 
 
 @dataclass(frozen=True, eq=False)
@@ -92,11 +97,12 @@ def _cells(errs: dict[str, Tensor], preds: dict[str, float], t: _Target) -> dict
     return out
 
 
-def _study(G: int, moments: str, known: PromptStats, true: PromptStats, rules: tuple[str, ...], est_s: Tensor,
-           est_z: Tensor, idx: Tensor, total: _Target, within: _Target, g_min: int,
+def _study(G: int, moments: str, known: PromptStats | Posterior, true: PromptStats, rules: tuple[str, ...],
+           est_s: Tensor, est_z: Tensor, idx: Tensor, total: _Target, within: _Target, g_min: int,
            g_max: int) -> list[dict[str, Any]]:
     """The rows of one (G, moments) study: every rule at N = B G on the same blocks."""
     R, B = idx.shape
+    means = posterior_means(known) if isinstance(known, Posterior) else known
     errs = {"total": {}, "within": {}}
     preds = {"total": {}, "within": {}, "true": {}, "true_within": {}}
     info = {}
@@ -104,7 +110,7 @@ def _study(G: int, moments: str, known: PromptStats, true: PromptStats, rules: t
         sizes = rule_sizes(rule, known, idx, G, g_min, g_max)                       # (R, B)
         for key, t in (("total", total), ("within", within)):
             errs[key][rule] = ragged_block_errors(est_s, est_z, torch.as_tensor(sizes), t.vec)
-            preds[key][rule] = float(np.mean([predicted_mse(a, known.take(i), c1=t.c1)
+            preds[key][rule] = float(np.mean([predicted_mse(a, means.take(i), c1=t.c1)
                                               for a, i in zip(sizes, idx.numpy())]))
         for key, t in (("true", total), ("true_within", within)):  # the same sizes priced with the true moments
             preds[key][rule] = float(np.mean([predicted_mse(a, true.take(i), c1=t.c1)
@@ -137,7 +143,7 @@ def run_allocation_study(cfg, ref_s: Tensor, ref_z: Tensor, est_s: Tensor, est_z
     Gmax = est_s.shape[2]
     g_max = cfg.g_max if cfg.g_max is not None else Gmax
     true = sample_prompt_stats(ref_s, ref_z)
-    pred = history_prompt_stats(hist_s, hist_z)
+    pred = history_prompt_posterior(hist_s, hist_z)
     c1 = float(comp["c1"]["estimate"])
     total = _Target(ref.g_ref, ref.ref_err, sd_ref, c1)
     within = _Target(ref.g_x[idx].mean(1), float(ref.within_ref_err(idx).mean()), ref.spread(idx), 0.0)
@@ -160,6 +166,6 @@ def run_allocation_study(cfg, ref_s: Tensor, ref_z: Tensor, est_s: Tensor, est_z
             "history": {"visits": cfg.history_visits, "group": cfg.history_group,
                         "samples": int(hist_z.numel()), "source": "own sample stream per prompt (independent of "
                         "the reference and the estimation blocks)"},
-            "prediction_quality": prediction_quality(pred, true) if len(true) > 2 else None,
+            "prediction_quality": prediction_quality(posterior_means(pred), true) if len(true) > 2 else None,
             "true_moments": {"mean_p": float(true.value.mean()), "frac_p_0_or_1": float(
                 ((true.value == 0) | (true.value == 1)).mean())}}

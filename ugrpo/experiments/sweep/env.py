@@ -219,12 +219,15 @@ class AllocSweepConfig:
     """``history`` (the run's own past) or ``exact`` (the current theta's exact moments: the ceiling)"""
     g_min: int = 2
     g_max: int = 64
-    prior_a: float = 1.0
-    prior_b: float = 1.0
-    shrink: float = 4.0
+    safe_tol: float = 0.0
+    """``ustat``'s safe rule: tolerance on the posterior quantile of MSE / uniform's (docs/math.md M50)"""
+    safe_level: float = 0.9
+    """the posterior quantile the safe rule bounds"""
 
     def __post_init__(self) -> None:
-        from ugrpo.envs.algorithm1 import MOMENTS
+        from ugrpo.envs.algorithm1 import MOMENTS, Safety
+
+        Safety(self.safe_tol, self.safe_level)
         from ugrpo.stats.allocation import RULES
 
         bad = [r for r in self.rules if r not in RULES]
@@ -268,12 +271,12 @@ def uniform_group(env, cfg: AllocSweepConfig) -> tuple[int, int]:
 
 def run_alloc_sweep(env, cfg: AllocSweepConfig, run: RunDir, *, progress: bool = True) -> tuple[list[dict], int]:
     """Every missing (rule, seed); returns (all per-run rows in rule/seed order, B)."""
-    from ugrpo.envs.algorithm1 import HistoryPrior, run_algorithm1_alloc
+    from ugrpo.envs.algorithm1 import Safety, run_algorithm1_alloc
 
     G_u, B = uniform_group(env, cfg)
     seeds = range(cfg.seed, cfg.seed + cfg.seeds)
     done = {(r["rule"], r["seed"]): r for r in run.metrics() if "rule" in r}
-    prior = HistoryPrior(cfg.prior_a, cfg.prior_b, cfg.shrink)
+    safety = Safety(cfg.safe_tol, cfg.safe_level)
     for rule in cfg.rules:
         todo = [s for s in seeds if (rule, s) not in done]
         if not todo:
@@ -282,7 +285,7 @@ def run_alloc_sweep(env, cfg: AllocSweepConfig, run: RunDir, *, progress: bool =
             print(f"  {rule}: {len(todo)} seeds x {cfg.steps} steps (N={cfg.budget}, B={B})", flush=True)
         res = run_algorithm1_alloc(env, rule=rule, N=cfg.budget, B=B, steps=cfg.steps, lr=cfg.lr, seeds=todo,
                                    moments=cfg.moments, g_min=cfg.g_min, g_max=cfg.g_max,
-                                   lr_schedule=cfg.lr_schedule, checkpoints=cfg.checkpoints, prior=prior)
+                                   lr_schedule=cfg.lr_schedule, checkpoints=cfg.checkpoints, safety=safety)
         for i, s in enumerate(todo):
             row = {"rule": rule, "seed": s, "budget": cfg.budget, "B": B, "G_uniform": G_u,
                    "checkpoints": list(res.checkpoints), "gaps": res.gaps[i].tolist(),

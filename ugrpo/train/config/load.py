@@ -113,7 +113,15 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     return value
 
 
+# keys that existed once: the error says what replaced them
+_REMOVED = {f"allocation.{k}": "the allocation rules' prior is now fitted to the run's own history (docs/allocation.md "
+            "A3; ustat's safety is allocation.safe_tol / allocation.safe_level); delete the key"
+            for k in ("prior_a", "prior_b", "shrink")}
+
+
 def _unknown(key: str, valid: Sequence[str], source: str) -> ValueError:
+    if key.lstrip("-").replace("-", "_") in _REMOVED:
+        return ValueError(f"config key {key!r} in {source} was removed: {_REMOVED[key.lstrip('-').replace('-', '_')]}")
     close = difflib.get_close_matches(key, list(valid), n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(close)}?" if close else f"; valid keys: {', '.join(valid)}"
     return ValueError(f"unknown config key {key!r} in {source}{hint}")

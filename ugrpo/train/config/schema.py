@@ -266,12 +266,11 @@ class AllocationConfig:
     """smallest G_b (>= 2: the leave-one-out baseline needs two samples)"""
     g_max: int = 0
     """largest G_b; 0 = 4 x budget.group_size, capped at N - (B - 1) g_min"""
-    prior_a: float = 1.0
-    """Beta(a, b) prior on each prompt's success rate p (posterior from its earlier visits, M38)"""
-    prior_b: float = 1.0
-    """Beta(a, b) prior: b"""
-    shrink: float = 4.0
-    """pseudo-count pulling each prompt's score moments toward the pooled ones of all prompts (M38)"""
+    safe_tol: float = 0.0
+    """ustat's safe rule (M50): the chosen sizes' posterior safe_level quantile of their MSE over uniform G's may
+    not exceed 1 + safe_tol (in [0, 1)); otherwise the sizes are blended toward uniform, down to uniform G"""
+    safe_level: float = 0.9
+    """ustat's safe rule: the posterior quantile it bounds (in [0.5, 1))"""
     sketch_dim: int = 64
     """ustat: dimension of the per-sample score sketch that measures ||W||^2 (one extra backward per step)"""
     dynamic_max_rounds: int = 4
@@ -287,9 +286,9 @@ class AllocationConfig:
         if self.g_max and self.g_max < self.g_min:
             raise ValueError(f"allocation.g_max={self.g_max} is below allocation.g_min={self.g_min}; raise g_max "
                              "(or 0 for the default) or lower g_min")
-        _positive("allocation.", "prior_a", self.prior_a)
-        _positive("allocation.", "prior_b", self.prior_b)
-        _positive("allocation.", "shrink", self.shrink, strict=False)
+        from ugrpo.stats.safe import check_safety
+
+        check_safety(self.safe_tol, self.safe_level)
         _positive("allocation.", "sketch_dim", self.sketch_dim)
         _positive("allocation.", "dynamic_max_rounds", self.dynamic_max_rounds)
 

@@ -36,10 +36,11 @@ class UGRPOOptions:
     allocation_g_min: int = field(default=2, metadata=_help("smallest G_b (>= 2)"))
     allocation_g_max: int = field(default=0, metadata=_help(
         "largest G_b; 0 = 4 x num_generations, capped at N - (B - 1) g_min"))
-    allocation_prior_a: float = field(default=1.0, metadata=_help("Beta(a, b) prior on each prompt's success rate"))
-    allocation_prior_b: float = field(default=1.0, metadata=_help("Beta(a, b) prior: b"))
-    allocation_shrink: float = field(default=4.0, metadata=_help(
-        "pseudo-count pulling each prompt's score moments toward the pooled ones (docs/math.md M38)"))
+    allocation_safe_tol: float = field(default=0.0, metadata=_help(
+        "ustat's safe rule (docs/math.md M50): the chosen sizes' posterior allocation_safe_level quantile of their "
+        "MSE over uniform num_generations may not exceed 1 + safe_tol (in [0, 1)); else they blend toward uniform"))
+    allocation_safe_level: float = field(default=0.9, metadata=_help(
+        "ustat's safe rule: the posterior quantile it bounds (in [0.5, 1))"))
     allocation_sketch_dim: int = field(default=64, metadata=_help(
         "ustat: dimension of the per-sample score sketch (one extra backward pass per generation batch)"))
     monitor_every: int = field(default=0, metadata=_help(

@@ -1,0 +1,54 @@
+"""The certificate's measured coverage, read from the calibration benchmark's result (docs/allocation.md A6).
+
+``benchmarks/bench_certificate_calibration.py --ship`` writes ``ugrpo/data/calibration/certificate_coverage.json``
+(a small table made from its result: per instance and history length the coverage of the nominal-95% posterior
+interval, its standard error and the repetitions); the console line of ``ugrpo train`` and its report quote it
+from here, so the number shown is the one measured, never a hand-written string.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+__all__ = ["COVERAGE_FILE", "certificate_coverage", "coverage_phrase"]
+
+COVERAGE_FILE = Path(__file__).resolve().parent.parent / "data" / "calibration" / "certificate_coverage.json"
+
+
+@lru_cache(maxsize=1)
+def certificate_coverage() -> dict | None:
+    """The shipped coverage table ({"level", "cells": [{"instance", "history_steps", "coverage", "se", "reps"}],
+    "source"}), or None when the file is absent or unreadable."""
+    try:
+        data = json.loads(COVERAGE_FILE.read_text())
+    except (OSError, ValueError):
+        return None
+    cells = data.get("cells") if isinstance(data, dict) else None
+    if not isinstance(cells, list) or not cells or not all(isinstance(c.get("coverage"), (int, float)) for c in cells):
+        return None
+    return data
+
+
+def coverage_phrase(short: bool = False) -> str:
+    """``measured coverage 0.xx-0.yy, below 95% in k of n cells`` (short, the console) or a sentence with the cell
+    count, the cells below 0.90 by name and the source (the report)."""
+    data = certificate_coverage()
+    if data is None:
+        return "coverage not measured" if short else "its coverage has not been measured (no calibration table)"
+    cells = data["cells"]
+    cov = [float(c["coverage"]) for c in cells]
+    lo, hi = min(cov), max(cov)
+    level = float(data.get("level", 0.95))
+    under = sum(c < level for c in cov)
+    if short:
+        return f"measured coverage {lo:.2f}-{hi:.2f}, below {level:.0%} in {under} of {len(cov)} cells"
+    low = [c for c in cells if float(c["coverage"]) < 0.9]
+    named = ", ".join(f"{c.get('instance', '?')} at {c.get('history_steps', '?')} steps {float(c['coverage']):.2f}"
+                      for c in low)
+    src = data.get("source", "benchmarks/bench_certificate_calibration.py")
+    return (f"its measured coverage of the true ratio in the exact synthetic lab was {lo:.3g}-{hi:.3g} over "
+            f"{len(cov)} cells (instances x history lengths; below {level:.0%} in {under}, below 0.90 in {len(low)}"
+            f"{': ' + named if named else ''}; {src}, docs/allocation.md A6): a posterior interval, nominal "
+            f"{level:.0%}, not a calibrated confidence interval")

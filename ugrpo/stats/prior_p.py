@@ -1,0 +1,211 @@
+"""The population of success rates p on a grid, fitted to a history (docs/math.md M46), and each prompt's posterior.
+
+Used by :mod:`ugrpo.stats.predict` (the one per-prompt predictor): :func:`fit_p_prior` fits the population to all
+visited prompts' counts (s_x successes in n_x samples), :func:`posterior_weights` is Bayes' rule for each prompt on
+the fixed grid :data:`P_GRID`. Pure numpy/scipy.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["P_GRID", "NODES", "MAX_COMPONENTS", "fit_beta_prior", "fit_p_prior", "posterior_weights",
+           "posterior_nodes"]
+
+P_GRID = 1.0 / (1.0 + np.exp(-np.linspace(-8.0, 8.0, 81)))
+"""the success rates the p prior lives on: 81 points, equally spaced in logit from 3.4e-4 to 1 - 3.4e-4"""
+NODES = 64
+"""points of each prompt's own posterior grid (:func:`posterior_nodes`)"""
+MAX_COMPONENTS = 3
+"""most Beta components of the p population (chosen by BIC, M46)"""
+
+
+def _log_lik(successes: np.ndarray, samples: np.ndarray) -> np.ndarray:
+    """(n, K) binomial log likelihood s log p_k + (n - s) log(1 - p_k) on :data:`P_GRID` (fractional counts)."""
+    s, n = np.asarray(successes, dtype=np.float64), np.asarray(samples, dtype=np.float64)
+    return s[:, None] * np.log(P_GRID)[None] + (n - s)[:, None] * np.log1p(-P_GRID)[None]
+
+
+def fit_beta_prior(successes: np.ndarray, samples: np.ndarray, *, grid: int = 41) -> tuple[float, float]:
+    """Beta(a, b) maximising the beta-binomial marginal likelihood of all visited prompts' (s_x, n_x) over a log
+    grid of a, b in [0.05, 50] (the base of :func:`fit_p_prior`, docs/math.md M46; fractional counts allowed).
+
+    Examples
+    --------
+    >>> fit_beta_prior(np.zeros(3), np.zeros(3))  # nothing visited: the uniform prior
+    (1.0, 1.0)
+    """
+    from scipy.special import betaln
+
+    s = np.asarray(successes, dtype=np.float64)
+    n = np.asarray(samples, dtype=np.float64)
+    seen = n > 0
+    if seen.sum() < 2:
+        return 1.0, 1.0
+    pairs, count = np.unique(np.stack([s[seen], n[seen] - s[seen]], 1), axis=0, return_counts=True)
+    s, f = pairs[:, 0], pairs[:, 1]                                             # distinct (s_x, n_x - s_x)
+    v = np.exp(np.linspace(np.log(0.05), np.log(50.0), grid))
+    A, Bp = v[:, None, None], v[None, :, None]
+    ll = ((betaln(A + s, Bp + f) - betaln(A, Bp)) * count).sum(-1)             # (grid, grid)
+    i, j = np.unravel_index(int(np.argmax(ll)), ll.shape)
+    return float(v[i]), float(v[j])
+
+
+def _beta_logit_density(a: float, b: float) -> np.ndarray:
+    """(K,) Beta(a, b) on :data:`P_GRID` in the logit measure (p^a (1-p)^b), normalised."""
+    lw = a * np.log(P_GRID) + b * np.log1p(-P_GRID)
+    w = np.exp(lw - lw.max())
+    return w / w.sum()
+
+
+def _beta_from_logs(lp: float, lq: float, a: float, b: float) -> tuple[float, float]:
+    """The Beta(a, b) whose E log p and E log(1-p) are (lp, lq): Newton on psi(a) - psi(a+b) = lp,
+    psi(b) - psi(a+b) = lq (the M-step of EM for a Beta prior, M46), from (a, b), kept in [0.02, 200]."""
+    from scipy.special import digamma, polygamma
+
+    x0, x1 = math.log(a), math.log(b)
+    lo, hi = math.log(0.02), math.log(200.0)
+    for _ in range(12):
+        a, b = math.exp(x0), math.exp(x1)
+        d = digamma(np.array([a, b, a + b]))
+        t = polygamma(1, np.array([a, b, a + b]))
+        r0, r1 = d[0] - d[2] - lp, d[1] - d[2] - lq
+        j00, j01, j10, j11 = (t[0] - t[2]) * a, -t[2] * b, -t[2] * a, (t[1] - t[2]) * b  # d r / d log(a, b)
+        det = j00 * j11 - j01 * j10
+        s0 = max(-1.0, min(1.0, -(j11 * r0 - j01 * r1) / det))
+        s1 = max(-1.0, min(1.0, -(j00 * r1 - j10 * r0) / det))
+        x0, x1 = min(hi, max(lo, x0 + s0)), min(hi, max(lo, x1 + s1))
+        if max(abs(s0), abs(s1)) < 1e-8:
+            break
+    return math.exp(x0), math.exp(x1)
+
+
+def logsumexp(a: np.ndarray, axis: int, keepdims: bool = False) -> np.ndarray:
+    """log sum exp along ``axis`` (max-shifted; a plain numpy version, faster than scipy's for small arrays)."""
+    m = a.max(axis=axis, keepdims=True)
+    out = m + np.log(np.exp(a - m).sum(axis=axis, keepdims=True))
+    return out if keepdims else np.squeeze(out, axis=axis)
+
+
+def _mixture_em(L: np.ndarray, c: np.ndarray, comps: list[tuple[float, float]], weights: np.ndarray,
+                steps: int) -> tuple[float, list[tuple[float, float]], np.ndarray]:
+    """EM for a mixture of Betas on the grid: (mean log likelihood per prompt, components, weights); L (U, K) are
+    the prompts' log-likelihoods on :data:`P_GRID`, c (U,) their normalised counts."""
+    lp, lq = np.log(P_GRID), np.log1p(-P_GRID)
+    ll = -np.inf
+    for _ in range(int(steps)):
+        dens = np.log(np.stack([_beta_logit_density(a, b) for a, b in comps]) + 1e-300)   # (J, K)
+        joint = L[:, None, :] + dens[None]                                                 # (U, J, K)
+        lm = logsumexp(joint, axis=2) + np.log(weights)[None]                              # (U, J)
+        tot = logsumexp(lm, axis=1)                                                        # (U,)
+        ll_new = float((c * tot).sum())
+        resp = np.exp(lm - tot[:, None]) * c[:, None]                                      # (U, J)
+        post = np.exp(joint - logsumexp(joint, axis=2, keepdims=True))                     # (U, J, K)
+        mass = np.maximum(resp.sum(0), 1e-12)
+        comps = [_beta_from_logs(float((resp[:, j, None] * post[:, j] * lp).sum() / mass[j]),
+                                 float((resp[:, j, None] * post[:, j] * lq).sum() / mass[j]), *comps[j])
+                 for j in range(len(comps))]
+        weights = mass / mass.sum()
+        if ll_new - ll < 1e-7:
+            break
+        ll = ll_new
+    return ll_new, comps, weights
+
+
+def fit_p_prior(successes: np.ndarray, samples: np.ndarray, *, steps: int = 100) -> np.ndarray:
+    """(K,) weights on :data:`P_GRID`: the population of p fitted to all visited prompts (docs/math.md M46).
+
+    A mixture of up to :data:`MAX_COMPONENTS` Betas, fitted by EM to the marginal (beta-binomial) likelihood of the
+    prompts' (s_x, n_x) on the grid, the number of components chosen by BIC (each added one costs 3 parameters; the
+    search stops at the first J that does not improve it):
+    one Beta when the pool is one population, a bulk near 1/2 plus a few rare prompts near 0 when it is two (which
+    one Beta cannot be). Each component keeps a Beta's smooth tails, so a prompt's posterior is never sharper than
+    its own data and a smooth population allow. Fewer than two visited prompts: Beta(1, 1).
+
+    Examples
+    --------
+    >>> w = fit_p_prior(np.zeros(3), np.zeros(3))  # nothing visited: Beta(1, 1), uniform in p
+    >>> round(float(w @ P_GRID), 6)
+    0.5
+    """
+    s = np.asarray(successes, dtype=np.float64)
+    n = np.asarray(samples, dtype=np.float64)
+    seen = n > 0
+    if seen.sum() < 2:
+        return _beta_logit_density(1.0, 1.0)
+    pairs, count = np.unique(np.stack([s[seen], n[seen]], 1), axis=0, return_counts=True)
+    L = _log_lik(pairs[:, 0], pairs[:, 1])                                       # (U, K)
+    c = count / count.sum()
+    N = float(seen.sum())
+    rate = (pairs[:, 0] + 0.5) / (pairs[:, 1] + 1.0)
+    best = (-np.inf, None, None)
+    for J in range(1, MAX_COMPONENTS + 1):
+        starts = [[fit_beta_prior(s, n)]] if J == 1 else [_split_start(rate, c, q) for q in _SPLITS[J]]
+        improved = False
+        for comps in (x for x in starts if x is not None):
+            ll, comps, weights = _mixture_em(L, c, comps, np.full(J, 1.0 / J), steps)
+            bic = N * ll - 0.5 * (3 * J - 1) * np.log(N)
+            if bic > best[0]:
+                best, improved = (bic, comps, weights), True
+        if not improved:  # BIC stopped improving: more components will not be kept
+            break
+    _, comps, weights = best
+    return sum(wj * _beta_logit_density(a, b) for wj, (a, b) in zip(weights, comps))
+
+
+_SPLITS = {2: ((0.1,), (0.5,), (0.9,)), 3: ((0.1, 0.9), (0.33, 0.67))}
+
+
+def _split_start(rate: np.ndarray, c: np.ndarray, qs: tuple[float, ...]) -> list[tuple[float, float]] | None:
+    """Starting components: the prompts split at the weighted quantiles ``qs`` of their success rates, one Beta at
+    each group's mean rate with a moderate spread (a + b = 4); None when a group would be empty."""
+    order = np.argsort(rate)
+    cum = np.cumsum(c[order])
+    edges = [0] + [int(np.clip(np.searchsorted(cum, q), 1, len(rate) - 1)) for q in qs] + [len(rate)]
+    out = []
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        idx = order[lo:hi]
+        if len(idx) == 0:
+            return None
+        m = float(np.clip(np.average(rate[idx], weights=c[idx]), 0.01, 0.99))
+        out.append((4.0 * m, 4.0 * (1 - m)))
+    return out
+
+
+def posterior_weights(prior: np.ndarray, successes: np.ndarray, samples: np.ndarray) -> np.ndarray:
+    """(n, K) posterior of p on the grid: prior times binomial likelihood, normalised (Bayes' rule, M46)."""
+    ll = _log_lik(successes, samples) + np.log(np.maximum(prior, 1e-300))[None]
+    pw = np.exp(ll - ll.max(1, keepdims=True))
+    return pw / pw.sum(1, keepdims=True)
+
+
+def _log_prior(prior: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """log density of the grid prior in the logit measure at logits t inside the grid's range: linear interpolation
+    of log w_k between grid points."""
+    return np.interp(t, np.log(P_GRID / (1 - P_GRID)), np.log(np.maximum(prior, 1e-300)))
+
+
+def posterior_nodes(prior: np.ndarray, successes: np.ndarray, samples: np.ndarray,
+                    nodes: int = NODES) -> tuple[np.ndarray, np.ndarray]:
+    """((n, nodes) values, (n, nodes) weights): each prompt's posterior of p on its own logit grid (M46).
+
+    The grid spans the likelihood, logit((s + 1/2)/(n - s + 1/2)) -+ 5 sd with sd = ((s + 1/2)(n - s + 1/2) /
+    (n + 1))^(-1/2) (its curvature), cut to the prior's support (the logits of :data:`P_GRID`'s ends), equally
+    spaced, so it resolves the posterior however many samples a prompt has (as n grows the posterior mean tends to
+    the prompt's own frequency s/n, unlike on a fixed grid); the weights are the prior's density
+    (:func:`_log_prior`) times the binomial likelihood, normalised.
+    """
+    s = np.asarray(successes, dtype=np.float64)[:, None]
+    n = np.asarray(samples, dtype=np.float64)[:, None]
+    centre = np.log((s + 0.5) / (n - s + 0.5))
+    sd = 1.0 / np.sqrt((s + 0.5) * (n - s + 0.5) / (n + 1.0))
+    T = float(np.log(P_GRID[-1] / (1 - P_GRID[-1])))                             # the prior's support: [-T, T]
+    lo, hi = np.clip(centre - 5 * sd, -T, T), np.clip(centre + 5 * sd, -T, T)
+    lo, hi = np.minimum(lo, hi - 1e-6), np.maximum(hi, lo + 1e-6)
+    t = lo + (hi - lo) * np.linspace(0.0, 1.0, int(nodes))[None]                  # (n, nodes)
+    p = 1.0 / (1.0 + np.exp(-t))
+    ll = s * np.log(p) + (n - s) * np.log1p(-p) + _log_prior(prior, t)
+    w = np.exp(ll - ll.max(1, keepdims=True))
+    return p, w / w.sum(1, keepdims=True)
