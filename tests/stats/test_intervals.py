@@ -51,7 +51,7 @@ def test_budget_check_and_divisors():
     assert divisors(1) == [1] and divisors(36) == [1, 2, 3, 4, 6, 9, 12, 18, 36]
     check_divides(64, 8)
     with pytest.raises(ValueError, match=r"budget.group_size G=6 does not divide budget.samples_per_step N=64 .*"
-                                         r"\[1, 2, 4, 8, 16, 32, 64\]"):
+                                         r"from 2 up: \[2, 4, 8, 16, 32, 64\]"):
         check_divides(64, 6, n_name="budget.samples_per_step N", g_name="budget.group_size G")
 
 

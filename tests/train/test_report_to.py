@@ -5,11 +5,14 @@ metric names; a backend that is not installed is skipped here and is an error be
 from __future__ import annotations
 
 import json
+import os
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from train_helpers import small_config
+from train_helpers import TESTS_TRAIN, small_config
 
 from ugrpo.runs import read_jsonl
 from ugrpo.train import report_to
@@ -19,22 +22,27 @@ from ugrpo.train.preflight import preflight
 from ugrpo.train.report_to import BACKENDS, check_backends, resolve_backends, rewrite_logs, trl_metrics
 
 INSTALLED = [b for b in BACKENDS if report_to._installed(b)]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def logged_run(tiny_model_dir, task_files, tmp_path_factory):
-    """A 3-step run with every installed backend, all of them offline and inside a temporary folder."""
+    """A 3-step ``ugrpo train`` with every installed backend, all offline and inside a temporary folder.
+
+    It runs in a fresh interpreter, as a user's run does: trackio reads ``TRACKIO_DIR`` when it is first imported, and
+    ``import trl`` (earlier tests) imports it, so an in-process run would log to the user's own trackio folder."""
     root = tmp_path_factory.mktemp("report-to")
-    with pytest.MonkeyPatch.context() as mp:
-        for name, value in {"WANDB_MODE": "offline", "WANDB_SILENT": "true", "TRACKIO_DIR": str(root / "trackio"),
-                            "MLFLOW_TRACKING_URI": f"file:{root / 'mlruns'}", "MLFLOW_ALLOW_FILE_STORE": "true",
-                            "TRACKIO_PROJECT": "ugrpo-test", "WANDB_PROJECT": "ugrpo-test",
-                            "MLFLOW_EXPERIMENT_NAME": "ugrpo-test"}.items():
-            mp.setenv(name, value)
-        cfg = config_from_dict(small_config(tiny_model_dir, task_files, steps=3, report_to=INSTALLED))
-        out = root / "run"
-        train(cfg, out)
-        yield out, [r for r in read_jsonl(out / "metrics.jsonl")], root
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "TRACKIO_DIR": str(root / "trackio"),
+           "MLFLOW_TRACKING_URI": f"file:{root / 'mlruns'}", "MLFLOW_ALLOW_FILE_STORE": "true",
+           "TRACKIO_PROJECT": "ugrpo-test", "WANDB_PROJECT": "ugrpo-test", "MLFLOW_EXPERIMENT_NAME": "ugrpo-test",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), TESTS_TRAIN])}
+    config = root / "config.yaml"
+    config.write_text(json.dumps(small_config(tiny_model_dir, task_files, steps=3, report_to=INSTALLED)))  # YAML 1.2
+    out = root / "run"
+    done = subprocess.run([sys.executable, "-m", "ugrpo.cli", "train", "--config", str(config), "--out", str(out)],
+                          env=env, cwd=root, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    yield out, [r for r in read_jsonl(out / "metrics.jsonl")], root
 
 
 def _expected(rows, *, prefixed=True):
@@ -137,13 +145,13 @@ def test_wandb_offline_run_holds_every_step(logged_run):
 
 @pytest.mark.skipif("trackio" not in INSTALLED, reason="pip install 'ugrpo[trackio]'")
 def test_trackio_local_run_holds_every_step(logged_run):
-    from trackio.sqlite_storage import SQLiteStorage
+    from trackio import sqlite_storage
 
     out, rows, root = logged_run
     assert (root / "trackio").is_dir()  # TRACKIO_DIR, not the user's cache
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TRACKIO_DIR", str(root / "trackio"))
-        logs = SQLiteStorage.get_logs("ugrpo-test", out.name)
+    with pytest.MonkeyPatch.context() as mp:  # trackio was imported in this process with the default folder
+        mp.setattr(sqlite_storage, "TRACKIO_DIR", root / "trackio")
+        logs = sqlite_storage.SQLiteStorage.get_logs("ugrpo-test", out.name)
     _check(_expected(rows), {int(r["step"]): r for r in logs})
 
 
@@ -152,9 +160,9 @@ def test_mlflow_run_holds_every_step_and_the_config(logged_run):
     from mlflow.tracking import MlflowClient
 
     out, rows, root = logged_run
-    client = MlflowClient(tracking_uri=f"file:{root / 'mlruns'}")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+        client = MlflowClient(tracking_uri=f"file:{root / 'mlruns'}")
         experiment = client.get_experiment_by_name("ugrpo-test")
         (run,) = client.search_runs([experiment.experiment_id])
         assert run.info.run_name == out.name and run.data.params["optim.lr"] == "0.01"
