@@ -38,10 +38,14 @@ def test_two_processes_match_one_process(tiny_model_dir, task_files, tmp_path, r
     torchrun = Path(sys.executable).with_name("torchrun")
     if not torchrun.exists():
         pytest.skip("torchrun is not installed next to the Python interpreter")
-    steps = 2 if rule == "uniform" else 4  # ustat: equal sizes until the history tells the prompts apart
+    # ustat: equal sizes until the history tells the prompts apart; with a history this thin the safe rule (M50) at
+    # its default tolerance 0 keeps uniform sizes, so it is given 5% (the plug-in sizes pass), and a varied reward
+    steps = 2 if rule == "uniform" else 4
     cfg = small_config(tiny_model_dir, task_files, steps=steps, budget__samples_per_step=16, checkpoint_every=0,
                        eval__greedy=False, eval__pass1_samples=0, optim__name="sgd", optim__lr=0.05,
-                       allocation__rule=rule)
+                       allocation__rule=rule,
+                       **({} if rule == "uniform" else {"task__options__reward_fn": "dense_reward:varied",
+                                                        "allocation__safe_tol": 0.05}))
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(cfg))
     one, two = tmp_path / "one", tmp_path / "two"
