@@ -60,7 +60,16 @@ INSTANCES = [
     ("bandit-rare", 512, dict(kind="softmax_bandit", n_prompts=100, n_actions=6, logit_scale=1.0,
                               reward_spread=1.0, rare_fraction=0.05, rare_shift=4.5, rare_score_scale=31.6,
                               seed=707)),
+    # issue 20 (fixed 2026-12-04 before any prompt-IS result): 64-prompt softmax bandits at N = 256 with 50% and 70%
+    # saturated prompts (reward logits shifted by +-5, p near 0 or 1), the setting of the issue's own check
+    ("bandit-sat50", 256, dict(kind="softmax_bandit", n_prompts=64, n_actions=6, logit_scale=1.0,
+                               reward_spread=1.0, extreme_fraction=0.5, extreme_shift=5.0, seed=808)),
+    ("bandit-sat70", 256, dict(kind="softmax_bandit", n_prompts=64, n_actions=6, logit_scale=1.0,
+                               reward_spread=1.0, extreme_fraction=0.7, extreme_shift=5.0, seed=909)),
 ]
+SATURATED = 0.02
+"""issue 20: a prompt is saturated when min(p, 1 - p) < 0.02 at theta0 (its groups of 8 are all equal with
+probability > 0.85); the done-means applies to instances where at least half the prompts are"""
 SEED, BATCHES, TOKEN_BATCHES = 0, 2000, 100
 
 

@@ -12,6 +12,9 @@ Rules (each a per-prompt objective minimised under the budget):
                (VIP, arXiv 2602.01601, re-implemented from its formula)
 * ``knapsack`` max sum_b (1 - p^G - (1-p)^G) p (1-p)^2 (Knapsack RL, arXiv 2509.25849, from its formula)
 * ``ustat``    min sum_b f_b(G_b) with the full per-prompt c2/c3 (ours, M33)
+* ``uniform-is``, ``ustat-is`` (:data:`IS_RULES`) do not split a drawn batch: they choose a prompt LAW q over the
+  pool (one G, or per-prompt G_x) and weight the estimate by 1/(P q(x)) (M52-M57, :mod:`ugrpo.stats.prompt_is`);
+  :func:`allocate` refuses them
 
 Samples as the unit (sum_b G_b = N): every objective above is separable and convex in G_b, so the greedy
 on marginal gains is exact (M34). Tokens as the unit (sum_b L_b G_b <= T with integer costs L_b): greedy
@@ -30,6 +33,8 @@ from .exact_mse import PromptMoments, prompt_error, uniform_mse
 
 __all__ = [
     "RULES",
+    "BATCH_RULES",
+    "IS_RULES",
     "Allocation",
     "PromptStats",
     "prompt_error",
@@ -38,11 +43,18 @@ __all__ = [
     "greedy_allocation",
     "dp_allocation",
     "allocate",
+    "check_batch_rule",
     "best_uniform",
     "prediction_quality",
 ]
 
-RULES: tuple[str, ...] = ("uniform", "vip", "knapsack", "ustat")
+BATCH_RULES: tuple[str, ...] = ("uniform", "vip", "knapsack", "ustat")
+"""rules that split N samples over B uniformly drawn prompts (:func:`allocate`, M33-M36)"""
+IS_RULES: tuple[str, ...] = ("uniform-is", "ustat-is")
+"""prompt importance sampling: a law q over the pool, one G (``uniform-is``) or per-prompt G_x (``ustat-is``), the
+estimate weighted by 1/(P q(x)) (M52-M57, :mod:`ugrpo.stats.prompt_is`)"""
+RULES: tuple[str, ...] = BATCH_RULES + IS_RULES
+"""every allocation rule: the one list the commands, the trainer (which adds ``dynamic``) and the lab read"""
 _DP_MAX_CELLS = 30_000_000  # B * (budget + 1) backtracking entries of the token DP
 
 
@@ -163,7 +175,8 @@ def rule_table(rule: str, stats: PromptStats, g_min: int, g_max: int) -> np.ndar
         return p * (1 - p) / (G - 1)
     if rule == "knapsack":
         return -(1 - p**G - (1 - p) ** G) * p * (1 - p) ** 2
-    raise ValueError(f"unknown allocation rule {rule!r}; choose one of {list(RULES)}")
+    check_batch_rule(rule)
+    raise ValueError(f"rule {rule!r} has no per-prompt table")
 
 
 def greedy_allocation(table: np.ndarray, g_min: int, budget: int) -> np.ndarray:
@@ -232,6 +245,15 @@ def _check_int(v: object, name: str, lo: int) -> int:
     return int(v)
 
 
+def check_batch_rule(rule: str) -> None:
+    """A ValueError unless ``rule`` splits a drawn batch (:data:`BATCH_RULES`); the prompt-IS rules are named."""
+    if rule in IS_RULES:
+        raise ValueError(f"rule {rule!r} does not split a drawn batch: it chooses the law the prompts are drawn from "
+                         "(ugrpo.stats.prompt_is.is_law, docs/math.md M52-M57)")
+    if rule not in BATCH_RULES:
+        raise ValueError(f"unknown allocation rule {rule!r}; choose one of {list(RULES)}")
+
+
 def allocate(rule: str, moments: PromptStats | Sequence[PromptMoments], budget: int, *, g_min: int = 2,
              g_max: int | None = None, unit: str = "samples", lengths: Sequence[int] | None = None,
              screen: bool = False) -> Allocation:
@@ -260,8 +282,7 @@ def allocate(rule: str, moments: PromptStats | Sequence[PromptMoments], budget: 
     >>> allocate("ustat", st, 12).sizes.tolist()
     [10, 2]
     """
-    if rule not in RULES:
-        raise ValueError(f"unknown allocation rule {rule!r}; choose one of {list(RULES)}")
+    check_batch_rule(rule)
     if unit not in ("samples", "tokens"):
         raise ValueError(f"unknown budget unit {unit!r}; choose 'samples' or 'tokens'")
     st = _as_stats(moments)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .allocation import RULES, PromptStats, allocate
+from .allocation import PromptStats, allocate, check_batch_rule
 from .exact_mse import prompt_error
 from .predict import Posterior, draw_mixture, posterior_means
 
@@ -136,8 +136,7 @@ def choose_sizes(rule: str, known: Posterior | PromptStats, budget: int, group_s
     posterior of the same prompts (e.g. under a vague p prior) under which every candidate must pass as well.
     Returns (sizes (B,), the guard's choice or None).
     """
-    if rule not in RULES:
-        raise ValueError(f"unknown allocation rule {rule!r}; choose one of {list(RULES)}")
+    check_batch_rule(rule)
     B = len(known)
     if rule == "uniform":
         return np.full(B, group_size, dtype=np.int64), None

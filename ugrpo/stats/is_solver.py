@@ -1,0 +1,350 @@
+"""The joint law of ``ustat-is``: a prompt law q and per-prompt group sizes G_x at an expected budget (M56-M57).
+
+Minimise F(q, G) = sum_x a_x(G_x) / q_x over the pool (P prompts) subject to
+
+    q_x >= l (the defensive floor lambda / P, M55),  sum_x q_x = 1,  sum_x q_x G_x <= gbar (= N / B),
+    G_x in the candidate sizes ``cands`` (integers g_min..g_max),
+
+where a_x(G) = ||g(x)||^2 + f_x(G) is the second moment of prompt x's estimate with G samples (M53). With the sizes
+fixed the problem is convex in q and :func:`law_for_sizes` solves its KKT conditions (M57). Jointly it is a
+mixed-integer problem; :func:`solve_joint` maximises the Lagrangian dual (a concave function of two multipliers whose
+inner minimum separates over prompts, M56), which bounds the optimum from below, recovers integer sizes from the
+dual's minimisers, and closes the remaining gap by branch and bound on the prompts' size ranges. Tests compare it with
+brute force over every size vector of tiny pools (tests/stats/test_is_solver.py).
+
+Pure numpy; nothing here knows where the a_x come from (:mod:`ugrpo.stats.prompt_is` builds them).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["JointSolution", "law_for_sizes", "dual_bound", "solve_joint", "objective"]
+
+_ITERS = 64          # bisection steps in log scale (brackets span < 2^64 in ratio: relative precision ~1e-15)
+_GOLDEN = 0.6180339887498949
+_TINY = 1e-15        # the smallest a_x relative to the largest (:func:`_check_problem`)
+
+
+@dataclass(frozen=True)
+class JointSolution:
+    """A law found by :func:`solve_joint`.
+
+    Attributes
+    ----------
+    q : (P,) the prompt law (q >= lower, sum 1, expected per-prompt cost sum q G <= gbar)
+    sizes : (P,) the integer sizes G_x
+    value : F(q, sizes) = sum_x a_x(G_x) / q_x
+    bound : a lower bound on the optimum of F (the best node's dual value); value / bound - 1 is the proven gap
+    nodes : branch-and-bound nodes solved
+    optimal : True when value <= bound (1 + rel_tol), i.e. optimal up to the tolerance
+    """
+
+    q: np.ndarray
+    sizes: np.ndarray
+    value: float
+    bound: float
+    nodes: int
+    optimal: bool
+
+
+def objective(a: np.ndarray, q: np.ndarray) -> float:
+    """F = sum_x a_x / q_x (q > 0)."""
+    return float((np.asarray(a, dtype=np.float64) / np.asarray(q, dtype=np.float64)).sum())
+
+
+def _q_of(a: np.ndarray, c: np.ndarray, lower: float) -> np.ndarray:
+    """argmin over q >= lower of a/q + q c (c > 0): max(lower, sqrt(a/c))."""
+    return np.maximum(lower, np.sqrt(a / c))
+
+
+def _h(a: np.ndarray, c: np.ndarray, lower: float) -> np.ndarray:
+    """min over q >= lower of a/q + q c: 2 sqrt(a c) when sqrt(a/c) >= lower, else a/lower + lower c (M56)."""
+    free = a >= lower**2 * c
+    return np.where(free, 2.0 * np.sqrt(a * c), a / lower + lower * c)
+
+
+def _bisect_log(f, lo: float, hi: float) -> tuple[float, float]:
+    """(lo, hi) bracketing the sign change of a non-increasing f (f(lo) >= 0 > f(hi)), bisected in log scale."""
+    for _ in range(_ITERS):
+        mid = math.sqrt(lo * hi)
+        if mid <= lo or mid >= hi:
+            break
+        if f(mid) >= 0:
+            lo = mid
+        else:
+            hi = mid
+    return lo, hi
+
+
+def _check_problem(a: np.ndarray, lower: float) -> tuple[np.ndarray, float]:
+    a = np.asarray(a, dtype=np.float64)
+    if not np.isfinite(a).all() or (a < 0).any():
+        raise ValueError("the second moments a_x(G) must be finite and >= 0")
+    P = a.shape[0]
+    if not 0.0 < lower * P <= 1.0 + 1e-12:
+        raise ValueError(f"the floor lower = {lower!r} must lie in (0, 1/P] = (0, {1.0 / P}]")
+    # a prompt with a_x = 0 would absorb any mass at no cost (the optimum is then a limit): raise it to _TINY of the
+    # largest a, which changes F by at most _TINY P / lower of the largest term
+    top = float(a.max()) if a.size else 0.0
+    return (np.maximum(a, _TINY * top) if top > 0 else a), min(float(lower), 1.0 / P)
+
+
+def law_for_sizes(a: np.ndarray, sizes: np.ndarray, gbar: float, lower: float) -> tuple[np.ndarray, float] | None:
+    """The optimal law for FIXED sizes (M57): (q (P,), F), or None when no law meets the expected budget.
+
+    KKT: q_x = max(lower, sqrt(a_x / (mu + nu G_x))) with mu such that sum q = 1 and nu >= 0 such that
+    sum q G <= gbar, with equality when nu > 0. Feasible iff lower sum G + (1 - P lower) min G <= gbar.
+
+    Parameters
+    ----------
+    a : (P,) a_x(G_x), the prompts' second moments at their sizes
+    sizes : (P,) G_x
+    gbar : the expected samples per drawn prompt allowed (N / B)
+    lower : the floor of q (lambda / P)
+    """
+    a, lower = _check_problem(a, lower)
+    G = np.asarray(sizes, dtype=np.float64)
+    P = len(a)
+    if lower * G.sum() + (1 - P * lower) * G.min() > gbar * (1 + 1e-12):
+        return None
+    if P * lower >= 1 - 1e-12 or not (a > 0).any():
+        q = np.full(P, 1.0 / P) if P * lower >= 1 - 1e-12 else _cheapest(G, gbar, lower)
+        return q, objective(a, q)
+    gmin = float(G.min())
+    ra = np.sqrt(a)
+
+    def q_at(nu: float) -> np.ndarray:
+        # c_x = cm + nu (G_x - gmin), cm = mu + nu gmin > 0; sum q = 1 pins cm (sum q decreases in cm): safeguarded
+        # Newton in t = log cm inside the bisection bracket
+        d = nu * (G - gmin)
+        hi = (ra.sum() / (1 - P * lower)) ** 2 * 1.01 + 1e-300
+        lo, t = hi * 1e-40, math.log(hi)
+        hi_t, lo_t = math.log(hi), math.log(lo)
+        for _ in range(200):
+            cm = math.exp(t)
+            c = cm + d
+            q = np.maximum(lower, ra / np.sqrt(c))
+            f = float(q.sum()) - 1.0
+            if abs(f) <= 1e-14:
+                break
+            if f > 0:
+                lo_t = t
+            else:
+                hi_t = t
+            free = ra / np.sqrt(c) > lower
+            df = -0.5 * float((ra[free] * c[free] ** -1.5).sum()) * cm                # d f / d t
+            step = t - f / df if df < 0 else math.nan
+            t = step if lo_t < step < hi_t else 0.5 * (lo_t + hi_t)
+            if hi_t - lo_t < 1e-15:
+                break
+        return np.maximum(lower, ra / np.sqrt(math.exp(t) + d))
+
+    q = q_at(0.0)
+    if (q * G).sum() > gbar:  # the budget binds: nu > 0 with sum q G = gbar (the cost falls as nu grows)
+        nu_hi = 1.0
+        while (q_at(nu_hi) * G).sum() > gbar and nu_hi < 1e300:
+            nu_hi *= 16.0
+        _, nu = _bisect_log(lambda v: float((q_at(v) * G).sum()) - gbar, nu_hi * 1e-40, nu_hi)
+        q = q_at(nu)
+    q = q / q.sum()
+    return q, objective(a, q)
+
+
+def _cheapest(G: np.ndarray, gbar: float, lower: float) -> np.ndarray:
+    """Every a_x = 0 (F = 0 for any law): the floor everywhere and the rest on the smallest size."""
+    q = np.full(len(G), lower)
+    q[int(np.argmin(G))] += 1.0 - lower * len(G)
+    return q
+
+
+@dataclass(frozen=True)
+class _Dual:
+    value: float
+    sizes: list[np.ndarray]   # candidate size indices (P,) from the minimisers around the dual optimum
+
+
+def _inner(table: np.ndarray, cands: np.ndarray, mask: np.ndarray, nu: float, lower: float
+           ) -> tuple[float, list[np.ndarray]]:
+    """For fixed nu >= 0: (max over mu of D(mu, nu) + nu gbar, the minimisers' size indices at both ends of the
+    maximiser's bracket). c_min = mu + nu g_min > 0 is bisected in log scale on the supergradient sum q - 1."""
+    P = table.shape[0]
+    rows = np.arange(P)
+    gmin = float(cands.min())
+    dc = nu * (cands - gmin)[None, :]                                           # (1, K)
+    if P * lower >= 1 - 1e-12:  # q pinned at 1/P: h = a/l + l c and D does not depend on mu
+        h = np.where(mask, table / lower + lower * (nu * cands[None, :]), np.inf)
+        k = h.argmin(1)
+        return float(h[rows, k].sum()), [k]
+
+    def argmins(cm: float) -> tuple[np.ndarray, np.ndarray]:
+        h = np.where(mask, _h(table, cm + dc, lower), np.inf)                   # (P, K)
+        k = h.argmin(1)
+        return k, h[rows, k]
+
+    def s(cm: float) -> float:
+        k, _ = argmins(cm)
+        return float(_q_of(table[rows, k], cm + dc[0, k], lower).sum()) - 1.0
+
+    big = np.where(mask, table, 0.0).max(1)
+    hi = (np.sqrt(big).sum() / (1 - P * lower)) ** 2 * 1.01 + 1e-300             # sum q < 1 from here on
+    ends = _bisect_log(s, hi * 1e-40, hi)
+    best, ks = -math.inf, []
+    for cm in ends:
+        k, hv = argmins(cm)
+        best = max(best, float(hv.sum()) - (cm - nu * gmin))
+        ks.append(k)
+    return best, ks
+
+
+def dual_bound(table: np.ndarray, cands: np.ndarray, gbar: float, lower: float,
+               mask: np.ndarray | None = None) -> tuple[float, list[np.ndarray]]:
+    """(D*, candidate size-index vectors): the Lagrangian dual of the joint problem (M56) and the minimisers' sizes.
+
+    D(mu, nu) = sum_x min_{G allowed} h(a_x(G), mu + nu G) - mu - nu gbar <= the optimum for every mu, nu >= 0
+    with mu + nu g_min > 0 (weak duality); concave, so its maximum is found by bisection on mu (for fixed nu, the
+    supergradient sum q - 1) inside a golden-section search on nu. ``mask`` (P, K): the sizes each prompt may take
+    (branch and bound); ``table`` (P, K) holds a_x(cands[k]).
+    """
+    table = np.asarray(table, dtype=np.float64)
+    cands = np.asarray(cands, dtype=np.float64)
+    mask = np.ones(table.shape, bool) if mask is None else mask
+    seen: dict[float, tuple[float, list[np.ndarray]]] = {}
+
+    def g(nu: float) -> float:
+        if nu not in seen:
+            v, ks = _inner(table, cands, mask, nu, lower)
+            seen[nu] = (v - nu * gbar, ks)
+        return seen[nu][0]
+
+    # bracket the maximiser of the concave g on [0, inf): grow the step until g falls
+    scale = max(float(np.where(mask, table, 0.0).max()), 1e-300) / max(gbar, 1.0) * table.shape[0] ** 2
+    prev, g_prev, b = 0.0, g(0.0), scale * 1e-6
+    while g(b) >= g_prev and b < 1e300:
+        prev, g_prev, b = b, g(b), b * 4.0
+    lo, hi = (prev / 4.0 if prev > scale * 1e-6 else 0.0), b  # concave: the maximiser lies after two steps back
+    x1, x2 = hi - _GOLDEN * (hi - lo), lo + _GOLDEN * (hi - lo)
+    for _ in range(120):
+        if g(x1) < g(x2):
+            lo, x1 = x1, x2
+            x2 = lo + _GOLDEN * (hi - lo)
+        else:
+            hi, x2 = x2, x1
+            x1 = hi - _GOLDEN * (hi - lo)
+        if hi - lo <= 1e-12 * hi:
+            break
+    best_nu = max(seen, key=lambda v: seen[v][0])
+    sizes = [k for nu in {lo, hi, x1, x2, best_nu} for k in (seen[nu][1] if nu in seen else [])]
+    return seen[best_nu][0], sizes
+
+
+def _recover(table: np.ndarray, cands: np.ndarray, gbar: float, lower: float, cand_idx: list[np.ndarray]
+             ) -> tuple[float, np.ndarray, np.ndarray] | None:
+    """The best feasible law among the candidate size vectors and the path between the cheapest and dearest."""
+    P = table.shape[0]
+    rows = np.arange(P)
+    pool = {tuple(k) for k in cand_idx}
+    ks = sorted(pool, key=lambda k: float(cands[list(k)].sum()))
+    if len(ks) > 1:  # move the differing prompts one at a time from the cheapest vector toward the dearest
+        cheap, dear = np.array(ks[0]), np.array(ks[-1])
+        diff = np.flatnonzero(cheap != dear)
+        cur = cheap.copy()
+        for x in diff:
+            cur = cur.copy()
+            cur[x] = dear[x]
+            pool.add(tuple(cur))
+    best = None
+    for k in pool:
+        k = np.array(k)
+        got = law_for_sizes(table[rows, k], cands[k], gbar, lower)
+        if got is not None and (best is None or got[1] < best[0]):
+            best = (got[1], k, got[0])
+    return best
+
+
+def solve_joint(table: np.ndarray, cands: np.ndarray, gbar: float, lower: float, *, rel_tol: float = 1e-4,
+                max_nodes: int = 16) -> JointSolution:
+    """The joint law (q, G) minimising sum_x a_x(G_x)/q_x under the floor and the expected budget (M56).
+
+    Best-first branch and bound: a node restricts each prompt's sizes to an interval; its bound is :func:`dual_bound`
+    on those intervals, its primal the best feasible law among the dual's minimisers (:func:`law_for_sizes`). A node
+    whose bound is within ``rel_tol`` of the incumbent is closed; otherwise the first prompt whose size differs between
+    the minimisers is split at the smaller of its two sizes. Stops when no open node can improve by more than
+    ``rel_tol`` (``optimal``) or after ``max_nodes`` nodes (then ``bound`` is the smallest open bound).
+
+    Parameters
+    ----------
+    table : (P, K) a_x(cands[k]) (non-increasing in k for the sizes' usual convex f; not required)
+    cands : (K,) the allowed sizes, increasing
+    gbar : expected samples per drawn prompt (N / B); needs lower sum g_min-ish feasibility: a pool all at the
+        smallest size must meet it
+    lower : the floor of q (lambda / P)
+    """
+    table = np.asarray(table, dtype=np.float64)
+    cands = np.asarray(cands, dtype=np.float64)
+    table, lower = _check_problem(table, lower)
+    P, K = table.shape
+    if cands.shape != (K,) or (np.diff(cands) <= 0).any():
+        raise ValueError(f"cands must be {K} increasing sizes, got {cands.tolist()}")
+    if cands[0] > gbar * (1 + 1e-12):
+        raise ValueError(f"the expected budget per prompt {gbar} is below the smallest size {int(cands[0])}")
+    if P * lower >= 1 - 1e-12:  # lambda = 1: q = 1/P, F = P sum_x a_x(G_x) under sum_x G_x <= P gbar: exact DP
+        from .allocation import dp_allocation
+
+        budget = int(math.floor(P * gbar + 1e-9))
+        sizes = dp_allocation(table, cands.astype(np.int64), np.ones(P, dtype=np.int64), budget, exact=False)
+        k = np.searchsorted(cands, sizes)
+        value = float(P * table[np.arange(P), k].sum())
+        return JointSolution(q=np.full(P, 1.0 / P), sizes=sizes.astype(np.int64), value=value, bound=value, nodes=0,
+                             optimal=True)
+    full = np.ones((P, K), bool)
+    root_bound, root_sizes = dual_bound(table, cands, gbar, lower, full)
+    inc = _recover(table, cands, gbar, lower, root_sizes)
+    heap = [(root_bound, 0, full, root_sizes)]
+    nodes, tick = 1, 1
+    lows = []  # bounds of the parts of the search space left without a better incumbent than theirs
+    while heap:
+        bound, _, mask, ks = heapq.heappop(heap)
+        if (inc is not None and bound >= inc[0] / (1 + rel_tol)) or nodes >= max_nodes:
+            lows.append(bound)  # every open node's bound is at least this one's
+            break
+        split = _split(ks, mask)
+        if split is None:  # the minimisers agree: nothing to branch on, the node's bound stays open
+            lows.append(bound)
+            continue
+        x, k_cut = split
+        for side in (np.arange(K) <= k_cut, np.arange(K) > k_cut):
+            child = mask.copy()
+            child[x] &= side
+            b, sz = dual_bound(table, cands, gbar, lower, child)
+            b = max(b, bound)  # a child's set lies inside its parent's
+            nodes += 1
+            got = _recover(table, cands, gbar, lower, sz)
+            if got is not None and (inc is None or got[0] < inc[0]):
+                inc = got
+            if inc is not None and b >= inc[0] / (1 + rel_tol):
+                lows.append(b)  # pruned
+            else:
+                heapq.heappush(heap, (b, tick, child, sz))
+                tick += 1
+    if inc is None:
+        raise ValueError("no law meets the expected budget with these sizes and floor")
+    value, k, q = inc
+    bound = min(lows + [value])
+    return JointSolution(q=q, sizes=cands[k].astype(np.int64), value=float(value), bound=float(bound), nodes=nodes,
+                         optimal=value <= bound * (1 + rel_tol) + 1e-300)
+
+
+def _split(ks: list[np.ndarray], mask: np.ndarray) -> tuple[int, int] | None:
+    """(prompt, k_cut): the first prompt whose size index differs among ``ks``, cut at the smaller index."""
+    arr = np.stack(ks)                                                            # (n, P)
+    differ = np.flatnonzero((arr != arr[0]).any(0))
+    for x in differ:
+        lo = int(arr[:, x].min())
+        if mask[x, : lo + 1].any() and mask[x, lo + 1:].any():
+            return int(x), lo
+    return None
