@@ -435,14 +435,14 @@ def _draw_p(rng: np.random.Generator, pv: np.ndarray, pw: np.ndarray, D: int) ->
 
 
 def _draw_rows(rng: np.random.Generator, p, logm, logm_cov, eta, eta_sd, scores: bool):
-    """(p, c2, c3) for drawn p and one draw of the score parameters per entry (shapes (...,), (..., 2),
+    """(p, c2, c3, ||g||^2) for drawn p and one draw of the score parameters per entry (shapes (...,), (..., 2),
     (..., 2, 2), (...,))."""
     from scipy.special import ndtr, ndtri
 
     a = eta
     q = p * (1 - p)
     if not scores:
-        return p, q, q
+        return p, q, q, np.zeros_like(q)
     l00 = np.sqrt(np.maximum(logm_cov[..., 0, 0], 0.0))
     l10 = np.where(l00 > 0, logm_cov[..., 1, 0] / np.where(l00 > 0, l00, 1.0), 0.0)
     l11 = np.sqrt(np.maximum(logm_cov[..., 1, 1] - l10**2, 0.0))
@@ -456,11 +456,12 @@ def _draw_rows(rng: np.random.Generator, p, logm, logm_cov, eta, eta_sd, scores:
     u = lo + (up - lo) * rng.uniform(size=a.shape)
     x = np.where(eta_sd > 0, eta + safe * ndtri(np.clip(u, 1e-300, 1 - 1e-16)), eta)
     g2 = np.clip(x, 0.0, hi) * q * e
-    return p, np.clip(e - g2, 0.0, None), q * (p * m1 + (1 - p) * m0) + g2
+    return p, np.clip(e - g2, 0.0, None), q * (p * m1 + (1 - p) * m0) + g2, g2
 
 
-def draw(post: Posterior, rng: np.random.Generator, draws: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(D, B) joint posterior draws of (p, c2, c3) (docs/math.md M49).
+def draw(post: Posterior, rng: np.random.Generator, draws: int, *, with_g2: bool = False) -> tuple[np.ndarray, ...]:
+    """(D, B) joint posterior draws of (p, c2, c3), and of ||g(x)||^2 with ``with_g2`` (docs/math.md M49; the
+    prompt-IS certificate needs it, M59).
 
     Visited prompts: p from its posterior, (log m_1, log m_0) ~ N(logm, logm_cov), eta ~ N(eta, eta_sd^2) cut to
     [0, 1/(p(1-p))], independent given the history; with e = E||W(Z-p)||^2 and ||g||^2 = eta p(1-p) e at the drawn
@@ -481,7 +482,8 @@ def draw(post: Posterior, rng: np.random.Generator, draws: int) -> tuple[np.ndar
         cdf = np.cumsum(pool.pw[donor], -1)                                              # (D, n_un, K)
         k = (rng.uniform(size=donor.shape)[..., None] * cdf[..., -1:] > cdf).sum(-1)
         p[:, un] = pool.pv[donor, np.minimum(k, pool.pv.shape[1] - 1)]
-    return _draw_rows(rng, p, *args, scores=post.hyper.scores)
+    out = _draw_rows(rng, p, *args, scores=post.hyper.scores)
+    return out if with_g2 else out[:3]
 
 
 def bootstrap_posteriors(history, prompts: np.ndarray | None, *, scores: bool, replicates: int,

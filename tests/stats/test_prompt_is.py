@@ -1,0 +1,217 @@
+"""Prompt importance sampling (docs/math.md M52-M58): unbiasedness and exact MSE by enumeration, the one-G law, the
+joint solver against brute force, the defensive floor's bounds, and the errors."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from ugrpo.stats.allocation import PromptStats
+from ugrpo.stats.exact_mse import minibatch_mse, prompt_error
+from ugrpo.stats.is_solver import dual_bound, law_for_sizes, solve_joint
+from ugrpo.stats.prompt_is import (
+    check_lambda,
+    check_law,
+    entropy,
+    ess,
+    floor_law,
+    is_law,
+    is_mse,
+    mixture_bound,
+    second_moment,
+    second_moments,
+)
+from ugrpo.stats.ragged import ragged_advantages, ragged_prompt_gradients
+
+from ._enumerate import enumerate_group, policy_moments_exact, prompt_moments_exact, softmax_bandit, true_grads
+
+
+def _prompt_estimates(b, p: int, G: int):
+    """(probabilities (n,), LOO estimates (n, D)) of every outcome of G samples at prompt p."""
+    probs, W, Z = enumerate_group(b, p, G)
+    n = Z.shape[0]
+    adv = ragged_advantages(Z.reshape(-1), torch.full((n,), G))
+    return probs, ragged_prompt_gradients(W.reshape(-1, W.shape[-1]), adv, torch.full((n,), G))
+
+
+@pytest.mark.parametrize("B", [1, 2])
+def test_weighted_estimate_is_unbiased_and_its_mse_is_m53_by_enumeration(B):
+    """Every prompt draw from q (B iid) and every outcome of G_x samples: E ghat = mean_x g(x), E||ghat - g||^2 =
+    (1/B)(sum_x a_x/(P^2 q_x) - ||g||^2)."""
+    b = softmax_bandit(3, 2, seed=7)
+    sizes = np.array([2, 3, 2])
+    q = np.array([0.5, 0.2, 0.3])
+    est = [_prompt_estimates(b, x, int(G)) for x, G in enumerate(sizes)]
+    g = true_grads(b).mean(0)
+    mean, mse = torch.zeros_like(g), 0.0
+    for draw in itertools.product(range(3), repeat=B):
+        pq = float(np.prod(q[list(draw)]))
+        # the B terms w(X_b) ghat(X_b) over the product of the outcomes
+        terms = [(est[x][0], est[x][1] / (3 * q[x])) for x in draw]
+        probs, total = terms[0]
+        for p2, t2 in terms[1:]:
+            probs = (probs[:, None] * p2[None, :]).reshape(-1)
+            total = (total[:, None, :] + t2[None, :, :]).reshape(-1, total.shape[-1])
+        total = total / B
+        mean += pq * torch.einsum("n,nd->d", probs, total)
+        mse += pq * float((probs * ((total - g) ** 2).sum(-1)).sum())
+    torch.testing.assert_close(mean, g, rtol=1e-12, atol=1e-14)
+    st = PromptStats.from_moments([prompt_moments_exact(b, x) for x in range(3)])
+    assert is_mse(q, sizes, B, st, float((g**2).sum())) == pytest.approx(mse, rel=1e-11)
+
+
+@pytest.mark.parametrize("G", [2, 4])
+def test_uniform_law_with_one_g_is_m11(G):
+    b = softmax_bandit(4, 3, seed=2)
+    st = PromptStats.from_moments([prompt_moments_exact(b, x) for x in range(4)])
+    pm = policy_moments_exact(b)
+    got = is_mse(np.full(4, 0.25), np.full(4, G), 3, st, pm.g_norm2)
+    assert got == pytest.approx(minibatch_mse(pm, "grpo", 3, G), rel=1e-12)
+
+
+def _stats(seed: int, P: int, zero: float = 0.3) -> PromptStats:
+    rng = np.random.default_rng(seed)
+    live = rng.random(P) > zero
+    p = np.where(live, rng.uniform(0.1, 0.9, P), 0.0)
+    c2 = live * rng.exponential(1.0, P)
+    return PromptStats(value=p, c2=c2, c3=c2 * rng.uniform(0.5, 2.0, P), g_norm2=live * rng.exponential(0.2, P))
+
+
+def test_one_g_law_is_cauchy_schwarz_and_the_floor_is_kkt():
+    st = _stats(0, 9)
+    a = second_moments(st, 4)
+    q0 = floor_law(a, 1e-9)  # no effective floor: q proportional to sqrt(a), S = (mean sqrt a)^2
+    np.testing.assert_allclose(q0[a > 0], np.sqrt(a[a > 0]) / np.sqrt(a).sum(), rtol=1e-6)
+    q = floor_law(a, 0.3)
+    lower = 0.3 / 9
+    assert q.min() >= lower - 1e-15 and q.sum() == pytest.approx(1.0)
+    free = q > lower + 1e-12
+    ratio = a[free] / q[free] ** 2  # KKT: a/q^2 equal on the free prompts, larger than the floored prompts' a/l^2
+    np.testing.assert_allclose(ratio, ratio[0], rtol=1e-10)
+    assert (a[~free] / lower**2 <= ratio[0] * (1 + 1e-10)).all()
+    # no law with the floor does better: random feasible laws
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        r = lower + (1 - 9 * lower) * rng.dirichlet(np.ones(9) * 0.5)  # any law with the floor
+        assert (a / q).sum() <= (a / r).sum() * (1 + 1e-12)
+
+
+def test_one_g_law_equals_the_joint_solver_with_one_size():
+    st = _stats(3, 7)
+    for lam in (0.05, 0.5):
+        law = is_law("uniform-is", st, 4, 16, lam=lam)
+        sol = solve_joint(second_moments(st, 4)[:, None], np.array([4]), 4.0, lam / 7)
+        np.testing.assert_allclose(law.q, sol.q, rtol=1e-8, atol=1e-12)
+        assert law.expected_samples == pytest.approx(16.0)
+
+
+def _brute(table, cands, gbar, lower):
+    P = table.shape[0]
+    best = np.inf
+    for k in itertools.product(range(len(cands)), repeat=P):
+        k = np.array(k)
+        got = law_for_sizes(table[np.arange(P), k], cands[k], gbar, lower)
+        if got is not None:
+            best = min(best, got[1])
+    return best
+
+
+@pytest.mark.parametrize("case", range(8))
+def test_joint_solver_equals_brute_force_on_tiny_pools(case):
+    """Every size vector of a pool of P <= 4 prompts with K <= 3 sizes, each with its optimal law (M57): the solver's
+    value is the minimum (to 1e-9) and its bound is below it (M56); its law is feasible."""
+    rng = np.random.default_rng(100 + case)
+    P, K = int(rng.integers(2, 5)), int(rng.integers(2, 4))
+    cands = np.arange(2, 2 + K)
+    st = _stats(200 + case, P)
+    table = second_moments(st, cands[:, None].astype(float)).T
+    lam = [0.05, 0.1, 0.5, 1.0][case % 4]
+    gbar = float(rng.uniform(2.05, cands[-1]))
+    want = _brute(table, cands, gbar, lam / P)
+    sol = solve_joint(table, cands, gbar, lam / P, rel_tol=1e-10, max_nodes=10_000)
+    assert sol.value == pytest.approx(want, rel=1e-9, abs=1e-300)
+    assert sol.bound <= want * (1 + 1e-9) and sol.optimal
+    assert sol.q.min() >= lam / P * (1 - 1e-12) and sol.q.sum() == pytest.approx(1.0)
+    assert (sol.q * sol.sizes).sum() <= gbar * (1 + 1e-9)
+    assert dual_bound(table, cands, gbar, lam / P)[0] <= want * (1 + 1e-9)
+
+
+def test_law_for_fixed_sizes_meets_kkt():
+    """M57: q = max(l, sqrt(a/(mu + nu G))) with the budget binding; perturbations along the constraints do not
+    improve it."""
+    st = _stats(5, 6, zero=0.0)
+    sizes = np.array([2, 3, 4, 6, 8, 8])
+    a = second_moments(st, sizes)
+    q, val = law_for_sizes(a, sizes, 4.0, 0.1 / 6)
+    assert (q * sizes).sum() == pytest.approx(4.0, rel=1e-9)  # at nu = 0 the law would spend more
+    rng = np.random.default_rng(0)
+    for _ in range(300):  # feasible directions: sum d = 0, sum d G = 0
+        d = rng.standard_normal(6)
+        A = np.stack([np.ones(6), sizes])
+        d -= A.T @ np.linalg.solve(A @ A.T, A @ d)
+        t = 1e-3 * q.min()
+        r = q + t * d
+        if r.min() >= 0.1 / 6:
+            assert (a / r).sum() >= val * (1 - 1e-9)
+
+
+def test_ustat_is_beats_one_g_when_prompts_differ_and_ties_uniform_when_they_do_not():
+    st = _stats(11, 40, zero=0.5)
+    one = is_law("uniform-is", st, 8, 64)
+    joint = is_law("ustat-is", st, 8, 64)
+    assert joint.second_moment <= one.second_moment * (1 + 1e-9)
+    assert joint.expected_samples <= 64 * (1 + 1e-9)
+    same = PromptStats(value=np.full(10, 0.5), c2=np.ones(10), c3=np.ones(10), g_norm2=np.full(10, 0.1))
+    law = is_law("ustat-is", same, 4, 32)
+    np.testing.assert_allclose(law.q, 0.1, rtol=1e-6)
+    assert (law.sizes == 8).all()
+
+
+def test_defensive_floor_bounds_the_loss_whatever_the_predictions():
+    """M55: with q >= lam/P chosen from WRONG moments, the true S(q) is at most S_u / lam, and with the right ones at
+    most S* / (1 - lam) (S* the unfloored optimum)."""
+    true = _stats(21, 30, zero=0.2)
+    a = second_moments(true, 4)
+    s_u = a.mean()
+    g2 = 0.01
+    rng = np.random.default_rng(3)
+    for lam in (0.05, 0.2, 0.5):
+        for _ in range(20):
+            wrong = PromptStats(value=true.value, c2=rng.exponential(1.0, 30), c3=rng.exponential(1.0, 30),
+                                g_norm2=rng.exponential(1.0, 30))
+            q = is_law("uniform-is", wrong, 4, 16, lam=lam).q
+            ratio = is_mse(q, np.full(30, 4), 4, true, g2) / is_mse(np.full(30, 1 / 30), np.full(30, 4), 4, true, g2)
+            assert ratio <= mixture_bound(lam, s_u, g2) * (1 + 1e-12)
+        best = floor_law(a, lam)
+        opt = (np.sqrt(a).sum()) ** 2  # unfloored optimum of sum a/q
+        assert (a / best).sum() <= opt / (1 - lam) * (1 + 1e-12)
+
+
+def test_ess_entropy_and_second_moment():
+    assert ess(np.ones(5)) == pytest.approx(5.0) and ess(np.array([1.0, 0.0, 0.0])) == pytest.approx(1.0)
+    assert entropy(np.full(8, 1 / 8)) == pytest.approx(np.log(8))
+    st = _stats(1, 4, zero=0.0)
+    q = np.array([0.1, 0.2, 0.3, 0.4])
+    want = float(((st.g_norm2 + prompt_error(st.c2, st.c3, 3.0)) / q).sum()) / 16
+    assert second_moment(q, np.full(4, 3), st) == pytest.approx(want)
+
+
+def test_bad_input_names_the_field():
+    for bad in (0.0, -0.1, 1.5, float("nan"), True):
+        with pytest.raises(ValueError, match=r"allocation\.is_lambda=.*\(0, 1\]"):
+            check_lambda(bad)
+    with pytest.raises(ValueError, match=r"q\[2\] = 0\.0: every prompt needs q\(x\) > 0"):
+        check_law(np.array([0.5, 0.5, 0.0]))
+    with pytest.raises(ValueError, match="sums to"):
+        check_law(np.array([0.5, 0.6]))
+    st = PromptStats(value=np.full(3, 0.5), c2=np.ones(3), c3=np.ones(3))
+    with pytest.raises(ValueError, match="g_norm2"):
+        is_law("uniform-is", st, 2, 8)
+    st = PromptStats(value=np.full(3, 0.5), c2=np.ones(3), c3=np.ones(3), g_norm2=np.zeros(3))
+    with pytest.raises(ValueError, match="unknown prompt-IS rule"):
+        is_law("ustat", st, 2, 8)
+    with pytest.raises(ValueError, match="do not divide"):
+        is_law("uniform-is", st, 3, 8)
