@@ -155,7 +155,9 @@ def test_bad_input_names_the_problem():
         predicted_mse([1, 3, 2, 2], st)
     with pytest.raises(ValueError, match="c2 and c3 are second moments"):
         PromptStats(value=np.array([0.5]), c2=np.array([-1.0]), c3=np.array([0.0]))
-    assert set(RULES) == {"uniform", "vip", "knapsack", "ustat"}
+    assert set(RULES) == {"uniform", "vip", "knapsack", "ustat", "uniform-is", "ustat-is"}
+    with pytest.raises(ValueError, match="does not split a drawn batch"):
+        allocate("ustat-is", st, 16)
     assert greedy_allocation(np.zeros((2, 3)), 2, 4).tolist() == [2, 2]
 
 

@@ -18,6 +18,11 @@ sizes, LOO advantages with each prompt's own G_b and ghat = (1/B) sum_b ghat_b (
 M37). A ``uniform`` allocation run equals :func:`run_algorithm1_batch` with ``baseline="grpo"`` (test).
 Unbiased because G_b depends only on the drawn prompts and the past, never on this step's samples (M32).
 
+The prompt importance-sampling rules (``uniform-is``, ``ustat-is``, docs/math.md M52-M57) draw the B prompts of
+seed s iid from a law q over the P prompts (one G, or per-prompt G_x at an expected N samples) chosen before the step
+from the same knowledge, and weight prompt b's estimate by 1/(P q(x_b)): ghat = (1/B) sum_b w_b ghat_b, unbiased for
+the uniform-prompt gradient; a step's samples then vary around N, and the samples each seed spent are recorded.
+
 What an allocation rule knows (``moments``): ``history`` (default), only the run's own past -- one
 :class:`ugrpo.stats.history.PromptHistory` per seed (rewards and squared score norms of each prompt's earlier
 visits, turned into a Beta posterior on p and shrunk score moments, M38; the history mixes visits at older
@@ -42,12 +47,13 @@ from tqdm.auto import tqdm
 from ugrpo.errors import check_allocation
 
 from ..stats.advantages import BASELINES, compute_advantages
-from ..stats.allocation import RULES, PromptStats, allocate
+from ..stats.allocation import IS_RULES, RULES, PromptStats, allocate
 from ..stats.budget import check_divides
 from ..stats.estimator import prompt_gradients
 from ..stats.estimators import GROUP_BASELINES
 from ..stats.history import PromptHistory
 from ..stats.predict import Posterior, posterior_means
+from ..stats.prompt_is import IS_LAMBDA, check_lambda, is_law
 from ..stats.ragged import compute_ragged_advantages, ragged_prompt_gradients
 from ..stats.safe import SAFE_LEVEL, SAFE_TOL, check_safety, choose_sizes
 from .base import SyntheticPolicy
@@ -121,6 +127,8 @@ class AllocRunResult:
     frac_zero_std : (S,) fraction of groups whose rewards were all equal, over all steps
     frac_samples_zero_std : (S,) fraction of samples spent on those groups
     mean_max_G : (S,) mean over steps of max_b G_b
+    samples : (S, C) samples spent up to each checkpoint (checkpoint x N, except for ``ustat-is``, whose steps spend
+        N only in expectation)
     seeds, rule, moments, N, B, g_min, g_max, steps, lr, lr_schedule : the settings
     """
 
@@ -131,6 +139,7 @@ class AllocRunResult:
     frac_zero_std: Tensor
     frac_samples_zero_std: Tensor
     mean_max_G: Tensor
+    samples: Tensor
     seeds: tuple[int, ...]
     rule: str
     moments: str
@@ -158,7 +167,7 @@ def sample_ragged(env: SyntheticPolicy, theta: Tensor, prompts: Tensor, sizes: T
                   gens: Sequence[torch.Generator]) -> tuple[Tensor, Tensor]:
     """Rewards (S*N,) and scores (S*N, D) for G_b samples of prompt b, in ragged order (seed-major).
 
-    ``prompts`` and ``sizes`` are (S, B), every row of ``sizes`` summing to the same N; row s uses generator s:
+    ``prompts`` and ``sizes`` are (S, B) (a row's sum is seed s's samples, the same N unless a prompt law sets them); row s uses generator s:
     one multinomial of max_b G_b actions per prompt and one bernoulli, of which prompt b keeps its first G_b.
     """
     S, B = prompts.shape
@@ -178,50 +187,65 @@ def sample_ragged(env: SyntheticPolicy, theta: Tensor, prompts: Tensor, sizes: T
     return torch.cat(rewards), torch.cat(scores)
 
 
-def ragged_step_gradient(rewards: Tensor, scores: Tensor, sizes: Tensor) -> tuple[Tensor, Tensor]:
-    """(ghat (S, D), all-equal mask (S*B,)): LOO advantages with each G_b, ghat = (1/B) sum_b ghat_b (M32)."""
+def ragged_step_gradient(rewards: Tensor, scores: Tensor, sizes: Tensor,
+                         weights: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """(ghat (S, D), all-equal mask (S*B,)): LOO advantages with each G_b, ghat = (1/B) sum_b w_b ghat_b (M32; the
+    prompt-IS weights w_b = 1/(P q(x_b)) of M52, all 1 when ``weights`` is None)."""
     S, B = sizes.shape
     flat = sizes.reshape(-1)
     adv = compute_ragged_advantages(rewards, flat, baseline="grpo")                 # (S*N,)
-    return ragged_prompt_gradients(scores, adv.advantages, flat).reshape(S, B, -1).mean(1), adv.zero_std
+    per = ragged_prompt_gradients(scores, adv.advantages, flat).reshape(S, B, -1)  # (S, B, D)
+    if weights is not None:
+        per = per * weights.unsqueeze(-1)
+    return per.mean(1), adv.zero_std
 
 
 Sizes = Callable[[Tensor, Tensor], Tensor]          # (prompts (S, B), theta (S, D)) -> G_b (S, B)
-Estimate = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], tuple[Tensor, Tensor]]
+Draw = Callable[[Tensor], tuple[Tensor, Tensor, Tensor]]  # theta (S, D) -> prompts, G_b, weights (S, B)
+Estimate = Callable[..., tuple[Tensor, Tensor]]  # (rewards, scores, sizes, prompts, theta, weights) -> ghat, zero
 
 
 def _loop(env: SyntheticPolicy, seeds: tuple[int, ...], theta0: Tensor | None, B: int, steps: int, lr: float,
           lr_schedule: str, cps: tuple[int, ...], sizes_of: Sizes, estimate: Estimate,
-          observe: Callable[..., None] | None = None, desc: str = "", progress: bool = False) -> dict:
+          observe: Callable[..., None] | None = None, desc: str = "", progress: bool = False,
+          draw: Draw | None = None) -> dict:
     """The one loop of Algorithm 1 for S seeds (module docstring); the sizes, the estimate and what the history
-    sees are the caller's. Returns theta (S, D), J (S, C) and per seed the all-equal group and sample counts
-    and the sum over steps of max_b G_b."""
+    sees are the caller's, and so is the prompt law when ``draw`` is given (prompt IS: prompts, sizes and weights
+    from it; else B uniform draws per seed's generator). Returns theta (S, D), J (S, C), the samples spent at each
+    checkpoint (S, C) and per seed the all-equal group and sample counts and the sum over steps of max_b G_b."""
     S = len(seeds)
     gens = [torch.Generator().manual_seed(s) for s in seeds]
     theta = env._theta(theta0).clone().expand(S, env.dim).clone()                 # (S, D)
     J_rec = torch.empty(S, len(cps), dtype=torch.float64)
-    n_zero, s_zero, max_g = (torch.zeros(S, dtype=torch.float64) for _ in range(3))
+    spent = torch.empty(S, len(cps), dtype=torch.float64)
+    n_zero, s_zero, max_g, cum = (torch.zeros(S, dtype=torch.float64) for _ in range(4))
     ci = 0
     for i in tqdm(range(steps + 1), desc=desc, disable=not progress, unit="step"):
         if ci < len(cps) and cps[ci] == i:
             J_rec[:, ci] = env.J(theta)
+            spent[:, ci] = cum
             ci += 1
         if i == steps:
             break
-        prompts = torch.cat([torch.randint(env.n_prompts, (1, B), generator=g) for g in gens])  # (S, B)
-        sizes = sizes_of(prompts, theta)  # G_b from the drawn prompts and the past only (M32)
+        weights = None
+        if draw is None:
+            prompts = torch.cat([torch.randint(env.n_prompts, (1, B), generator=g) for g in gens])  # (S, B)
+            sizes = sizes_of(prompts, theta)  # G_b from the drawn prompts and the past only (M32)
+        else:  # prompt IS: the law (q, G_x) from the past only (M52)
+            prompts, sizes, weights = draw(theta)
         rewards, scores = sample_ragged(env, theta, prompts, sizes, gens)
-        ghat, zero = estimate(rewards, scores, sizes, prompts, theta)              # (S, D), (S, B)
+        ghat, zero = estimate(rewards, scores, sizes, prompts, theta, weights)    # (S, D), (S, B)
         if observe is not None:
             observe(prompts, sizes, rewards, scores)
         n_zero += zero.sum(1)
         s_zero += (sizes * zero).sum(1)
         max_g += sizes.max(1).values
+        cum += sizes.sum(1)
         eta = lr if lr_schedule == "constant" else lr / (i + 1)
         theta = theta + eta * ghat
         if not torch.isfinite(theta).all():
             raise FloatingPointError(f"theta became non-finite at step {i + 1} (lr={lr}); lower the learning rate")
-    return {"theta": theta, "J": J_rec, "n_zero": n_zero, "s_zero": s_zero, "max_g": max_g}
+    return {"theta": theta, "J": J_rec, "n_zero": n_zero, "s_zero": s_zero, "max_g": max_g, "samples": spent}
 
 
 def _threads(threads: int | None, run: Callable[[], object]):
@@ -298,7 +322,7 @@ def run_algorithm1_batch(
     seeds = _seeds(seeds)
     S = len(seeds)
 
-    def estimate(rewards, scores, sizes, prompts, theta):  # eq. (5), (8) on the (S B, G) groups
+    def estimate(rewards, scores, sizes, prompts, theta, weights=None):  # eq. (5), (8) on the (S B, G) groups
         values = None
         if baseline == "oracle":  # the exact V(x_b) at theta
             V = (env.probs(theta) * env.reward_mean).sum(-1)                      # (S, P)
@@ -353,8 +377,8 @@ def _validate_alloc(env, rule: str, moments: str, N: int, B: int, g_min: int, g_
         raise ValueError(f"budget N = {N} is below B * g_min = {B} * {g_min}; raise N or lower g_min")
     if N > B * g_max:
         raise ValueError(f"budget N = {N} exceeds B * g_max = {B} * {g_max}; raise g_max")
-    if rule == "uniform" and N % B:
-        raise ValueError(f"uniform: B = {B} prompts do not divide N = {N}")
+    if rule in ("uniform", "uniform-is") and N % B:
+        raise ValueError(f"{rule}: B = {B} prompts do not divide N = {N}")
     if lr_schedule not in ("constant", "inverse") or not lr > 0:
         raise ValueError(f"need lr > 0 and lr_schedule 'constant' or 'inverse'; got {lr!r}, {lr_schedule!r}")
     return _checkpoints(steps, checkpoints)
@@ -364,7 +388,7 @@ def run_algorithm1_alloc(
     env: SyntheticPolicy, *, rule: str, N: int, B: int, steps: int, lr: float, seeds: Sequence[int],
     moments: Literal["history", "exact"] = "history", g_min: int = 2, g_max: int = 64,
     lr_schedule: Literal["constant", "inverse"] = "constant", checkpoints: Sequence[int] | None = None,
-    safety: Safety = Safety(), threads: int | None = 1,
+    safety: Safety = Safety(), threads: int | None = 1, is_lambda: float = IS_LAMBDA,
 ) -> AllocRunResult:
     """Algorithm 1 at N samples per step over B prompts, G_b by ``rule``, for S = len(seeds) seeds (module doc).
 
@@ -376,8 +400,10 @@ def run_algorithm1_alloc(
     lr, lr_schedule, checkpoints : as in :func:`run_algorithm1_batch`
     safety : ``ustat``'s safe rule with history-based predictions (M50; with B dividing N, else plug-in sizes)
     threads : torch intra-op threads during the run (restored afterwards)
+    is_lambda : the prompt-IS rules' defensive floor q >= lambda / P (M55)
     """
     cps = _validate_alloc(env, rule, moments, N, B, g_min, g_max, steps, lr, lr_schedule, checkpoints)
+    is_lambda = check_lambda(is_lambda, "is_lambda")
     seeds = _seeds(seeds)
     S = len(seeds)
     hist = [PromptHistory(env.n_prompts) for _ in seeds] if rule != "uniform" and moments == "history" else None
@@ -404,18 +430,32 @@ def run_algorithm1_alloc(
         return torch.stack([torch.from_numpy(one(s, prompts[s].numpy(), theta)) for s in range(S)])
 
     def observe(prompts: Tensor, sizes: Tensor, rewards: Tensor, scores: Tensor) -> None:
-        for s in range(S):  # seed s's samples are rows s N .. (s + 1) N of the ragged batch
-            hist[s].update(prompts[s].numpy(), sizes[s].numpy(), rewards[s * N:(s + 1) * N].numpy(),
-                           scores[s * N:(s + 1) * N].numpy())
+        ends = sizes.sum(1).cumsum(0).tolist()  # seed s's samples are rows ends[s-1] .. ends[s] of the ragged batch
+        for s, (a, b) in enumerate(zip([0] + ends[:-1], ends)):
+            hist[s].update(prompts[s].numpy(), sizes[s].numpy(), rewards[a:b].numpy(), scores[a:b].numpy())
 
-    def estimate(rewards: Tensor, scores: Tensor, sizes: Tensor, *_) -> tuple[Tensor, Tensor]:
-        ghat, zero = ragged_step_gradient(rewards, scores, sizes)
+    def estimate(rewards: Tensor, scores: Tensor, sizes: Tensor, prompts, theta, weights=None
+                 ) -> tuple[Tensor, Tensor]:
+        ghat, zero = ragged_step_gradient(rewards, scores, sizes, weights)
         return ghat, zero.reshape(S, B)
 
+    def draw(theta: Tensor) -> tuple[Tensor, Tensor, Tensor]:  # prompt IS: seed s's law from its own past (M52)
+        step[0] += 1
+        out = []
+        for s in range(S):
+            st = hist[s].stats(None, scores=True) if hist is not None else PromptStats.from_moments(
+                env.exact(theta[s], sigma=False).prompt_moments)
+            law = is_law(rule, st, B, N, lam=is_lambda, g_min=g_min, g_max=g_max)
+            idx = law.draw(np.random.default_rng([seeds[s], step[0], 0x6973]))
+            out.append((idx, law.sizes[idx], law.weights(idx)))
+        return tuple(torch.as_tensor(np.stack(v)) for v in zip(*out))
+
     r = _threads(threads, lambda: _loop(env, seeds, None, B, steps, float(lr), lr_schedule, cps, sizes_of,
-                                        estimate, observe if hist is not None else None))
+                                        estimate, observe if hist is not None else None,
+                                        draw=draw if rule in IS_RULES else None))
     return AllocRunResult(
         checkpoints=cps, gaps=env.J_star() - r["J"], J=r["J"], theta=r["theta"],
         frac_zero_std=r["n_zero"] / (steps * B), frac_samples_zero_std=r["s_zero"] / (steps * N),
-        mean_max_G=r["max_g"] / steps, seeds=seeds, rule=rule, moments=moments, N=N, B=B, g_min=g_min,
+        mean_max_G=r["max_g"] / steps, samples=r["samples"], seeds=seeds, rule=rule, moments=moments, N=N, B=B,
+        g_min=g_min,
         g_max=g_max, steps=steps, lr=float(lr), lr_schedule=lr_schedule)

@@ -12,6 +12,11 @@ posterior from its own visits). ``vip`` and ``knapsack`` use the posterior means
 safe rule (:func:`ugrpo.stats.safe.choose_sizes`, M50: the plug-in sizes unless the posterior says they may lose to
 uniform G) when the budget is B G samples, its plug-in sizes otherwise (tokens as the unit, ``--prompts`` not
 dividing N, ``ustat+screen``).
+
+The prompt-IS rules (``uniform-is``, ``ustat-is``; docs/math.md M52-M57) draw no batches here: their law (q, G_x)
+over the pool is chosen from the true or the predicted moments of every prompt, and its MSE with the TRUE moments is
+the closed form M53, (1/B)(sum_x a_x(G_x)/(P^2 q(x)) - ||g||^2), at an EXPECTED cost of B sum_x q(x) G_x = N samples
+(``uniform-is`` spends exactly N). Samples as the unit only.
 """
 
 from __future__ import annotations
@@ -22,11 +27,12 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from ugrpo.stats.allocation import RULES, PromptStats, allocate, best_uniform, prediction_quality
+from ugrpo.stats.allocation import IS_RULES, RULES, PromptStats, allocate, best_uniform, prediction_quality
 from ugrpo.stats.exact_mse import prompt_error, uniform_mse
 from ugrpo.stats.history import PromptHistory, bernoulli_stats
 from ugrpo.stats.intervals import RATIO_KEYS, Interval, normal_interval, ratio_interval
 from ugrpo.stats.predict import Posterior, posterior, posterior_means
+from ugrpo.stats.prompt_is import IS_LAMBDA, check_lambda, entropy, is_law, is_mse
 from ugrpo.stats.safe import SAFE_LEVEL, SAFE_TOL, check_safety, choose_sizes
 
 __all__ = ["AllocateConfig", "Lab", "build_lab", "bernoulli_stats", "history_sums", "predicted_stats", "run_allocate",
@@ -49,6 +55,7 @@ class AllocateConfig:
     history_steps, history_group : the simulated history: steps of N/history_group prompts x history_group samples
     safe_tol, safe_level : the safe rule's tolerance and posterior quantile (M50)
     screen : also run ``ustat+screen`` (G_b = 0 allowed; biased, M32), measured with the exact vector formula
+    is_lambda : the prompt-IS rules' defensive floor q >= lambda / P (M55)
     """
 
     budget: int
@@ -64,6 +71,7 @@ class AllocateConfig:
     safe_tol: float = SAFE_TOL
     safe_level: float = SAFE_LEVEL
     screen: bool = False
+    is_lambda: float = IS_LAMBDA
 
     def __post_init__(self) -> None:
         for name in ("budget", "batches", "token_batches", "g_min", "g_max", "history_steps", "history_group"):
@@ -80,6 +88,7 @@ class AllocateConfig:
         if self.prompts is not None and self.prompts * self.g_min > self.budget:
             raise ValueError(f"--prompts {self.prompts} x g_min {self.g_min} exceeds the budget {self.budget}")
         check_safety(self.safe_tol, self.safe_level, "allocate")
+        check_lambda(self.is_lambda, "--is-lambda")
 
 
 @dataclass(frozen=True)
@@ -177,6 +186,34 @@ def _batch_errors(lab: Lab, known: Posterior | PromptStats, rule: str, batches: 
     return out, cost, guarded / len(batches)
 
 
+def _is_row(lab: Lab, known: Posterior | PromptStats, rule: str, cfg: AllocateConfig, B: int) -> dict:
+    """The row of a prompt-IS rule: its law from ``known`` (all P prompts), its exact MSE with the true moments
+    (M53) and what the law looks like."""
+    st = posterior_means(known) if isinstance(known, Posterior) else known
+    law = is_law(rule, st, B, cfg.budget, lam=cfg.is_lambda, g_min=cfg.g_min, g_max=cfg.g_max)
+    g2 = float((lab.g_x.mean(0) ** 2).sum())
+    mse = is_mse(law.q, law.sizes, B, lab.true, g2)
+    hist = np.bincount(law.sizes)
+    return {"rule": rule, "budget": cfg.budget, "unit": "samples", "B": B, "mse": mse, "ci_low": mse, "ci_high": mse,
+            "exact": True, "mean_cost": law.expected_samples, "lambda": cfg.is_lambda,
+            "weight_max": float(1.0 / (law.P * law.q.min())), "q_entropy": entropy(law.q),
+            "q_entropy_max": math.log(law.P), "solver_gap": law.second_moment / law.bound - 1 if law.bound > 0 else 0.0,
+            "sizes_hist": {str(g): int(c) for g, c in enumerate(hist) if c}}
+
+
+def _exact_over(a: float, b: np.ndarray | float) -> Interval:
+    """a / mean(b) for an exact ``a``: exact when ``b`` is too, else a over the 95% normal interval of the mean of the
+    per-batch values ``b`` (the only Monte Carlo error)."""
+    if np.ndim(b) == 0:
+        r = float(a) / float(b)
+        return Interval(r, r, r, kind="exact (both closed forms)")
+    m, se = float(np.mean(b)), float(np.std(b, ddof=1)) / math.sqrt(len(b)) if len(b) > 1 else 0.0
+    lo, hi = normal_interval(m, se)
+    return Interval(a / m, a / hi, a / lo if lo > 0 else None, se=None,
+                    kind="exact numerator over the 95% normal interval of the denominator's mean over batches",
+                    n=len(b))
+
+
 def ratio_ci(a: np.ndarray, b: np.ndarray | float) -> Interval:
     """mean(a)/mean(b) for paired per-batch values: :func:`ugrpo.stats.intervals.ratio_interval` (delta method),
     clipped at 0 (a ratio of MSEs); one batch gives the ratio with a zero-width interval. ``b`` a number: an exact
@@ -213,6 +250,14 @@ def run_allocate(env, cfg: AllocateConfig, progress: bool = False) -> dict:
         Gt = G_u if unit == "samples" else cfg.budget // B
         for moments, known in (("true", lab.true), ("predicted", pred)):
             for rule in cfg.rules + (("ustat+screen",) if cfg.screen else ()):
+                if rule in IS_RULES:
+                    if unit == "samples":
+                        row = _is_row(lab, known, rule, cfg, B)
+                        table.append({"moments": moments, **row})
+                        per_batch[(unit, moments, rule)] = row["mse"]
+                        if progress:
+                            print(f"  {unit:7s} {moments:9s} {rule:10s} mse {row['mse']:.4g}", flush=True)
+                    continue
                 if rule == "uniform" and unit == "samples":
                     table.append({"rule": "uniform", "moments": moments, "budget": cfg.budget, "unit": unit,
                                   "G": G_u, "B": cfg.budget // G_u, "mse": mse_u, "ci_low": mse_u, "ci_high": mse_u,
@@ -244,13 +289,16 @@ def run_allocate(env, cfg: AllocateConfig, progress: bool = False) -> dict:
 
 def _ratios(per_batch: dict, rules: tuple[str, ...]) -> list[dict]:
     out = []
+    others = {"ustat": tuple(r for r in RULES if r not in ("ustat",) + IS_RULES), "ustat+screen": ("ustat",),
+              "uniform-is": ("uniform", "ustat"), "ustat-is": ("uniform", "ustat", "uniform-is")}
     for (unit, moments, rule), v in per_batch.items():
-        if rule not in ("ustat", "ustat+screen"):
-            continue
-        for other in tuple(r for r in RULES if r != "ustat") if rule == "ustat" else ("ustat",):
+        for other in others.get(rule, ()):
             w = per_batch.get((unit, moments, other))
             if w is not None:
-                iv = ratio_ci(v, w if np.ndim(w) == 0 else w[: len(v)])
+                if np.ndim(v) == 0:  # a prompt-IS rule: exact
+                    iv = _exact_over(v, w)
+                else:
+                    iv = ratio_ci(v, w if np.ndim(w) == 0 else w[: len(v)])
                 out.append({"unit": unit, "moments": moments, "numerator": rule, "denominator": other,
                             **iv.to_dict(*RATIO_KEYS), "interval": iv.kind})
     return out

@@ -28,6 +28,7 @@ __all__ = ["JointSolution", "law_for_sizes", "dual_bound", "solve_joint", "objec
 _ITERS = 64          # bisection steps in log scale (brackets span < 2^64 in ratio: relative precision ~1e-15)
 _GOLDEN = 0.6180339887498949
 _TINY = 1e-15        # the smallest a_x relative to the largest (:func:`_check_problem`)
+_PATH = 12           # size vectors tried on the path between the dual's cheapest and dearest minimisers
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,57 @@ def _bisect_log(f, lo: float, hi: float) -> tuple[float, float]:
     return lo, hi
 
 
+def _newton_log(f_df, lo: float, hi: float) -> tuple[float, float]:
+    """(lo, hi) bracketing the root of a non-increasing f (f(lo) >= 0 > f(hi)) found by Newton steps in t = log x,
+    kept inside the bracket (a step outside it, or a flat piece, bisects). ``f_df(x)`` returns (f, df/dt); at a jump
+    of f the bracket closes on the jump."""
+    lo_t, hi_t = math.log(lo), math.log(hi)
+    t, width = hi_t, hi_t - lo_t
+    for _ in range(4 * _ITERS):
+        f, df = f_df(math.exp(t))
+        if f >= 0:
+            lo_t = t
+        else:
+            hi_t = t
+        if abs(f) <= 1e-13:  # converged on a smooth piece
+            return math.exp(t), math.exp(t)
+        if hi_t - lo_t <= 1e-13:
+            break
+        step = t - f / df if df < 0 else math.nan
+        newton = lo_t < step < hi_t and hi_t - lo_t < 0.5 * width  # Newton only while the bracket halves
+        width = hi_t - lo_t
+        t = step if newton else 0.5 * (lo_t + hi_t)
+    return math.exp(lo_t), math.exp(hi_t)
+
+
+def _illinois_log(f, lo: float, hi: float) -> float:
+    """The root of a continuous non-increasing f (f(lo) >= 0 > f(hi)) by the Illinois false position in t = log x
+    (superlinear): a point with |f| <= 1e-13, or the bracket's end with f < 0 (the feasible side of a budget)."""
+    a, b = math.log(lo), math.log(hi)
+    fa, fb = f(lo), f(hi)
+    side = 0
+    for _ in range(_ITERS + 40):
+        t = b - fb * (b - a) / (fb - fa) if fb != fa else 0.5 * (a + b)
+        if not a < t < b:
+            t = 0.5 * (a + b)
+        ft = f(math.exp(t))
+        if ft < 0:
+            b, fb = t, ft
+            if side == -1:
+                fa /= 2
+            side = -1
+        else:
+            a, fa = t, ft
+            if side == 1:
+                fb /= 2
+            side = 1
+        if abs(ft) <= 1e-13:  # converged
+            return math.exp(t)
+        if b - a <= 1e-14:
+            break
+    return math.exp(b)  # the bracket's end on the feasible side
+
+
 def _check_problem(a: np.ndarray, lower: float) -> tuple[np.ndarray, float]:
     a = np.asarray(a, dtype=np.float64)
     if not np.isfinite(a).all() or (a < 0).any():
@@ -119,37 +171,25 @@ def law_for_sizes(a: np.ndarray, sizes: np.ndarray, gbar: float, lower: float) -
     ra = np.sqrt(a)
 
     def q_at(nu: float) -> np.ndarray:
-        # c_x = cm + nu (G_x - gmin), cm = mu + nu gmin > 0; sum q = 1 pins cm (sum q decreases in cm): safeguarded
-        # Newton in t = log cm inside the bisection bracket
+        # c_x = cm + nu (G_x - gmin), cm = mu + nu gmin > 0; sum q = 1 pins cm (sum q decreases in cm)
         d = nu * (G - gmin)
-        hi = (ra.sum() / (1 - P * lower)) ** 2 * 1.01 + 1e-300
-        lo, t = hi * 1e-40, math.log(hi)
-        hi_t, lo_t = math.log(hi), math.log(lo)
-        for _ in range(200):
-            cm = math.exp(t)
+
+        def f_df(cm: float) -> tuple[float, float]:
             c = cm + d
-            q = np.maximum(lower, ra / np.sqrt(c))
-            f = float(q.sum()) - 1.0
-            if abs(f) <= 1e-14:
-                break
-            if f > 0:
-                lo_t = t
-            else:
-                hi_t = t
             free = ra / np.sqrt(c) > lower
-            df = -0.5 * float((ra[free] * c[free] ** -1.5).sum()) * cm                # d f / d t
-            step = t - f / df if df < 0 else math.nan
-            t = step if lo_t < step < hi_t else 0.5 * (lo_t + hi_t)
-            if hi_t - lo_t < 1e-15:
-                break
-        return np.maximum(lower, ra / np.sqrt(math.exp(t) + d))
+            q = np.where(free, ra / np.sqrt(c), lower)
+            return float(q.sum()) - 1.0, -0.5 * cm * float((ra[free] * c[free] ** -1.5).sum())
+
+        hi = (ra.sum() / (1 - P * lower)) ** 2 * 1.01 + 1e-300
+        lo, hi = _newton_log(f_df, hi * 1e-40, hi)
+        return np.maximum(lower, ra / np.sqrt(hi + d))
 
     q = q_at(0.0)
     if (q * G).sum() > gbar:  # the budget binds: nu > 0 with sum q G = gbar (the cost falls as nu grows)
         nu_hi = 1.0
         while (q_at(nu_hi) * G).sum() > gbar and nu_hi < 1e300:
             nu_hi *= 16.0
-        _, nu = _bisect_log(lambda v: float((q_at(v) * G).sum()) - gbar, nu_hi * 1e-40, nu_hi)
+        nu = _illinois_log(lambda v: float((q_at(v) * G).sum()) - gbar, nu_hi * 1e-40, nu_hi)
         q = q_at(nu)
     q = q / q.sum()
     return q, objective(a, q)
@@ -186,13 +226,16 @@ def _inner(table: np.ndarray, cands: np.ndarray, mask: np.ndarray, nu: float, lo
         k = h.argmin(1)
         return k, h[rows, k]
 
-    def s(cm: float) -> float:
+    def f_df(cm: float) -> tuple[float, float]:
         k, _ = argmins(cm)
-        return float(_q_of(table[rows, k], cm + dc[0, k], lower).sum()) - 1.0
+        a, c = table[rows, k], cm + dc[0, k]
+        free = np.sqrt(a / c) > lower
+        q = np.where(free, np.sqrt(a / c), lower)
+        return float(q.sum()) - 1.0, -0.5 * cm * float((np.sqrt(a[free]) * c[free] ** -1.5).sum())
 
     big = np.where(mask, table, 0.0).max(1)
     hi = (np.sqrt(big).sum() / (1 - P * lower)) ** 2 * 1.01 + 1e-300             # sum q < 1 from here on
-    ends = _bisect_log(s, hi * 1e-40, hi)
+    ends = _newton_log(f_df, hi * 1e-40, hi)
     best, ks = -math.inf, []
     for cm in ends:
         k, hv = argmins(cm)
@@ -235,7 +278,7 @@ def dual_bound(table: np.ndarray, cands: np.ndarray, gbar: float, lower: float,
         else:
             hi, x2 = x2, x1
             x1 = hi - _GOLDEN * (hi - lo)
-        if hi - lo <= 1e-12 * hi:
+        if hi - lo <= 1e-9 * hi:
             break
     best_nu = max(seen, key=lambda v: seen[v][0])
     sizes = [k for nu in {lo, hi, x1, x2, best_nu} for k in (seen[nu][1] if nu in seen else [])]
@@ -244,26 +287,45 @@ def dual_bound(table: np.ndarray, cands: np.ndarray, gbar: float, lower: float,
 
 def _recover(table: np.ndarray, cands: np.ndarray, gbar: float, lower: float, cand_idx: list[np.ndarray]
              ) -> tuple[float, np.ndarray, np.ndarray] | None:
-    """The best feasible law among the candidate size vectors and the path between the cheapest and dearest."""
+    """The best feasible law among the candidate size vectors and on the path between the cheapest and the dearest
+    (the differing prompts moved one at a time: a coarse grid of path points, then a local search around the best)."""
     P = table.shape[0]
     rows = np.arange(P)
-    pool = {tuple(k) for k in cand_idx}
-    ks = sorted(pool, key=lambda k: float(cands[list(k)].sum()))
-    if len(ks) > 1:  # move the differing prompts one at a time from the cheapest vector toward the dearest
+    memo: dict[tuple, tuple[float, np.ndarray, np.ndarray] | None] = {}
+
+    def law(k: np.ndarray):
+        key = tuple(k)
+        if key not in memo:
+            got = law_for_sizes(table[rows, k], cands[k], gbar, lower)
+            memo[key] = None if got is None else (got[1], k, got[0])
+        return memo[key]
+
+    for k in cand_idx:
+        law(np.asarray(k))
+    ks = sorted({tuple(k) for k in cand_idx}, key=lambda k: float(cands[list(k)].sum()))
+    if len(ks) > 1:
         cheap, dear = np.array(ks[0]), np.array(ks[-1])
         diff = np.flatnonzero(cheap != dear)
-        cur = cheap.copy()
-        for x in diff:
-            cur = cur.copy()
-            cur[x] = dear[x]
-            pool.add(tuple(cur))
-    best = None
-    for k in pool:
-        k = np.array(k)
-        got = law_for_sizes(table[rows, k], cands[k], gbar, lower)
-        if got is not None and (best is None or got[1] < best[0]):
-            best = (got[1], k, got[0])
-    return best
+
+        def at(n: int):
+            cur = cheap.copy()
+            cur[diff[:n]] = dear[diff[:n]]
+            got = law(cur)
+            return math.inf if got is None else got[0]
+
+        grid = np.unique(np.linspace(0, len(diff), min(len(diff) + 1, _PATH)).round().astype(int))
+        vals = [at(int(n)) for n in grid]
+        n = int(grid[int(np.argmin(vals))])
+        step = max(1, int(np.diff(grid).max(initial=1)) // 2)
+        while step >= 1:  # local search on the path around the best grid point
+            moved = False
+            for m in (n - step, n + step):
+                if 0 <= m <= len(diff) and at(m) < at(n):
+                    n, moved = m, True
+            if not moved:
+                step //= 2
+    found = [v for v in memo.values() if v is not None]
+    return min(found, key=lambda v: v[0]) if found else None
 
 
 def solve_joint(table: np.ndarray, cands: np.ndarray, gbar: float, lower: float, *, rel_tol: float = 1e-4,

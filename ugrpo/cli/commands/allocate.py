@@ -1,4 +1,5 @@
-"""``ugrpo allocate``: exact MSE of per-prompt allocation rules (uniform, vip, knapsack, ustat) at equal budget.
+"""``ugrpo allocate``: exact MSE of per-prompt allocation rules (uniform, vip, knapsack, ustat, and the prompt
+importance-sampling rules uniform-is, ustat-is) at equal budget.
 
 Example: ``ugrpo allocate --env builtin:demo --budget 256 --rules uniform,vip,knapsack,ustat --seed 0
 --out runs/alloc`` (seconds). Parsing only: the flags become an ``AllocateConfig`` and one call of
@@ -34,6 +35,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--safe-level", type=float, default=0.9, help="the posterior quantile the safe rule bounds")
     p.add_argument("--screen", action="store_true",
                    help="also run ustat+screen: prompts may get G_b = 0 (biased unless g(x_b) = 0; never a default)")
+    p.add_argument("--is-lambda", type=float, default=0.1,
+                   help="uniform-is/ustat-is: the defensive floor q(x) >= lambda/P, in (0, 1] (weights <= 1/lambda; "
+                        "docs/math.md M55)")
     p.add_argument("--out", required=True, help="run folder")
     p.add_argument("--no-progress", action="store_true", help="print nothing while it runs")
 
@@ -46,7 +50,8 @@ def main(args: argparse.Namespace) -> int:
     cfg = AllocateConfig(budget=args.budget, rules=rules, seed=args.seed, batches=args.batches,
                          token_batches=args.token_batches, prompts=args.prompts, g_min=args.g_min, g_max=args.g_max,
                          history_steps=args.history_steps, history_group=args.history_group,
-                         safe_tol=args.safe_tol, safe_level=args.safe_level, screen=args.screen)
+                         safe_tol=args.safe_tol, safe_level=args.safe_level, screen=args.screen,
+                         is_lambda=args.is_lambda)
     t0 = time.perf_counter()
     results = allocate_experiment(cfg, args.env, args.out, argv=command_line("allocate", args),
                                   progress=not args.no_progress)

@@ -98,6 +98,9 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help=f"with --allocation: smallest G_b (default {alloc('g_min')})")
     p.add_argument("--g-max", type=int, default=None,
                    help=f"with --allocation: largest G_b (default {alloc('g_max')})")
+    p.add_argument("--is-lambda", type=float, default=None,
+                   help=f"with --env --allocation uniform-is/ustat-is: the defensive floor q(x) >= lambda/P, in (0, 1] "
+                        f"(default {alloc('is_lambda')}; with --config: --allocation.is-lambda)")
     # the sweep sets SWEEP_KEYS itself (--budget, --groups, --seed, --steps); --baseline is the synthetic sweep's
     add_override_flags(p, "with --config: training-config overrides", skip=(*SWEEP_KEYS, "baseline"))
 
@@ -213,7 +216,7 @@ def main(args: argparse.Namespace) -> int:
 
     if args.allocation is not None and args.config is None:
         return _main_alloc(args)
-    own = [f"--{n.replace('_', '-')}" for n in ("allocation_moments", "g_min", "g_max")
+    own = [f"--{n.replace('_', '-')}" for n in ("allocation_moments", "g_min", "g_max", "is_lambda")
            if getattr(args, n, None) is not None]
     if own and args.config is not None:
         raise ValueError(f"{', '.join(own)} belong to the exact-env allocation sweep (--env); with --config set the "
@@ -253,7 +256,7 @@ def _alloc_config(args: argparse.Namespace):
     budgets = parse_int_list(args.budget, name="--budget")
     if len(budgets) != 1:
         raise ValueError(f"--allocation compares rules at one budget; give one --budget, got {budgets}")
-    opt = given(args, steps="steps", lr_schedule="lr_schedule", g_min="g_min", g_max="g_max")
+    opt = given(args, steps="steps", lr_schedule="lr_schedule", g_min="g_min", g_max="g_max", is_lambda="is_lambda")
     if args.env:
         opt["env"] = args.env
     if args.allocation_moments is not None:

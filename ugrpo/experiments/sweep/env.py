@@ -223,11 +223,15 @@ class AllocSweepConfig:
     """``ustat``'s safe rule: tolerance on the posterior quantile of MSE / uniform's (docs/math.md M50)"""
     safe_level: float = 0.9
     """the posterior quantile the safe rule bounds"""
+    is_lambda: float = 0.1
+    """``uniform-is``/``ustat-is``: the defensive floor q(x) >= lambda / P (docs/math.md M55)"""
 
     def __post_init__(self) -> None:
         from ugrpo.envs.algorithm1 import MOMENTS, Safety
+        from ugrpo.stats.prompt_is import check_lambda
 
         Safety(self.safe_tol, self.safe_level)
+        check_lambda(self.is_lambda, "--is-lambda")
         from ugrpo.stats.allocation import RULES
 
         bad = [r for r in self.rules if r not in RULES]
@@ -285,26 +289,30 @@ def run_alloc_sweep(env, cfg: AllocSweepConfig, run: RunDir, *, progress: bool =
             print(f"  {rule}: {len(todo)} seeds x {cfg.steps} steps (N={cfg.budget}, B={B})", flush=True)
         res = run_algorithm1_alloc(env, rule=rule, N=cfg.budget, B=B, steps=cfg.steps, lr=cfg.lr, seeds=todo,
                                    moments=cfg.moments, g_min=cfg.g_min, g_max=cfg.g_max,
-                                   lr_schedule=cfg.lr_schedule, checkpoints=cfg.checkpoints, safety=safety)
+                                   lr_schedule=cfg.lr_schedule, checkpoints=cfg.checkpoints, safety=safety,
+                                   is_lambda=cfg.is_lambda)
         for i, s in enumerate(todo):
             row = {"rule": rule, "seed": s, "budget": cfg.budget, "B": B, "G_uniform": G_u,
                    "checkpoints": list(res.checkpoints), "gaps": res.gaps[i].tolist(),
                    "frac_zero_std": float(res.frac_zero_std[i]),
                    "frac_samples_zero_std": float(res.frac_samples_zero_std[i]),
-                   "mean_max_G": float(res.mean_max_G[i])}
+                   "mean_max_G": float(res.mean_max_G[i]), "samples": res.samples[i].tolist()}
             run.append_metrics(row)
             done[(rule, s)] = row
     return [done[(r, s)] for r in cfg.rules for s in seeds], B
 
 
 def aggregate_alloc(runs: Sequence[dict], N: int) -> list[dict[str, Any]]:
-    """Mean gap with a 95% Student-t interval (clipped at 0: a gap is >= 0) per (rule, checkpoint)."""
+    """Mean gap with a 95% Student-t interval (clipped at 0: a gap is >= 0) per (rule, checkpoint), at the seeds'
+    mean samples spent (checkpoint x N for a rule that spends N every step; ``ustat-is`` spends N in expectation)."""
     rows = []
     for rule in dict.fromkeys(r["rule"] for r in runs):
         rs = [r for r in runs if r["rule"] == rule]
         for j, c in enumerate(rs[0]["checkpoints"]):
             st = t_interval([r["gaps"][j] for r in rs])
-            rows.append({"rule": rule, "checkpoint": c, "samples": c * N, "gap_mean": st.estimate, "se": st.se,
+            spent = [r["samples"][j] for r in rs if "samples" in r]
+            samples = sum(spent) / len(spent) if len(spent) == len(rs) else c * N
+            rows.append({"rule": rule, "checkpoint": c, "samples": samples, "gap_mean": st.estimate, "se": st.se,
                          "ci_low": None if st.ci_low is None else max(0.0, st.ci_low),
                          "ci_high": st.ci_high, "seeds": len(rs),
                          "frac_samples_zero_std": sum(r["frac_samples_zero_std"] for r in rs) / len(rs)})
