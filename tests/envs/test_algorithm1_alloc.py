@@ -88,23 +88,32 @@ def test_sampler_is_unbiased_by_seeded_monte_carlo():
     assert torch.allclose(ghat.mean(0)[~ok], target[~ok], atol=1e-12)
 
 
-@pytest.mark.parametrize("rule,moments", [("ustat", "exact"), ("knapsack", "exact")])
+@pytest.mark.parametrize("rule,moments", [("ustat", "exact"), ("knapsack", "exact"), ("uniform-is", "exact"),
+                                          ("ustat-is", "exact")])
 def test_one_full_step_is_unbiased_for_the_exact_gradient(rule, moments):
-    """Prompts drawn, G_b chosen by the rule, samples drawn: (theta_1 - theta_0)/lr averages to grad J (4 SE)."""
+    """Prompts drawn (uniformly, or from the prompt-IS law with weights 1/(P q), M52), G_b chosen by the rule, samples
+    drawn: (theta_1 - theta_0)/lr averages to grad J (4 SE)."""
     env = random_env("softmax_bandit", n_prompts=4, n_actions=3, logit_scale=1.0, extreme_fraction=0.5, seed=5)
     S = 3000
-    res = run_algorithm1_alloc(env, rule=rule, moments=moments, N=12, B=4, steps=1, lr=1.0, seeds=range(S),
+    N = 24 if rule == "ustat-is" else 12  # at N/B = 3 the joint law keeps G_x = 3 here (the exact optimum); at 6 not
+    res = run_algorithm1_alloc(env, rule=rule, moments=moments, N=N, B=4, steps=1, lr=1.0, seeds=range(S),
                                g_max=8)
     ghat = res.theta - env.theta0
     g = env.grad_J()
     se = ghat.std(0) / S**0.5
     assert ((ghat.mean(0) - g).abs() <= 4 * se + 1e-12).all()
-    assert res.mean_max_G.max() > 3  # the rule did not hand out a uniform G = 3
+    if rule != "uniform-is":
+        assert res.mean_max_G.max() > 3  # the rule did not hand out a uniform G = 3
+    if rule == "ustat-is":  # N samples in expectation: the seeds' mean within 4 SE
+        spent = res.samples[:, -1]
+        assert abs(float(spent.mean()) - N) <= 4 * float(spent.std()) / S**0.5 and spent.std() > 0
 
 
 @pytest.mark.parametrize("kwargs,match", [
     (dict(rule="dynamic"), r"unknown allocation rule 'dynamic'; choose one of \['uniform', 'vip', 'knapsack', "
-                           r"'ustat'\]"),
+                           r"'ustat', 'uniform-is', 'ustat-is'\]"),
+    (dict(rule="uniform-is", N=14), "uniform-is: B = 4 prompts do not divide N = 14"),
+    (dict(rule="ustat-is", is_lambda=0.0), r"is_lambda=0\.0 must be a number in \(0, 1\]"),
     (dict(N=5), r"budget N = 5 is below B \* g_min = 4 \* 2"),
     (dict(g_min=4, g_max=3), "need 2 <= g_min <= g_max"),
     (dict(N=40), r"exceeds B \* g_max = 4 \* 8"),

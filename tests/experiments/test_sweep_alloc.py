@@ -107,3 +107,27 @@ def test_bad_input_fails_before_any_work(tmp_path, capsys, extra, match):
     assert rc == 2
     assert re.search(match, err), err
     assert not (out / "metrics.jsonl").exists()
+
+
+def test_prompt_is_rules_in_the_env_sweep(tmp_path, capsys):
+    """uniform-is spends N every step; ustat-is N in expectation, and its rows sit at the seeds' mean samples spent;
+    a run row equals the direct run; --is-lambda reaches the law (docs/math.md M52-M57)."""
+    out = tmp_path / "is"
+    rc, stdout, err = run_cli(["sweep", "--env", "builtin:demo", "--budget", 64, "--groups", 8, "--allocation",
+                               "uniform,uniform-is,ustat-is", "--is-lambda", 0.2, *FAST, "--out", out], capsys)
+    assert rc == 0, err
+    res = results(out)
+    assert res["config"]["is_lambda"] == 0.2
+    assert {v["rule"] for v in res["versus_uniform"]} == {"uniform-is", "ustat-is"}
+    rows = {(r["rule"], r["checkpoint"]): r for r in res["rows"]}
+    assert rows[("uniform-is", 6)]["samples"] == 6 * 64
+    runs = {(r["rule"], r["seed"]): r for r in metrics(out)}
+    spent = [runs[("ustat-is", s)]["samples"][-1] for s in (0, 1)]
+    assert rows[("ustat-is", 6)]["samples"] == pytest.approx(sum(spent) / 2)
+    direct = run_algorithm1_alloc(builtin_env("demo"), rule="ustat-is", N=64, B=8, steps=6, lr=2.0, seeds=[1],
+                                  checkpoints=[0, 3, 6], is_lambda=0.2)
+    assert runs[("ustat-is", 1)]["gaps"] == pytest.approx(direct.gaps[0].tolist(), abs=1e-12)
+    assert runs[("ustat-is", 1)]["samples"] == direct.samples[0].tolist()
+    rc, _, err = run_cli(["sweep", "--env", "builtin:demo", "--budget", 64, "--allocation", "ustat-is",
+                          "--is-lambda", 0, *FAST, "--out", tmp_path / "bad"], capsys)
+    assert rc == 2 and "--is-lambda=0.0 must be a number in (0, 1]" in err

@@ -439,13 +439,23 @@ def run_algorithm1_alloc(
         ghat, zero = ragged_step_gradient(rewards, scores, sizes, weights)
         return ghat, zero.reshape(S, B)
 
+    laws: dict[bytes, object] = {}  # exact moments: one law per distinct theta (every seed at theta0 on step 1)
+
+    def law_of(s: int, theta: Tensor):
+        if hist is not None:
+            return is_law(rule, hist[s].stats(None, scores=True), B, N, lam=is_lambda, g_min=g_min, g_max=g_max)
+        key = theta[s].numpy().tobytes()
+        if key not in laws:
+            laws.clear()
+            st = PromptStats.from_moments(env.exact(theta[s], sigma=False).prompt_moments)
+            laws[key] = is_law(rule, st, B, N, lam=is_lambda, g_min=g_min, g_max=g_max)
+        return laws[key]
+
     def draw(theta: Tensor) -> tuple[Tensor, Tensor, Tensor]:  # prompt IS: seed s's law from its own past (M52)
         step[0] += 1
         out = []
         for s in range(S):
-            st = hist[s].stats(None, scores=True) if hist is not None else PromptStats.from_moments(
-                env.exact(theta[s], sigma=False).prompt_moments)
-            law = is_law(rule, st, B, N, lam=is_lambda, g_min=g_min, g_max=g_max)
+            law = law_of(s, theta)
             idx = law.draw(np.random.default_rng([seeds[s], step[0], 0x6973]))
             out.append((idx, law.sizes[idx], law.weights(idx)))
         return tuple(torch.as_tensor(np.stack(v)) for v in zip(*out))

@@ -278,7 +278,7 @@ def dual_bound(table: np.ndarray, cands: np.ndarray, gbar: float, lower: float,
         else:
             hi, x2 = x2, x1
             x1 = hi - _GOLDEN * (hi - lo)
-        if hi - lo <= 1e-9 * hi:
+        if hi - lo <= 1e-7 * hi:
             break
     best_nu = max(seen, key=lambda v: seen[v][0])
     sizes = [k for nu in {lo, hi, x1, x2, best_nu} for k in (seen[nu][1] if nu in seen else [])]

@@ -161,7 +161,7 @@ class PromptLaw:
 
 
 def is_law(rule: str, stats: PromptStats, B: int, N: int, *, lam: float = IS_LAMBDA, g_min: int = 2,
-           g_max: int | None = None, rel_tol: float = 1e-4, max_nodes: int = 16) -> PromptLaw:
+           g_max: int | None = None, rel_tol: float = 1e-3, max_nodes: int = 8) -> PromptLaw:
     """The law of ``rule`` for the pool whose per-prompt moments are ``stats`` (posterior means or exact; M54-M56).
 
     Parameters
