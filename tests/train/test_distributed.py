@@ -32,9 +32,10 @@ def _run(cmd: list[str], out: Path, steps: int = 2) -> None:
     assert (out / f"checkpoints/step-{steps}/model.safetensors").exists()
 
 
-@pytest.mark.parametrize("rule", ["uniform", "ustat"])
+@pytest.mark.parametrize("rule", ["uniform", "ustat", pytest.param("ustat-is", marks=pytest.mark.slow)])
 def test_two_processes_match_one_process(tiny_model_dir, task_files, tmp_path, rule):
-    """``ustat``: ragged groups split over processes, history from the gathered rewards and sketches."""
+    """``ustat``: ragged groups split over processes, history from the gathered rewards and sketches; ``ustat-is``:
+    the prompt law from that history, the same draw on every process, the weights in the local losses."""
     torchrun = Path(sys.executable).with_name("torchrun")
     if not torchrun.exists():
         pytest.skip("torchrun is not installed next to the Python interpreter")
@@ -62,7 +63,15 @@ def test_two_processes_match_one_process(tiny_model_dir, task_files, tmp_path, r
     rows_one = (one / "metrics.jsonl").read_text().splitlines()
     rows_two = (two / "metrics.jsonl").read_text().splitlines()
     assert len(rows_one) == len(rows_two) == steps + 1  # only rank 0 wrote the metrics
-    if rule != "uniform":
+    if rule == "ustat":
         hist = [json.loads(r).get("alloc_g_hist") for r in rows_two]
         assert hist == [json.loads(r).get("alloc_g_hist") for r in rows_one]
         assert any(h != {"4": 4} for h in hist[1:]), hist  # some step's groups are ragged
+    if rule == "ustat-is":
+        keys = ("alloc_g_hist", "samples", "is_weight_max", "is_weight_min")
+        got = [[json.loads(r).get(k) for k in keys] for r in rows_two]
+        want = [[json.loads(r).get(k) for k in keys] for r in rows_one]
+        assert [g[:2] for g in got] == [w[:2] for w in want]  # the same prompts' sizes and samples
+        # the law comes from history sums whose sketch norms differ in the last bits between the layouts
+        assert [v for g in got[1:] for v in g[2:]] == pytest.approx([v for w in want[1:] for v in w[2:]], rel=1e-6)
+        assert any(abs(g[2] - 1) > 1e-3 for g in got[1:]), got  # some step's weights are not all 1

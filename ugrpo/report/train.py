@@ -142,7 +142,7 @@ def allocation_section(run: RunDir, rows: list[dict], cfg: dict) -> str:
 ![reward variance](alloc_var.png)
 
 Samples on groups whose rewards were all equal: {zero} of {spent} ({zero / max(spent, 1):.3f}).
-{_certificate_text(al)}
+{_is_text(al) if rule in ("uniform-is", "ustat-is") else _certificate_text(al)}
 """
 
 
@@ -167,6 +167,24 @@ def _certificate_text(al: list[dict]) -> str:
                  f"[{_f(gs['alloc_predicted_ratio_gstar_low'])}, {_f(gs['alloc_predicted_ratio_gstar_high'])}] "
                  "(coverage of this one not measured).")
     return text
+
+
+def _is_text(al: list[dict]) -> str:
+    """Prompt importance sampling (docs/allocation.md A8, docs/math.md M52-M59): the weights, the law's entropy, the
+    samples spent against the expected N, and the certificate of the second-moment ratio."""
+    def mean(key: str) -> float:
+        v = [r[key] for r in al if r.get(key) is not None]
+        return sum(v) / max(len(v), 1)
+
+    spent = [r["samples"] for r in al if r.get("samples") is not None]
+    return (f"Prompt importance sampling: the step's B prompts drawn from a law q of the history and weighted by "
+            f"1/(P q) (unbiased for the uniform-prompt objective, M52). Mean over {len(al)} steps: effective sample "
+            f"size of the weights {_f(mean('is_ess'))} of B, largest weight {_f(mean('is_weight_max'))} (at most "
+            f"1/lambda), entropy of q {_f(mean('is_q_entropy'))} nats of {_f(mean('is_q_entropy_max'))} (uniform), "
+            f"samples per step {_f(sum(spent) / max(len(spent), 1))} spent against {_f(mean('is_expected_samples'))} "
+            f"expected. Certificate: the posterior median of the second moment S(q, G) over uniform prompts' "
+            f"(`is_predicted_ratio`, M59; the MSE ratio lies below it when it is below 1) averaged "
+            f"{_f(mean('is_predicted_ratio'))} (a prediction, not a measurement; its coverage is not measured).")
 
 
 def _dynamic_section(rows: list[dict], cfg: dict) -> str:

@@ -366,6 +366,11 @@ def solve_joint(table: np.ndarray, cands: np.ndarray, gbar: float, lower: float,
     full = np.ones((P, K), bool)
     root_bound, root_sizes = dual_bound(table, cands, gbar, lower, full)
     inc = _recover(table, cands, gbar, lower, root_sizes)
+    k_one = int(np.searchsorted(cands, math.floor(gbar + 1e-9), side="right")) - 1  # one size for all, <= gbar
+    if k_one >= 0:  # so the joint law is never worse than the best law with one size (the one-G law, M54)
+        one = _recover(table, cands, gbar, lower, [np.full(P, k_one)])
+        if one is not None and (inc is None or one[0] <= inc[0]):
+            inc = one
     heap = [(root_bound, 0, full, root_sizes)]
     nodes, tick = 1, 1
     lows = []  # bounds of the parts of the search space left without a better incumbent than theirs

@@ -8,6 +8,12 @@ What a rule knows is the one predictor's posterior (:mod:`ugrpo.stats.predict`, 
 chooses through the safe rule (:func:`ugrpo.stats.safe.choose_sizes`, M50).
 :func:`row_weights` is the per-row weight Gbar/G_b that turns the trainer's usual 1/(B Gbar) sum into the
 estimate (1/B) sum_b (1/G_b) sum_g A_bg W_bg (M32-M33).
+
+The prompt importance-sampling rules (``uniform-is``, ``ustat-is``; docs/math.md M52-M59, docs/allocation.md A8)
+also choose WHICH prompts a step draws: :meth:`Allocator.prompts` draws the B prompts iid from the law q that
+:func:`ugrpo.stats.prompt_is.is_law` computes from the predictor's posterior means of every train prompt (the history
+only), with the generator :func:`ugrpo.train.rollout.choose_prompts` uses; :meth:`Allocator.choose` gives each its G_x
+and keeps the weights 1/(P q(x_b)), which :meth:`Allocator.prompt_weights` hands to :func:`step_advantages`.
 """
 
 from __future__ import annotations
@@ -19,12 +25,16 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ugrpo.stats.allocation import IS_RULES
 from ugrpo.stats.certificate import certificate
 from ugrpo.stats.history import FIELDS, SECOND, PromptHistory, check_unit_rewards
+from ugrpo.stats.is_certificate import is_certificate
 from ugrpo.stats.predict import Posterior, posterior_means, reward_variance
+from ugrpo.stats.prompt_is import PromptLaw, is_law, step_metrics
 from ugrpo.stats.ragged import compute_ragged_advantages, ragged_reward_spread
 from ugrpo.stats.safe import choose_sizes
 from ugrpo.train.config import TrainConfig
+from ugrpo.train.rollout import choose_prompts, prompt_generator
 
 __all__ = ["Allocator", "row_weights", "step_advantages"]
 
@@ -39,18 +49,23 @@ def row_weights(sizes: Tensor, mean_size: int) -> Tensor:
     return (mean_size / sizes.double()).repeat_interleave(sizes)
 
 
-def step_advantages(cfg: TrainConfig, rollout, rewards: Tensor, values) -> tuple[Tensor, int]:
+def step_advantages(cfg: TrainConfig, rollout, rewards: Tensor, values,
+                    weights: Tensor | None = None) -> tuple[Tensor, int]:
     """((N_local,) float32 advantages times the row weight Gbar/G_b, all-equal group count) (docs/allocation.md).
 
     One path for equal and ragged groups: :func:`compute_ragged_advantages` with every option of the config (each
     prompt's own G_b in its LOO mean and its std; equal groups reduce on the (B, G) view, so the plain trainer's
     advantages are the dense ones bit for bit) times Gbar/G_b (1 for equal groups), so the loss's usual
-    1/(B Gbar) sum is (1/B) sum_b (1/G_b) sum_g A_bg W_bg (M32-M33).
+    1/(B Gbar) sum is (1/B) sum_b (1/G_b) sum_g A_bg W_bg (M32-M33). ``weights`` (B_local,): the prompt-IS weights
+    1/(P q(x_b)) of the local groups (M52), multiplied in per row; None: 1.
     """
     sizes = rollout.group_sizes
     adv = compute_ragged_advantages(rewards, sizes, baseline=cfg.baseline, values=values, scale=cfg.scale,
                                     ddof=cfg.ddof, eps=cfg.eps, zero_std=cfg.zero_std)  # (N_local,), row b*G+g
-    return (adv.advantages * row_weights(sizes, cfg.budget.group_size)).float(), adv.n_zero_std
+    w = row_weights(sizes, cfg.budget.group_size)
+    if weights is not None:
+        w = w * torch.as_tensor(weights, dtype=torch.float64).repeat_interleave(sizes)
+    return (adv.advantages * w).float(), adv.n_zero_std
 
 
 class Allocator:
@@ -62,8 +77,11 @@ class Allocator:
         self.B = self.N // self.G
         self.g_min, self.g_max = self.al.bounds(self.N, self.G)
         self.history = PromptHistory(n_prompts)
-        self.uses_scores = self.al.rule == "ustat"
+        self.is_rule = self.al.rule in IS_RULES
+        self.uses_scores = self.al.rule == "ustat" or self.is_rule
         self.c1: tuple[float, float, float] | None = None  # the G* monitor's latest c1 (estimate, low, high)
+        self._law: tuple[int, PromptLaw, Posterior] | None = None  # prompt IS: (step, law, posterior of all prompts)
+        self._weights: np.ndarray | None = None  # prompt IS: this step's (B,) weights 1/(P q(x_b))
 
     def restore(self, ckpt) -> None:
         """Replace the history by the one saved in checkpoint folder ``ckpt`` as ``history.json`` (checksummed;
@@ -104,10 +122,52 @@ class Allocator:
                 and row.get("monitor_c1_high") is not None:
             self.c1 = (row["monitor_c1"], row["monitor_c1_low"], row["monitor_c1_high"])
 
+    def law(self, step: int) -> tuple[PromptLaw, Posterior]:
+        """Prompt IS: the step's law (q, G_x) over every train prompt from the history only (M54-M56), with the
+        posterior it came from; computed once per step."""
+        if self._law is None or self._law[0] != step:
+            post = self.history.posterior(None, scores=True)
+            law = is_law(self.al.rule, posterior_means(post), self.B, self.N, lam=self.al.is_lambda,
+                         g_min=self.g_min, g_max=self.al.g_max or 4 * self.G)
+            self._law = (step, law, post)
+        return self._law[1], self._law[2]
+
+    def prompts(self, step: int) -> np.ndarray:
+        """(B,) train-prompt indices of ``step``: iid uniform (:func:`choose_prompts`) or, for the prompt-IS rules,
+        iid from the step's law q (M52), with the same generator."""
+        if not self.is_rule:
+            return choose_prompts(self.history.P, self.B, self.cfg.seed, step)
+        return self.law(step)[0].draw(prompt_generator(self.cfg.seed, step))
+
+    def prompt_weights(self, position: Tensor) -> Tensor | None:
+        """Prompt IS: the weights 1/(P q(x_b)) of the local groups at ``position`` (B_local,); else None."""
+        if self._weights is None:
+            return None
+        return torch.as_tensor(self._weights[position.numpy()], dtype=torch.float64)
+
+    def _choose_is(self, prompts: np.ndarray, step: int) -> tuple[np.ndarray, dict]:
+        """Prompt IS: G_x of the drawn prompts, their weights (kept for the loss) and the step's metrics (M58) with
+        the certificate (M59)."""
+        law, post = self.law(step)
+        sizes = law.sizes[prompts].astype(np.int64)
+        self._weights = law.weights(prompts)
+        seed = int(np.random.SeedSequence([int(self.cfg.seed), int(step), 0x636572]).generate_state(1)[0])
+        cert = is_certificate(post, law, self.G, seed=seed)
+        hist = np.bincount(sizes)
+        return sizes, {
+            "alloc_g_min": int(sizes.min()), "alloc_g_max": int(sizes.max()),
+            "alloc_g_hist": {str(g): int(c) for g, c in enumerate(hist) if c}, **step_metrics(law, prompts),
+            "is_predicted_ratio": cert.ratio, "is_predicted_ratio_low": cert.ratio_low,
+            "is_predicted_ratio_high": cert.ratio_high, "is_predicted_ratio_plugin": cert.plugin,
+            "reward_var_predicted": float(reward_variance(post.take(prompts)).mean()),
+        }
+
     def choose(self, prompts: np.ndarray, step: int = 0) -> tuple[np.ndarray, dict]:
         """(G_b (B,), metrics) for the drawn prompts; uniform: every G_b = budget.group_size and no metrics."""
         if self.uniform:
             return np.full(self.B, self.G, dtype=np.int64), {}
+        if self.is_rule:
+            return self._choose_is(prompts, step)
         al = self.al
         post = self.history.posterior(prompts, scores=self.uses_scores)
         st = posterior_means(post)

@@ -1,7 +1,7 @@
 """Algorithm 1 and Algorithm 2 of the paper on a language model: one narrative loop.
 
 Each step i (paper Algorithm 1):
-    sample B = N/G prompts iid from the train set (seeded by (seed, i))
+    sample B = N/G prompts iid from the train set (seeded by (seed, i); the prompt-IS rules: from a law q, M52)
     -> G completions per prompt from pi_theta (seeded by (seed, i, prompt index))
     -> rewards Z (B, G) from the task's verifier
     -> advantages A = Z - C (and optional std scaling) from ``ugrpo.stats``
@@ -180,7 +180,7 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, checked: Checked, *, r
     for step in bar:
         t0 = time.time()
         # ------------------------------------------------------------ 1. prompts: B iid from the train set
-        idx = choose_prompts(len(s.train_problems), B, cfg.seed, step)  # (B,) global
+        idx = allocator.prompts(step)  # (B,) global: uniform, or from the prompt-IS law q of the history (M52)
         sizes, alloc_row = allocator.choose(idx, step)  # (B,) G_b from the run's history only, not this step's samples
         # ------------------------------------------------------------ 2-3. G_b completions of prompt b, rewards Z
         # (N_local,) prompt-major; dynamic (DAPO): all-equal groups replaced by new prompts (biased; A5)
@@ -191,7 +191,8 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, checked: Checked, *, r
         if cfg.baseline == "oracle":  # V(x) from M extra samples per prompt (counted as cost)
             values = sampler.oracle_values(batch, step)
         # ------------------------------------------------------------ 4. advantages from ugrpo.stats
-        advantages, n_zero_std = step_advantages(cfg, batch.rollout, batch.rewards, values)  # (N_local,) float32
+        advantages, n_zero_std = step_advantages(cfg, batch.rollout, batch.rewards, values,  # (N_local,) float32
+                                                 allocator.prompt_weights(batch.position))  # prompt IS: 1/(P q)
         # ------------------------------------------------------------ 4b. G* monitor: c1, c2, c3 of this batch at theta
         # (Thm 7); ustat's score sketch (||W||^2 per sample for the history) at the sampling parameters
         monitored = (monitor.observe(step, model, batch.rollout, batch.rewards, ctx)

@@ -42,13 +42,18 @@ from ugrpo.tasks.base import ScoreResult, score
 from ugrpo.train.config import TrainConfig
 from ugrpo.train.distributed import DistContext, gather_objects, shard
 
-__all__ = ["Scored", "StepRollout", "Sampler", "sample_and_score", "choose_prompts", "prompt_seed",
-           "round_prompts"]
+__all__ = ["Scored", "StepRollout", "Sampler", "sample_and_score", "choose_prompts", "prompt_generator",
+           "prompt_seed", "round_prompts"]
+
+
+def prompt_generator(seed: int, step: int) -> np.random.Generator:
+    """The generator of ``step``'s prompt draw, seeded by (seed, step): uniform here, or from a prompt-IS law."""
+    return np.random.default_rng([int(seed), int(step), 1])
 
 
 def choose_prompts(n_problems: int, B: int, seed: int, step: int) -> np.ndarray:
     """Indices of the B prompts of ``step``: iid uniform over the train set (Algorithm 1), seeded by (seed, step)."""
-    return np.random.default_rng([int(seed), int(step), 1]).integers(0, n_problems, size=B)
+    return prompt_generator(seed, step).integers(0, n_problems, size=B)
 
 
 def prompt_seed(seed: int, step: int, b: int, stream: int = 0) -> int:

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ugrpo.stats.allocation import RULES
+from ugrpo.stats.allocation import IS_RULES, RULES
 from ugrpo.stats.budget import check_divides
 from ugrpo.stats.estimators import ESTIMATORS, GROUP_BASELINES, EstimatorName
 
@@ -261,7 +261,9 @@ class AllocationConfig:
     rule: str = "uniform"
     """uniform (every prompt gets budget.group_size: the plain trainer) | vip (reward variance p(1-p) only) |
     knapsack (Knapsack-RL value of p) | ustat (the full per-prompt c2/c3 of the U-statistic MSE, M33) |
-    dynamic (DAPO: G each, all-equal groups replaced by new prompts; BIASED, docs/allocation.md A5)"""
+    uniform-is (prompts drawn from a law q, weighted 1/(P q), one G; M52-M55) | ustat-is (q and per-prompt G_x at N
+    samples in expectation; M56) | dynamic (DAPO: G each, all-equal groups replaced by new prompts; BIASED,
+    docs/allocation.md A5)"""
     g_min: int = 2
     """smallest G_b (>= 2: the leave-one-out baseline needs two samples)"""
     g_max: int = 0
@@ -273,6 +275,9 @@ class AllocationConfig:
     """ustat's safe rule: the posterior quantile it bounds (in [0.5, 1))"""
     sketch_dim: int = 64
     """ustat: dimension of the per-sample score sketch that measures ||W||^2 (one extra backward per step)"""
+    is_lambda: float = 0.1
+    """uniform-is/ustat-is: the defensive floor q(x) >= is_lambda / P, in (0, 1] (every weight 1/(P q) <= 1/is_lambda;
+    1 = uniform prompts; docs/math.md M55)"""
     dynamic_max_rounds: int = 4
     """dynamic: most sampling rounds per step (round 0 = the step's B prompts; later rounds replace all-equal
     groups); after the last round the batch is filled with all-equal groups"""
@@ -289,6 +294,9 @@ class AllocationConfig:
         from ugrpo.stats.safe import check_safety
 
         check_safety(self.safe_tol, self.safe_level)
+        from ugrpo.stats.prompt_is import check_lambda
+
+        check_lambda(self.is_lambda, "allocation.is_lambda")
         _positive("allocation.", "sketch_dim", self.sketch_dim)
         _positive("allocation.", "dynamic_max_rounds", self.dynamic_max_rounds)
 
@@ -405,6 +413,15 @@ class TrainConfig:
             raise ValueError(f"{where} cannot run with the G* monitor (monitor_every={self.monitor_every}): dynamic "
                              "sampling keeps only prompts whose rewards differ, so its batch is not a sample of the "
                              "prompt distribution; set monitor_every=0 or choose another rule")
+        if al.rule in IS_RULES:
+            if self.monitor_every:
+                raise ValueError(f"{where} cannot run with the G* monitor (monitor_every={self.monitor_every}): its "
+                                 "pilot would be the step's prompts, drawn from the law q rather than uniformly, and "
+                                 "the monitor does not reweight them; set monitor_every=0 or choose another rule")
+            if self.loss.kl_coef > 0:
+                raise ValueError(f"{where} with loss.kl_coef={self.loss.kl_coef}: the KL term is averaged over the "
+                                 "drawn prompts without the weights 1/(P q), so it would regularise toward the law q's "
+                                 "prompts; set loss.kl_coef=0 or choose another rule")
         if al.rule in ("uniform", "dynamic"):  # every group has G samples
             return
         if N < B * al.g_min:

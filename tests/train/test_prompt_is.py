@@ -1,0 +1,143 @@
+"""Prompt importance sampling in the trainer (docs/allocation.md A8, docs/math.md M52-M59): config checks, the
+weighted loss against brute force, the per-step metrics, the prompt draw from the law, and an exact resume."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+from train_helpers import small_config
+
+from ugrpo.lm.logprobs import completion_logprobs
+from ugrpo.lm.sampling import sample_groups
+from ugrpo.stats.history import PromptHistory
+from ugrpo.stats.prompt_is import is_law
+from ugrpo.stats.ragged import ragged_advantages
+from ugrpo.train.alloc import Allocator, step_advantages
+from ugrpo.train.config import config_from_dict
+from ugrpo.train.distributed import DistContext
+from ugrpo.train.loop import train
+from ugrpo.train.rollout import prompt_generator
+from ugrpo.train.update import update_on_rows
+
+
+@pytest.mark.parametrize("over, match", [
+    ({"allocation__rule": "ustat-is", "allocation__is_lambda": 0.0}, r"allocation.is_lambda=0.0 must be .*\(0, 1\]"),
+    ({"allocation__rule": "uniform-is", "allocation__is_lambda": 1.5}, r"allocation.is_lambda=1.5"),
+    ({"allocation__rule": "ustat-is", "monitor_every": 1}, "drawn from the law q rather than uniformly"),
+    ({"allocation__rule": "uniform-is", "loss__kl_coef": 0.1}, r"loss.kl_coef=0.1: the KL term .* without the weights"),
+])
+def test_bad_prompt_is_configs_name_the_field(over, match):
+    with pytest.raises(ValueError, match=match):
+        config_from_dict(small_config("m", ("a", "b"), **over))
+
+
+def test_weighted_update_is_the_importance_sampled_estimate_row_by_row(model, tokenizer):
+    """SGD with lr 1 moves theta by (1/B) sum_b w_b (1/G_b) sum_g A_bg grad log pi(y_bg | x_b), w_b = 1/(P q(x_b))
+    (M52), computed row by row; the trainer's path: step_advantages with the weights, denominator B Gbar."""
+    prompts = ["1+2=", "12+37-5=", "3*4="]
+    sizes = [2, 7, 3]  # N = 12, B = 3, Gbar = 4
+    w = torch.tensor([0.5, 2.0, 1.25], dtype=torch.float64)
+    ro = sample_groups(model, tokenizer, prompts, sizes, seeds=[5, 6, 7], max_new_tokens=5)
+    z = torch.tensor([0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0], dtype=torch.float64)
+    adv = ragged_advantages(z, ro.group_sizes)
+    m = copy.deepcopy(model).float()
+    params = [p for p in m.parameters() if p.requires_grad]
+    brute = [torch.zeros_like(p) for p in params]
+    offset = 0
+    for b, G in enumerate(sizes):
+        for r in range(offset, offset + G):
+            lp = completion_logprobs(m, ro.prompt_ids[r:r + 1], ro.prompt_mask[r:r + 1], ro.completion_ids[r:r + 1],
+                                     ro.completion_mask[r:r + 1])
+            for acc, gr in zip(brute, torch.autograd.grad(lp.sum(), params, allow_unused=True)):
+                if gr is not None:
+                    acc += float(w[b] * adv[r]) / (3 * G) * gr
+        offset += G
+    cfg = config_from_dict({"budget": {"samples_per_step": 12, "group_size": 4}, "optim": {"name": "sgd", "lr": 1.0},
+                            "allocation": {"rule": "ustat-is"}})
+    weighted, _ = step_advantages(cfg, ro, z, None, w)
+    before = [p.detach().clone() for p in params]
+    update_on_rows(m, params, torch.optim.SGD(params, lr=1.0), ro, torch.arange(12), weighted, logp_old=None,
+                   logp_ref=None, denominator=12.0, cfg=cfg, ctx=DistContext())
+    assert max(float((p.detach() - q).abs().max()) for p, q in zip(params, before)) > 1e-4
+    for p, q, e in zip(params, before, brute):
+        torch.testing.assert_close(p.detach() - q, e, rtol=1e-4, atol=1e-6)
+
+
+def test_allocator_draws_from_the_law_of_the_history():
+    """The step's prompts are iid from q with the uniform draw's generator; sizes and weights follow the law; the law
+    is the predictor's posterior means through is_law (one predictor, M49)."""
+    cfg = config_from_dict({"budget": {"samples_per_step": 32, "group_size": 8},
+                            "allocation": {"rule": "ustat-is", "is_lambda": 0.2}})
+    al = Allocator(cfg, 12)
+    rng = np.random.default_rng(0)
+    for _ in range(6):  # a history in which prompts 0-5 always succeed and the others vary
+        idx = rng.integers(12, size=4)
+        z = np.where(idx[:, None] < 6, 1.0, rng.integers(0, 2, (4, 8))).reshape(-1)
+        al.history.update(idx, np.full(4, 8), z, rng.standard_normal((32, 3)))
+    idx = al.prompts(7)
+    law = is_law("ustat-is", al.history.stats(None, scores=True), 4, 32, lam=0.2, g_max=32)
+    np.testing.assert_allclose(al.law(7)[0].q, law.q)
+    assert idx.tolist() == law.draw(prompt_generator(cfg.seed, 7)).tolist()
+    sizes, row = al.choose(idx, 7)
+    assert sizes.tolist() == law.sizes[idx].tolist()
+    np.testing.assert_allclose(al.prompt_weights(torch.arange(4)).numpy(), 1 / (12 * law.q[idx]))
+    assert law.q[:6].max() < law.q[6:].min()  # the saturated prompts are drawn less often
+    assert 1 <= row["is_ess"] <= 4 and row["is_weight_max"] <= 1 / 0.2 + 1e-9
+    assert row["is_q_entropy"] <= np.log(12) and row["is_expected_samples"] == pytest.approx(law.expected_samples)
+    assert row["is_predicted_ratio_low"] <= row["is_predicted_ratio"] <= row["is_predicted_ratio_high"]
+    empty = Allocator(cfg, 12)  # no history: every prompt has the population's prediction, q uniform
+    np.testing.assert_allclose(empty.law(1)[0].q, 1 / 12, rtol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def is_run(tiny_model_dir, task_files, tmp_path_factory):
+    out = tmp_path_factory.mktemp("ustat-is")
+    cfg = config_from_dict(small_config(tiny_model_dir, task_files, budget__samples_per_step=16,
+                                        allocation__rule="ustat-is", eval__pass1_samples=0, eval__greedy=False,
+                                        task__options__reward_fn="dense_reward:varied"))
+    return cfg, out, train(cfg, out)
+
+
+def test_prompt_is_run_metrics_and_report(is_run):
+    cfg, out, result = is_run
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()][1:]
+    assert len(rows) == 4 and result.samples == sum(r["samples"] for r in rows)
+    for r in rows:
+        hist = r["alloc_g_hist"]
+        assert sum(int(g) * c for g, c in hist.items()) == r["samples"] and sum(hist.values()) == 4
+        assert 1 <= r["is_ess"] <= 4 and 0 < r["is_weight_min"] <= r["is_weight_max"] <= 10 + 1e-9
+        assert 0 < r["is_q_entropy"] <= r["is_q_entropy_max"] + 1e-12 and r["is_expected_samples"] > 0
+        assert r["is_predicted_ratio_low"] <= r["is_predicted_ratio"] <= r["is_predicted_ratio_high"]
+        assert r["samples_zero_std"] >= 0 and r["s_alloc_sketch"] > 0
+    history = json.loads((out / "checkpoints/step-4/history.json").read_text())
+    assert sum(history["visits"]) == 16 and sum(history["samples"]) == result.samples
+    report = (out / "report.md").read_text()
+    assert "Prompt importance sampling" in report and "effective sample size" in report
+
+
+def test_prompt_is_killed_and_resumed_equals_the_unkilled_run(is_run, tmp_path):
+    cfg, full_out, _ = is_run
+
+    def kill(step, row):
+        if step == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg, tmp_path, on_step=kill)
+    train(cfg, tmp_path, resume=True)
+    a = load_file(str(full_out / "checkpoints/step-4/model.safetensors"))
+    b = load_file(str(tmp_path / "checkpoints/step-4/model.safetensors"))
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=0, atol=1e-6)
+    keys = ("alloc_g_hist", "samples_cum", "is_weight_max", "is_ess")
+    rows_a = [json.loads(x) for x in (full_out / "metrics.jsonl").read_text().splitlines()]
+    rows_b = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [[r.get(k) for k in keys] for r in rows_b] == [[r.get(k) for k in keys] for r in rows_a]
+    assert (json.loads((tmp_path / "checkpoints/step-4/history.json").read_text())
+            == json.loads((full_out / "checkpoints/step-4/history.json").read_text()))
+    assert PromptHistory.from_json(json.loads((tmp_path / "checkpoints/step-4/history.json").read_text()), 10, "x")
