@@ -137,7 +137,7 @@ def test_allocate_command_end_to_end(tmp_path, capsys):
     res = results(run)
     rows = res["rows"]
     assert {(r["rule"], r["moments"]) for r in rows} == {(a, m) for a in ("uniform", "vip", "knapsack", "ustat",
-                                                                          "ustat+screen")
+                                                                          "uniform-is", "ustat-is", "ustat+screen")
                                                          for m in ("true", "predicted")}
     for r in rows + res["token_rows"]:
         assert {"rule", "moments", "budget", "mse", "ci_low", "ci_high"} <= set(r)
@@ -157,6 +157,37 @@ def test_allocate_command_end_to_end(tmp_path, capsys):
         assert "paired" not in ex["interval"]
     paired = next(r for r in res["ratios"] if r["denominator"] == "vip" and r["unit"] == "samples")
     assert paired["interval"] == "95% delta method, ratio of paired means"
+    # the prompt-IS rows (M52-M57): exact, at N samples in expectation, and their ratios
+    for moments in ("true", "predicted"):
+        row = next(r for r in rows if (r["rule"], r["moments"]) == ("ustat-is", moments))
+        assert row["exact"] and row["ci_low"] == row["mse"] == row["ci_high"]
+        assert row["mean_cost"] == pytest.approx(48, rel=1e-6) and row["weight_max"] <= 10 + 1e-9
+        ex = next(r for r in res["ratios"] if (r["unit"], r["moments"], r["numerator"], r["denominator"])
+                  == ("samples", moments, "ustat-is", "uniform"))
+        assert ex["ratio"] == pytest.approx(row["mse"] / uni["mse"]) and ex["ci_low"] == ex["ci_high"] == ex["ratio"]
+        vs = next(r for r in res["ratios"] if (r["unit"], r["moments"], r["numerator"], r["denominator"])
+                  == ("samples", moments, "ustat-is", "ustat"))
+        assert vs["ci_low"] <= vs["ratio"] <= vs["ci_high"] and "exact numerator" in vs["interval"]
+    assert not any(r["rule"].endswith("-is") for r in res["token_rows"])
+
+
+def test_prompt_is_row_is_the_closed_form_at_the_law_of_the_true_moments():
+    """The lab's ustat-is row with true moments: the law from the exact per-prompt moments and its M53 MSE, at the
+    lab's B; uniform-is never above the best uniform G's MSE at that G."""
+    from ugrpo.experiments.allocate import _is_row
+    from ugrpo.stats.prompt_is import is_law, is_mse
+
+    env = _hetero()
+    lab = build_lab(env, 0)
+    cfg = AllocateConfig(budget=48)
+    G_u, mse_u = best_uniform(lab.c1, lab.c2, lab.c3, 48)
+    B = 48 // G_u
+    row = _is_row(lab, lab.true, "ustat-is", cfg, B)
+    law = is_law("ustat-is", lab.true, B, 48, g_max=cfg.g_max)
+    g2 = float((lab.g_x.mean(0) ** 2).sum())
+    assert row["mse"] == pytest.approx(is_mse(law.q, law.sizes, B, lab.true, g2), rel=1e-9)
+    one = _is_row(lab, lab.true, "uniform-is", cfg, B)
+    assert one["mse"] <= mse_u * (1 + 1e-12) and row["mse"] <= one["mse"] * (1 + 1e-9)
 
 
 @pytest.mark.parametrize("extra,msg", [

@@ -349,14 +349,14 @@ def comparison_table(entry: dict[str, Any]) -> tuple[list[str], list[list[Any]]]
                      _ratio_text(c), c.get("final_verdict", "-"), c.get("samples_verdict", "-"),
                      c.get("goal_verdict", "-")])
     return ["rule", f"final {entry['metric']}", "95% CI", "samples spent", "samples to reach uniform's final",
-            "ratio to uniform [95% CI]", "final vs uniform", "samples vs uniform", "goal <= 0.6x"], rows
+            "ratio to uniform [95% CI]", "final vs uniform", "samples vs uniform", "goal (0.6x; IS rules 0.7x)"], rows
 
 
 def allocation_reading(alloc: dict[str, Any]) -> list[str]:
     """Plain sentences: the target, each rule's ratio and verdict, and where the samples axis came from."""
     out = []
     for e in alloc["cells"]:
-        if e["metric"] != "eval_accuracy" or not e["comparison"]:
+        if e["metric"] not in ("eval_accuracy", "eval_pass1") or not e["comparison"]:
             continue
         u = next(c for c in e["comparison"] if c["rule"] == "uniform")
         out.append(f"N={e['budget']}, G={e['G']}: uniform's final mean {e['metric']} is {u['target']:.3f} after "
@@ -365,9 +365,12 @@ def allocation_reading(alloc: dict[str, Any]) -> list[str]:
         for c in e["comparison"]:
             if c["rule"] == "uniform":
                 continue
+            diff = ("" if c.get("final_diff") is None else
+                    f", paired difference to uniform {c['final_diff']:+.3f} "
+                    f"[{fmt(c['final_diff_ci_low'], 3)}, {fmt(c['final_diff_ci_high'], 3)}]")
             out.append(f"`{c['rule']}`: samples to reach it / uniform's: {_ratio_text(c)}; final {e['metric']} "
-                       f"{c['final']:.3f} ({c['final_verdict']}); {c['samples_verdict']}; goal <= "
-                       f"{alloc['goal_ratio']:g}x: {c['goal_verdict']}.")
+                       f"{c['final']:.3f}{diff} ({c['final_verdict']}); {c['samples_verdict']}; goal <= "
+                       f"{c.get('goal_ratio', alloc['goal_ratio']):g}x: {c['goal_verdict']}.")
     out.append(f"Samples spent: {alloc['samples']}.")
     return out
 

@@ -105,12 +105,20 @@ def _newton_log(f_df, lo: float, hi: float) -> tuple[float, float]:
     return math.exp(lo_t), math.exp(hi_t)
 
 
-def _illinois_log(f, lo: float, hi: float) -> float:
+def _illinois_log(f, lo: float, hi: float, tol: float = 1e-13) -> float:
     """The root of a continuous non-increasing f (f(lo) >= 0 > f(hi)) by the Illinois false position in t = log x
-    (superlinear): a point with |f| <= 1e-13, or the bracket's end with f < 0 (the feasible side of a budget)."""
+    (superlinear): a point with |f| <= tol, or the bracket's end with f < 0 (the feasible side of a budget)."""
     a, b = math.log(lo), math.log(hi)
     fa, fb = f(lo), f(hi)
+    while b - a > 2.0:  # bisect first: f is often flat over most of a wide log bracket, where false position crawls
+        t = 0.5 * (a + b)
+        ft = f(math.exp(t))
+        if ft < 0:
+            b, fb = t, ft
+        else:
+            a, fa = t, ft
     side = 0
+    ft = fb
     for _ in range(_ITERS + 40):
         t = b - fb * (b - a) / (fb - fa) if fb != fa else 0.5 * (a + b)
         if not a < t < b:
@@ -126,7 +134,7 @@ def _illinois_log(f, lo: float, hi: float) -> float:
             if side == 1:
                 fb /= 2
             side = 1
-        if abs(ft) <= 1e-13:  # converged
+        if abs(ft) <= tol:  # converged
             return math.exp(t)
         if b - a <= 1e-14:
             break
@@ -185,11 +193,11 @@ def law_for_sizes(a: np.ndarray, sizes: np.ndarray, gbar: float, lower: float) -
         return np.maximum(lower, ra / np.sqrt(hi + d))
 
     q = q_at(0.0)
-    if (q * G).sum() > gbar:  # the budget binds: nu > 0 with sum q G = gbar (the cost falls as nu grows)
+    if (q * G).sum() > gbar * (1 + 1e-12) and G.max() > gmin:  # the budget binds: nu > 0 with sum q G = gbar
         nu_hi = 1.0
         while (q_at(nu_hi) * G).sum() > gbar and nu_hi < 1e300:
             nu_hi *= 16.0
-        nu = _illinois_log(lambda v: float((q_at(v) * G).sum()) - gbar, nu_hi * 1e-40, nu_hi)
+        nu = _illinois_log(lambda v: float((q_at(v) * G).sum()) - gbar, nu_hi * 1e-40, nu_hi, tol=1e-11 * gbar)
         q = q_at(nu)
     q = q / q.sum()
     return q, objective(a, q)
@@ -278,7 +286,7 @@ def dual_bound(table: np.ndarray, cands: np.ndarray, gbar: float, lower: float,
         else:
             hi, x2 = x2, x1
             x1 = hi - _GOLDEN * (hi - lo)
-        if hi - lo <= 1e-7 * hi:
+        if hi - lo <= 1e-5 * hi:  # D is flat at its maximum: its value is found to about the square of this
             break
     best_nu = max(seen, key=lambda v: seen[v][0])
     sizes = [k for nu in {lo, hi, x1, x2, best_nu} for k in (seen[nu][1] if nu in seen else [])]

@@ -37,17 +37,20 @@ from ugrpo.stats.allocation import RULES
 from ugrpo.stats.intervals import MEAN_KEYS, TOO_SMALL, paired_t_interval, paired_verdict, t_interval
 from ugrpo.train.config import ALLOCATION_RULES
 
-__all__ = ["LM_RULES", "FALLBACK", "GOAL_RATIO", "check_rules", "eval_points", "curve", "first_reach",
+__all__ = ["LM_RULES", "FALLBACK", "GOAL_RATIO", "GOAL_RATIOS", "check_rules", "eval_points", "curve", "first_reach",
            "reach_ratio", "bootstrap_ratio", "compare_rules", "allocation_section"]
 
 LM_RULES = ALLOCATION_RULES
 """rules of ``ugrpo train --allocation.rule`` (docs/math.md M33-M36; ``dynamic`` is DAPO's resample-until-full)"""
-FIXED_SPEND = RULES
-"""rules that spend exactly N samples every step (so ``step * N`` is their samples spent)"""
+FIXED_SPEND = tuple(r for r in RULES if r != "ustat-is")
+"""rules that spend exactly N samples every step (so ``step * N`` is their samples spent); ``ustat-is`` spends N in
+expectation only (docs/math.md M53)"""
 FALLBACK = "step x N"
 """``samples_source`` of a run whose metrics.jsonl has no ``samples_cum`` (a trainer before per-step sample counts)"""
 GOAL_RATIO = 0.6
 """issue 12's goal: ustat reaches uniform's final accuracy with at most 0.6x uniform's samples"""
+GOAL_RATIOS = {"uniform-is": 0.7, "ustat-is": 0.7}
+"""per-rule goals where they differ from :data:`GOAL_RATIO` (issue 20: the prompt-IS rules, at most 0.7x)"""
 BOOTSTRAP_REPS = 2000
 
 
@@ -223,7 +226,8 @@ def _goal_verdict(ratio: float | None, boot: Mapping[str, Any], goal: float = GO
 def compare_rules(curves: Mapping[str, Sequence[Mapping[str, Any]]], reach: Mapping[str, Mapping[str, Any]],
                   boot: Mapping[str, Mapping[str, Any]], finals: Mapping[str, Sequence[float]]) -> list[dict[str, Any]]:
     """One entry per rule: final mean with its interval, samples to reach uniform's final accuracy, the ratio with its
-    bootstrap interval, and the verdicts against uniform (final accuracy, fewer samples than uniform, the 0.6x goal).
+    bootstrap interval, and the verdicts against uniform (final accuracy, fewer samples than uniform, the rule's goal:
+    0.6x, or :data:`GOAL_RATIOS`).
 
     ``finals``: per rule, the final metric of each seed, the seeds in the same order for every rule: the final-accuracy
     verdict is a paired test by seed (the mean of the per-seed differences with a 95% paired Student-t interval),
@@ -243,7 +247,8 @@ def compare_rules(curves: Mapping[str, Sequence[Mapping[str, Any]]], reach: Mapp
             row["final_diff"], row["final_diff_ci_low"], row["final_diff_ci_high"] = diff.to_dict(*MEAN_KEYS).values()
             row["final_verdict"] = paired_verdict(diff, "lower than uniform", "higher than uniform")
             row["samples_verdict"] = _samples_verdict(r["ratio"], b)
-            row["goal_verdict"] = _goal_verdict(r["ratio"], b)
+            row["goal_ratio"] = GOAL_RATIOS.get(rule, GOAL_RATIO)
+            row["goal_verdict"] = _goal_verdict(r["ratio"], b, row["goal_ratio"])
         if not r["uniform_samples_to_reach"]:
             row["samples_verdict"] = row["goal_verdict"] = (
                 "no ratio: uniform's final accuracy is not above its initial one (it 'reaches' it at 0 samples)")
