@@ -155,7 +155,8 @@ def main() -> None:
         "seed": SEED, "seed_offset": args.seed_offset, "batches": BATCHES, "token_batches": TOKEN_BATCHES,
         "goal_met_all": all(i["goal"]["predicted"]["met"] for i in out),
         "goal_is": "ustat-is / best uniform G at equal expected samples: <= 0.70 (true moments) and <= 0.80 "
-                   f"(predicted) where >= 50% of prompts have min(p, 1-p) < {SATURATED}; <= 1.02 on the demo (issue 20)",
+                   f"(predicted) where >= 50% of prompts have min(p, 1-p) < {SATURATED}; <= 1.02 on the demo "
+                   "(issue 20)",
         "goal_is_met_all": all(v["met"] is not False for i in out for v in i["goal_is"].values()),
         "instances": out},
         Path(args.out) if args.out else None)

@@ -167,8 +167,9 @@ def sample_ragged(env: SyntheticPolicy, theta: Tensor, prompts: Tensor, sizes: T
                   gens: Sequence[torch.Generator]) -> tuple[Tensor, Tensor]:
     """Rewards (S*N,) and scores (S*N, D) for G_b samples of prompt b, in ragged order (seed-major).
 
-    ``prompts`` and ``sizes`` are (S, B) (a row's sum is seed s's samples, the same N unless a prompt law sets them); row s uses generator s:
-    one multinomial of max_b G_b actions per prompt and one bernoulli, of which prompt b keeps its first G_b.
+    ``prompts`` and ``sizes`` are (S, B) (row s sums to seed s's samples: N, or around N under a prompt law); row s
+    uses generator s: one multinomial of max_b G_b actions per prompt and one bernoulli, of which prompt b keeps
+    its first G_b.
     """
     S, B = prompts.shape
     n = int(sizes.sum())

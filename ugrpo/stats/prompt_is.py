@@ -49,8 +49,8 @@ def check_lambda(lam: float, where: str = "allocation.is_lambda") -> float:
 
 
 def check_law(q, where: str = "q") -> np.ndarray:
-    """``q`` as a (P,) float64 law; a ValueError naming ``where`` and the first bad prompt unless every q(x) > 0, finite,
-    and they sum to 1 (M52: a prompt with q(x) = 0 is never drawn and its gradient is lost, so the estimate is biased)."""
+    """``q`` as a (P,) float64 law; a ValueError naming ``where`` and the first bad prompt unless every q(x) is finite
+    and > 0 and they sum to 1 (M52: a prompt with q(x) = 0 is never drawn and its gradient is lost, a bias)."""
     q = np.asarray(q, dtype=np.float64)
     if q.ndim != 1 or q.size == 0:
         raise ValueError(f"{where} must be a (P,) array of prompt probabilities, got shape {q.shape}")
