@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from ugrpo.stats.allocation import RULES
+from ugrpo.stats.allocation import BATCH_RULES, IS_RULES
 
 from .conftest import assert_png, results, run_cli
 
@@ -17,7 +17,8 @@ from .conftest import assert_png, results, run_cli
 def _args(model, task_args, out, *extra):
     return ["mse", "--model", model, *task_args, "--groups", "3,8", "--batch", 3, "--reps", 4, "--ref-samples", 8,
             "--prompts", 4, "--sketch-dim", 16, "--max-new-tokens", 4, "--seed", 2, "--out", out, "--no-progress",
-            "--allocation", "uniform,vip,knapsack,ustat", "--history-visits", 2, "--history-group", 3, *extra]
+            "--allocation", "uniform,vip,knapsack,ustat,uniform-is,ustat-is", "--history-visits", 2,
+            "--history-group", 3, *extra]
 
 
 def test_allocation_end_to_end(tmp_path, capsys, tiny_model_dir, task_args):
@@ -29,7 +30,16 @@ def test_allocation_end_to_end(tmp_path, capsys, tiny_model_dir, task_args):
     assert al["g_min"] == 2 and al["g_max"] == 8 and al["block"] == 8
     rows = al["rows"]
     assert [(r["G"], r["moments"], r["rule"]) for r in rows] == [(3, m, r) for m in ("true", "predicted")
-                                                                for r in RULES]
+                                                                for r in BATCH_RULES]
+    # the prompt-IS rows (R11): their own list, at N = B G in expectation, a paired ratio to uniform's single draws
+    assert [(r["G"], r["moments"], r["rule"]) for r in al["is_rows"]] == [(3, m, r) for m in ("true", "predicted")
+                                                                         for r in IS_RULES]
+    for r in al["is_rows"]:
+        assert r["expected_samples"] == pytest.approx(9, rel=1e-6) and 1 <= r["weight_max"] <= 10 + 1e-9
+        assert 0 <= r["ci_low"] <= r["mse"] <= r["ci_high"] or r["mse"] < 0 <= r["ci_high"]
+        assert r["ratio_ci"][0] <= r["ratio"] <= r["ratio_ci"][1] and math.isfinite(r["predicted_ratio"])
+    assert "Prompt importance sampling" in (out / "report.md").read_text()
+    assert "prompt importance sampling" in stdout
     for r in rows:
         assert {"rule", "moments", "budget", "G", "mse", "ci_low", "ci_high", "ratio", "ratio_ci", "predicted",
                 "predicted_ratio"} <= set(r)
@@ -116,7 +126,7 @@ def test_rule_sizes_spend_the_budget():
     st = PromptStats(value=np.array([0.0, 0.1, 0.5, 0.9, 1.0]), c2=np.array([0.0, 1.0, 4.0, 1.0, 0.0]),
                      c3=np.array([0.0, 2.0, 3.0, 0.5, 0.0]))
     idx = torch.tensor([[0, 1, 2], [2, 3, 4], [0, 0, 4]])
-    for rule in RULES:
+    for rule in BATCH_RULES:
         s = rule_sizes(rule, st, idx, 4, 2, 8)
         assert s.shape == (3, 3) and (s.sum(1) == 12).all() and s.min() >= 2 and s.max() <= 8, rule
         assert (rule == "uniform") == (s == 4).all(), rule  # heterogeneous prompts: every other rule moves samples

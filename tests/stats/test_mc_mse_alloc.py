@@ -16,6 +16,7 @@ from ugrpo.stats.mc_mse import (
     block_squared_errors,
     history_prompt_posterior,
     history_prompt_sums,
+    is_block_errors,
     ragged_block_errors,
     reference_moments,
     sample_prompt_stats,
@@ -48,6 +49,43 @@ def test_ragged_block_errors_match_per_row_loops():
                 est += (float(z[r, b, i]) - sum(others) / len(others)) * s[r, b, i] / n / B
         assert float(got[r]) == pytest.approx(float(((est - g) ** 2).sum()), rel=1e-12)
         assert float(got_t[r]) == pytest.approx(float(((est - targets[r]) ** 2).sum()), rel=1e-12)
+
+
+def test_is_block_errors_by_loop_and_their_mean_is_m53_by_enumeration():
+    """docs/lm-mse.md R11: (i) r_rb ||w_rb ghat_rb - g||^2 averaged over the B blocks, by a loop; (ii) for a prompt
+    drawn uniformly, E[P q(x) ||w(x) ghat(x) - g||^2] = S(q, G) - ||g||^2 (M53 with B = 1), by exact enumeration."""
+    from ugrpo.stats.prompt_is import second_moment
+
+    from ._enumerate import enumerate_group, prompt_moments_exact, softmax_bandit, true_grads
+
+    R, B, Gmax, k = 3, 4, 6, 5
+    s, z, g, gen = _blocks(R, B, Gmax, k, 3)
+    sizes = torch.randint(2, Gmax + 1, (R, B), generator=gen)
+    w, r = torch.rand(R, B, generator=gen, dtype=DT) + 0.5, torch.rand(R, B, generator=gen, dtype=DT) + 0.5
+    got = is_block_errors(s, z, sizes, w, r, g)
+    for i in range(R):
+        want = 0.0
+        for b in range(B):
+            n = int(sizes[i, b])
+            est = torch.zeros(k, dtype=DT)
+            for j in range(n):
+                others = [float(z[i, b, m]) for m in range(n) if m != j]
+                est += (float(z[i, b, j]) - sum(others) / len(others)) * s[i, b, j] / n
+            want += float(r[i, b]) * float(((w[i, b] * est - g) ** 2).sum()) / B
+        assert float(got[i]) == pytest.approx(want, rel=1e-12)
+    bandit = softmax_bandit(3, 2, seed=4)
+    gx, q, G = true_grads(bandit), np.array([0.2, 0.5, 0.3]), np.array([2, 3, 2])
+    gbar = gx.mean(0)
+    expect = 0.0
+    for x in range(3):
+        probs, W, Z = enumerate_group(bandit, x, int(G[x]))
+        n = Z.shape[0]
+        e = is_block_errors(W.reshape(n, 1, int(G[x]), -1), Z.reshape(n, 1, int(G[x])),
+                            torch.full((n, 1), int(G[x])), torch.full((n, 1), 1 / (3 * q[x]), dtype=DT),
+                            torch.full((n, 1), 3 * q[x], dtype=DT), gbar)
+        expect += float((probs * e).sum()) / 3  # x uniform
+    st = PromptStats.from_moments([prompt_moments_exact(bandit, x) for x in range(3)])
+    assert expect == pytest.approx(second_moment(q, G, st) - float((gbar**2).sum()), rel=1e-11)
 
 
 def test_uniform_sizes_equal_dense_grpo_on_first_group():

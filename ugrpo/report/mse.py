@@ -298,6 +298,19 @@ def allocation_table(alloc: dict[str, Any], part: str = "total") -> tuple[list[s
     return headers, out
 
 
+def is_table(alloc: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
+    """(headers, rows) of the prompt importance-sampling rows (docs/lm-mse.md R11): realised total MSE and the paired
+    ratio to uniform with 95% intervals, next to the predicted ratio."""
+    headers = ["G", "moments", "rule", "G_x range", "expected N", "max weight", "MSE", "95% CI", "uniform MSE",
+               "ratio", "95% CI", "predicted ratio", "inside", "pred. ratio, true moments"]
+    out = [[r["G"], r["moments"], r["rule"], f"{r['sizes']['min']}-{r['sizes']['max']}", r["expected_samples"],
+            r["weight_max"], r["mse"], fmt_ci(r["ci_low"], r["ci_high"]), r["uniform_mse"], r["ratio"],
+            fmt_ci(*r["ratio_ci"]), r["predicted_ratio"],
+            "-" if r["predicted_inside"] is None else ("yes" if r["predicted_inside"] else "no"),
+            r["predicted_ratio_true_moments"]] for r in alloc.get("is_rows") or []]
+    return headers, out
+
+
 def _allocation_plot(path, alloc: dict[str, Any], title: str) -> None:
     """Realised ratio rule / uniform with its 95% interval (points with bars) and the predicted ratio (crosses);
     left: total MSE, right: within the drawn prompts."""
@@ -389,6 +402,14 @@ def allocation_section(run: RunDir, results: dict[str, Any]) -> list[str]:
         f"The uniform rows are the grpo estimator on the first G samples of each block (checked: {checks}); the "
         "estimator table's grpo row at the same G averages all floor(block/G) groups of the block (same "
         "expectation, smaller spread).",
+        *([] if not alloc.get("is_rows") else [
+            "Prompt importance sampling (`uniform-is`, `ustat-is`; docs/lm-mse.md R11, docs/math.md M52-M57): the law "
+            "q over the pool from the rule's moments, B draws from it at N = B G samples in expectation. Its MSE is "
+            "estimated on the same uniformly drawn blocks, each weighted by P q(x) (the draws of a step are iid, so "
+            "this is the MSE of B draws from q), against uniform's single-draw error on the same blocks (the ratio "
+            "is paired; `uniform MSE` is that denominator, which has the expectation of the uniform row above). "
+            "The prediction is (S(q, G) - ||g||^2) / (S_u - ||g||^2) (M53) with ||g||^2 = ||g_ref||^2 - ref_err.",
+            "", md_table(*is_table(alloc)), ""]),
         f"History predictions against the reference moments: Spearman of f_x(4) {fmt(pq.get('spearman_f4'))}, "
         f"median |log(predicted / reference)| {fmt(pq.get('median_abs_log_ratio_f4'))}; "
         f"{100 * alloc['true_moments']['frac_p_0_or_1']:.0f}% of the prompts have a reference p of exactly 0 or 1.",

@@ -23,6 +23,7 @@ from ugrpo.stats.predict import Posterior, posterior
 from ugrpo.stats.ragged import ragged_advantages, ragged_prompt_gradients, ragged_t0
 
 __all__ = ["ReferenceMoments", "reference_moments", "block_squared_errors", "corrected_row", "ragged_block_errors",
+           "ragged_block_gradients", "is_block_errors",
            "sample_prompt_stats", "history_prompt_sums", "history_prompt_posterior"]
 
 DT = torch.float64
@@ -206,12 +207,41 @@ def ragged_block_errors(scores: Tensor, rewards: Tensor, sizes: Tensor, g_ref: T
     if int(sizes.min()) < 2 or int(sizes.max()) > Gmax:
         raise ValueError(f"every group size must be in [2, {Gmax}] (the block size); got {int(sizes.min())}.."
                          f"{int(sizes.max())}")
+    pg = ragged_block_gradients(scores, rewards, sizes)                 # (R, B, k) eq. (5) with G_rb
+    return ((pg.mean(1) - g_ref.to(DT)) ** 2).sum(-1)                  # (R,)
+
+
+def ragged_block_gradients(scores: Tensor, rewards: Tensor, sizes: Tensor) -> Tensor:
+    """(R, B, k) each block's LOO estimate (1/G_rb) sum_{g <= G_rb} A_rbg S W_rbg from its first G_rb samples."""
+    R, B, Gmax, k = scores.shape
     keep = torch.arange(Gmax) < sizes[..., None]                       # (R, B, Gmax), the first G_rb of each block
     flat_s, flat_z = scores.to(DT)[keep], rewards.to(DT)[keep]         # (n, k), (n,) in prompt order
     flat_sizes = sizes.reshape(-1).to(torch.int64)
     adv = ragged_advantages(flat_z, flat_sizes, baseline="grpo")       # (n,)
-    pg = ragged_prompt_gradients(flat_s, adv, flat_sizes).view(R, B, k)  # (R, B, k) eq. (5) with G_rb
-    return ((pg.mean(1) - g_ref.to(DT)) ** 2).sum(-1)                  # (R,)
+    return ragged_prompt_gradients(flat_s, adv, flat_sizes).view(R, B, k)
+
+
+def is_block_errors(scores: Tensor, rewards: Tensor, sizes: Tensor, weights: Tensor, ratio: Tensor,
+                    g_ref: Tensor) -> Tensor:
+    """Per-repetition mean over its B blocks of r_rb ||w_rb ghat_rb - g_ref||^2: the single-draw error of a
+    prompt-IS law, estimated from UNIFORMLY drawn prompts (docs/lm-mse.md R11).
+
+    A block of prompt x drawn uniformly, weighted by the likelihood ratio r = q(x) / (1/P) = P q(x), has the
+    expectation of a block of x drawn from q: E_unif[r ||w ghat(x) - t||^2] = E_q ||w ghat(X) - t||^2 with
+    w = 1/(P q(x)) (M52) and ghat from the first G_x samples. With ``weights`` and ``ratio`` all 1 and one size G it
+    is uniform's single-draw error. The B draws of a step are iid, so a step's MSE is this expectation minus the
+    reference term, over B (M53).
+
+    Parameters
+    ----------
+    scores, rewards, sizes : as :func:`ragged_block_errors` (the blocks of uniformly drawn prompts)
+    weights : (R, B) the law's weights w = 1/(P q(x_rb))
+    ratio : (R, B) the likelihood ratios P q(x_rb)
+    g_ref : (k,) the reference gradient
+    """
+    pg = ragged_block_gradients(scores, rewards, torch.as_tensor(sizes))                       # (R, B, k)
+    e = ((weights.to(DT)[..., None] * pg - g_ref.to(DT)) ** 2).sum(-1)                         # (R, B)
+    return (ratio.to(DT) * e).mean(1)
 
 
 def sample_prompt_stats(scores: Tensor, rewards: Tensor) -> PromptStats:

@@ -117,6 +117,11 @@ def main(args: argparse.Namespace) -> int:
             print(text_table(*allocation_table(results["allocation"])))
             print("allocation, within the drawn prompts (no c1/B):")
             print(text_table(*allocation_table(results["allocation"], "within")))
+            if results["allocation"].get("is_rows"):
+                from ugrpo.report.mse import is_table
+
+                print("prompt importance sampling, total MSE (docs/lm-mse.md R11):")
+                print(text_table(*is_table(results["allocation"])))
             if skipped_note(results["allocation"]):
                 print(skipped_note(results["allocation"]))
     else:

@@ -16,6 +16,12 @@ adds one allocation study per uniform group size G of ``--groups`` with G < g_ma
   reference pool), the realised ratio rule / uniform with a paired 95% interval, and the predicted ratio; all of it
   again within the drawn prompts (against (1/B) sum_b g_ref(x_b), no c1/B: the part an allocation can change).
 
+The prompt importance-sampling rules (``uniform-is``, ``ustat-is``; docs/math.md M52-M57) draw prompts from a law q
+over the pool rather than uniformly, so they get their own rows (``is_rows``, docs/lm-mse.md R11): the law from the
+pool's moments (``true`` or ``predicted``), and its realised single-draw error estimated from the SAME uniformly
+drawn blocks, each weighted by the likelihood ratio P q(x) (:func:`ugrpo.stats.mc_mse.is_block_errors`), against
+uniform's single-draw error on the same blocks (paired ratio), next to the predicted ratio (M53).
+
 Deviation from training: the history visits every prompt V times at the same theta (no policy drift), and the
 uniform row reads one group of G per block (the estimator rows of the same G average floor(Gmax/G) groups).
 """
@@ -29,17 +35,19 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ugrpo.stats.allocation import PromptStats, predicted_mse, prediction_quality
+from ugrpo.stats.allocation import IS_RULES, PromptStats, predicted_mse, prediction_quality
 from ugrpo.stats.intervals import Interval, ratio_interval
 from ugrpo.stats.mc_mse import (
     ReferenceMoments,
     block_squared_errors,
     corrected_row,
     history_prompt_posterior,
+    is_block_errors,
     ragged_block_errors,
     sample_prompt_stats,
 )
 from ugrpo.stats.predict import Posterior, posterior_means
+from ugrpo.stats.prompt_is import is_law, second_moment
 from ugrpo.stats.safe import choose_sizes
 
 __all__ = ["allocation_groups", "rule_sizes", "run_allocation_study"]
@@ -106,7 +114,7 @@ def _study(G: int, moments: str, known: PromptStats | Posterior, true: PromptSta
     errs = {"total": {}, "within": {}}
     preds = {"total": {}, "within": {}, "true": {}, "true_within": {}}
     info = {}
-    for rule in ("uniform", *[r for r in rules if r != "uniform"]):  # uniform always: the ratios are against it
+    for rule in ("uniform", *[r for r in rules if r not in ("uniform",) + IS_RULES]):  # the ratios are to uniform
         sizes = rule_sizes(rule, known, idx, G, g_min, g_max)                       # (R, B)
         for key, t in (("total", total), ("within", within)):
             errs[key][rule] = ragged_block_errors(est_s, est_z, torch.as_tensor(sizes), t.vec)
@@ -132,6 +140,42 @@ def _study(G: int, moments: str, known: PromptStats | Posterior, true: PromptSta
     return rows
 
 
+def _is_study(G: int, moments: str, known: PromptStats | Posterior, true: PromptStats, rules: tuple[str, ...],
+              est_s: Tensor, est_z: Tensor, idx: Tensor, total: _Target, g_min: int, g_max: int,
+              gamma: float) -> list[dict[str, Any]]:
+    """The prompt-IS rows of one (G, moments) study (docs/lm-mse.md R11): per rule, its law from the pool's moments,
+    the corrected MSE of B iid draws from it, estimated on the uniformly drawn blocks reweighted by P q(x), and the
+    paired ratio to uniform's single-draw error on the same blocks; the predicted ratio (S - gamma)/(S_u - gamma)
+    with the rule's own and with the true moments (M53; gamma the estimate of ||g||^2)."""
+    R, B = idx.shape
+    means = posterior_means(known) if isinstance(known, Posterior) else known
+    P = len(means)
+    uni = is_block_errors(est_s, est_z, torch.full((R, B), G), torch.ones(R, B), torch.ones(R, B), total.vec)
+    u_row = corrected_row(uni, total.sub, total.sd)
+    rows = []
+    for rule in rules:
+        law = is_law(rule, means, B, B * G, g_min=g_min, g_max=g_max)
+        i = idx.numpy()
+        w, lr = torch.as_tensor(law.weights(i)), torch.as_tensor(P * law.q[i])
+        e = is_block_errors(est_s, est_z, torch.as_tensor(law.sizes[i]), w, lr, total.vec)
+        row = corrected_row(e, total.sub, total.sd)
+        r = _ratio(e, uni, total)
+
+        def pred(st: PromptStats) -> float | None:
+            s_u = second_moment(np.full(P, 1.0 / P), np.full(P, G), st)
+            return _safe_ratio(second_moment(law.q, law.sizes, st) - gamma, s_u - gamma)
+
+        pr = pred(means)
+        rows.append({"rule": rule, "moments": moments, "G": G, "B": B, "reps": R,
+                     "expected_samples": law.expected_samples, "weight_max": float(1.0 / (P * law.q.min())),
+                     "sizes": {"min": int(law.sizes.min()), "max": int(law.sizes.max())},
+                     **{k: row[k] / B for k in ("mse", "se", "ci_low", "ci_high")},
+                     "uniform_mse": u_row["mse"] / B, "ratio": r.estimate, "ratio_ci": [r.ci_low, r.ci_high],
+                     "predicted_ratio": pr, "predicted_ratio_true_moments": pred(true),
+                     "predicted_inside": None if None in (pr, r.ci_low, r.ci_high) else r.ci_low <= pr <= r.ci_high})
+    return rows
+
+
 def _safe_ratio(a: float, b: float) -> float | None:
     return a / b if b > 0 else None
 
@@ -147,11 +191,16 @@ def run_allocation_study(cfg, ref_s: Tensor, ref_z: Tensor, est_s: Tensor, est_z
     c1 = float(comp["c1"]["estimate"])
     total = _Target(ref.g_ref, ref.ref_err, sd_ref, c1)
     within = _Target(ref.g_x[idx].mean(1), float(ref.within_ref_err(idx).mean()), ref.spread(idx), 0.0)
-    rows, checks = [], []
+    gamma = max(float((ref.g_ref.double() ** 2).sum()) - ref.ref_err, 0.0)  # ||g||^2: E||g_ref||^2 - E||g_ref - g||^2
+    is_rules = tuple(r for r in cfg.allocation if r in IS_RULES)
+    rows, is_rows, checks = [], [], []
     for G in allocation_groups(cfg.groups, g_max):
         for moments, known in (("true", true), ("predicted", pred)):
             rows += _study(G, moments, known, true, cfg.allocation, est_s, est_z, idx, total, within, cfg.g_min,
                            g_max)
+            if is_rules:
+                is_rows += _is_study(G, moments, known, true, is_rules, est_s, est_z, idx, total, cfg.g_min, g_max,
+                                     gamma)
         # the uniform rule is the grpo estimator on the first G samples of each block (block_squared_errors, m = 1)
         dense = block_squared_errors(est_s[:, :, :G], est_z[:, :, :G], ref.v_ref[idx], ref.g_ref, G)["grpo"]
         checks.append({"G": G, "grpo_first_group_mse": corrected_row(dense, ref.ref_err, sd_ref)["mse"],
@@ -159,7 +208,7 @@ def run_allocation_study(cfg, ref_s: Tensor, ref_z: Tensor, est_s: Tensor, est_z
     verdicts = [{"G": r["G"], "moments": r["moments"], "rule": r["rule"], "inside": r["predicted_inside"],
                  "inside_within_prompts": r["within_prompts"]["predicted_inside"]}
                 for r in rows if r["predicted_inside"] is not None]
-    return {"rows": rows, "uniform_checks": checks, "verdicts": verdicts,
+    return {"rows": rows, "is_rows": is_rows, "uniform_checks": checks, "verdicts": verdicts,
             "all_inside": all(v["inside"] for v in verdicts) if verdicts else None,
             "g_min": cfg.g_min, "g_max": g_max, "block": Gmax, "c1": c1,
             "skipped_groups": sorted(G for G in cfg.groups if G not in allocation_groups(cfg.groups, g_max)),
