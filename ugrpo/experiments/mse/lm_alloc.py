@@ -160,20 +160,22 @@ def _is_study(G: int, moments: str, known: PromptStats | Posterior, true: Prompt
         e = is_block_errors(est_s, est_z, torch.as_tensor(law.sizes[i]), w, lr, total.vec)
         row = corrected_row(e, total.sub, total.sd)
         r = _ratio(e, uni, total)
-
-        def pred(st: PromptStats) -> float | None:
-            s_u = second_moment(np.full(P, 1.0 / P), np.full(P, G), st)
-            return _safe_ratio(second_moment(law.q, law.sizes, st) - gamma, s_u - gamma)
-
-        pr = pred(means)
+        pr = _is_ratio(law, means, G, gamma)
         rows.append({"rule": rule, "moments": moments, "G": G, "B": B, "reps": R,
                      "expected_samples": law.expected_samples, "weight_max": float(1.0 / (P * law.q.min())),
                      "sizes": {"min": int(law.sizes.min()), "max": int(law.sizes.max())},
                      **{k: row[k] / B for k in ("mse", "se", "ci_low", "ci_high")},
                      "uniform_mse": u_row["mse"] / B, "ratio": r.estimate, "ratio_ci": [r.ci_low, r.ci_high],
-                     "predicted_ratio": pr, "predicted_ratio_true_moments": pred(true),
+                     "predicted_ratio": pr, "predicted_ratio_true_moments": _is_ratio(law, true, G, gamma),
                      "predicted_inside": None if None in (pr, r.ci_low, r.ci_high) else r.ci_low <= pr <= r.ci_high})
     return rows
+
+
+def _is_ratio(law, st: PromptStats, G: int, gamma: float) -> float | None:
+    """(S(q, G_x) - gamma) / (S(1/P, G) - gamma) at the moments ``st`` (M53; gamma = ||g||^2)."""
+    P = law.P
+    s_u = second_moment(np.full(P, 1.0 / P), np.full(P, G), st)
+    return _safe_ratio(second_moment(law.q, law.sizes, st) - gamma, s_u - gamma)
 
 
 def _safe_ratio(a: float, b: float) -> float | None:
