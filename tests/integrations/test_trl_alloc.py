@@ -266,6 +266,10 @@ def test_rewards_outside_the_unit_interval_are_an_error_naming_the_sample(tok, t
 def test_refused_rules():
     with pytest.raises(ValueError, match="allocation rule dynamic is not supported in the TRL adapter yet"):
         AllocationSpec(rule="dynamic")
+    for rule in ("uniform-is", "ustat-is"):
+        with pytest.raises(ValueError, match=f"allocation rule {rule} is not supported in the TRL adapter yet .*"
+                                             f"RepeatSampler.*ugrpo train --allocation {rule}"):
+            AllocationSpec(rule=rule)
     with pytest.raises(ValueError, match=r"allocation rule 'nope' is not valid; choose one of \['uniform', 'vip'"):
         AllocationSpec(rule="nope")
     with pytest.raises(ValueError, match="allocation.g_min=1 must be >= 2"):

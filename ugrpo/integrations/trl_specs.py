@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 
 from ugrpo.stats.advantages import BASELINES
+from ugrpo.stats.allocation import IS_RULES
 from ugrpo.train.config import ALLOCATION_RULES, AllocationConfig
 
 __all__ = ["AdvantageSpec", "AllocationSpec", "TRL_RULES"]
@@ -69,7 +70,10 @@ class AllocationSpec(AllocationConfig):
             if self.rule not in ALLOCATION_RULES:
                 raise ValueError(f"allocation rule {self.rule!r} is not valid; choose one of {list(TRL_RULES)}")
             why = (" (DAPO dynamic sampling draws several rounds per step; `ugrpo train --allocation dynamic` has it)"
-                   if self.rule == "dynamic" else "")
+                   if self.rule == "dynamic" else
+                   " (prompt importance sampling draws each step's prompts from a law q recomputed from the history, "
+                   "which TRL's fixed-order RepeatSampler does not do, and ustat-is spends generation_batch_size only "
+                   f"in expectation; `ugrpo train --allocation {self.rule}` has it)" if self.rule in IS_RULES else "")
             raise ValueError(f"allocation rule {self.rule} is not supported in the TRL adapter yet{why}; choose one "
                              f"of {list(TRL_RULES)}")
         super().__post_init__()
