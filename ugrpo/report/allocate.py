@@ -18,7 +18,7 @@ def _plot(rd, results: dict[str, Any]) -> None:
     curve = results["uniform_curve"]
     xs = [c["G"] for c in curve]
     series = [Series("uniform G (exact, B = N/G)", x=xs, y=[c["mse"] for c in curve], color="black")]
-    colors = {"vip": "C0", "knapsack": "C3", "ustat": "C2", "ustat+screen": "C4"}
+    colors = {"vip": "C0", "knapsack": "C3", "ustat": "C2", "ustat+screen": "C4", "uniform-is": "C1", "ustat-is": "C5"}
     levels = [Level(row["mse"], f"{row['rule']} ({row['moments']} moments, B = {row['B']})", row["ci_low"],
                     row["ci_high"], dashed=row["moments"] == "predicted", color=colors.get(row["rule"], "C7"))
               for row in results["rows"] if row["rule"] != "uniform"]
@@ -60,6 +60,13 @@ def write_report(rd, results: dict[str, Any], argv: Sequence[str] | None = None)
         "f_b (M33), averaged over drawn batches; the interval (mean +- 1.96 SE over batches) covers only that "
         "average. `true` rules know the exact per-prompt moments (the ceiling of the gain); `predicted` rules "
         "know a Beta posterior on p and shrunken score moments from a simulated history (M38).",
+        "The prompt importance-sampling rules `uniform-is` and `ustat-is` (docs/math.md M52-M57) draw the B prompts "
+        "from a law q over all P prompts (the floor q >= lambda/P, lambda = "
+        f"{cfg.get('is_lambda', 0.1):g}) chosen from the same moments, and weight each by 1/(P q): unbiased for the "
+        "uniform-prompt gradient. Their MSE is the closed form (1/B)(sum_x a_x(G_x)/(P^2 q(x)) - ||g||^2) with the "
+        "true a_x (M53), exact (no batches, so no interval); `mean cost` is their EXPECTED samples per step "
+        "(`ustat-is` spends N only on average). Against a rule measured on drawn batches their ratio's interval is "
+        "that of the other rule's mean.",
         "## Samples as the unit (sum_b G_b = N)", table(results["rows"]),
         image("allocation.png", "MSE of each rule against uniform G"),
         "## Tokens as the unit (sum_b L_b G_b <= the tokens uniform G = N/B spends on the same batch)",
