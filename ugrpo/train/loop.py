@@ -43,10 +43,10 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from ugrpo.errors import NonFiniteError, ResumeError
+from ugrpo.errors import NonFiniteError, ResumeError, UserError
 from ugrpo.fileio import naming
 from ugrpo.lm.vllm_engine import require_vllm
-from ugrpo.runlock import claim, release
+from ugrpo.runlock import abandon, claim, release
 from ugrpo.runs import RunDir, follow_umask, read_jsonl
 from ugrpo.train.alloc import Allocator, step_advantages
 from ugrpo.train.checkpoint import latest_checkpoint, load_latest, save_checkpoint
@@ -149,9 +149,16 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, checked: Checked, *, r
         return done  # nothing to resume: the saved result, nothing rewritten
     # ---------------------------------------------------------------- setup, resume
     s = build_run(cfg, ctx, checked)  # policy, task and prompts, reference, optimizer and schedule
+    created = not out.exists()
     if ctx.is_main:  # every check has passed: now the folder is created, locked and given its manifest
         claim(out, "train", hashed_config(cfg), resume=resume, exclusive=True)
     run = RunDir(out) if ctx.is_main else None
+    try:  # rank 0: metrics.jsonl and the report_to backends; a backend that does not start leaves no claim behind
+        log = MetricsLog(run, out, cfg.report_to, asdict(cfg))
+    except UserError:
+        if run is not None and not resume:
+            abandon(out, created=created)
+        raise
     model, tok, params, optimizer, scheduler = s.model, s.tokenizer, s.params, s.optimizer, s.scheduler
     B = cfg.budget.prompts_per_step
     sampler = Sampler(model, tok, s.task, s.train_problems, s.train_prompts, cfg, ctx, s.engine)
@@ -162,7 +169,6 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, checked: Checked, *, r
     if run is not None:
         run.write_config({**asdict(cfg), "derived": {"prompts_per_step": B, "world_size": ctx.world_size}})
         print(f"{summary_line(cfg)}; full config: {run.file('config.json')}", flush=True)
-    log = MetricsLog(run, out, cfg.report_to, asdict(cfg))  # rank 0: metrics.jsonl and the report_to backends
     for r in logged:  # resume: the monitor's latest c1 before the checkpoint, for the certificate
         allocator.note_monitor(r)
     monitor = (TrainMonitor.from_config(cfg, warned=any("monitor_warning" in r for r in logged))
