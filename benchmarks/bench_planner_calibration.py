@@ -9,13 +9,15 @@ policy of a bandit, scores W = s_x (e_a - pi) with a per-prompt scale s_x).
 
 For each instance the exact constants c1, c2, c3 at theta0 give the exact bound (= GRPO's exact minibatch MSE
 with B = N/G), the exact best G and the exact 5% band. Independent pilots of B0 x 8 (B0 = 16, 64, 256) are
-drawn at theta0; each is estimated once (the default intervals, symmetric bootstrap-t with c1's on the
-log(c1 + s) scale, docs/math.md M39) and planned twice from the same bootstrap replicates:
+drawn at theta0; each is estimated twice from the same bootstrap resamples (the default intervals, symmetric
+bootstrap-t with c1's on the log(c1 + s) scale, docs/math.md M39), with c1's terms on the raw rewards
+(``c1_baseline="none"``, M17) and centred within each prompt (the default, M67), and planned three times:
 
-* before: the recommendation of the previous planner (argmin of the bootstrap expected MSE ratio over the
+* before: the recommendation before issue 22 (argmin of the bootstrap expected MSE ratio over the
   replicates with c1* > 0; minimax over c1 in [0, max(c1_hi, 2 se)] when fewer than 5% have c1* > 0),
-  re-implemented here from its definition;
-* after: the planner (:func:`ugrpo.stats.planner.plan_group_size`, docs/math.md M41).
+  re-implemented here from its definition, on the raw estimate;
+* raw: the planner (:func:`ugrpo.stats.planner.plan_group_size`, docs/math.md M41) on the raw estimate;
+* after: the planner on the centred estimate (the default since M67).
 
 Reported per pilot size, pooled and per family: coverage of each constant's 95% interval; coverage of the band
 (the exact band inside [g_band_low, g_band_high]); how often the chosen G is inside the exact band; mean and
@@ -154,27 +156,34 @@ def _scored(chosen: int | None, truth: dict) -> dict:
             "regret": None if chosen is None else truth["mse"][chosen] / truth["mse"][truth["g_best"]]}
 
 
-def one_pilot(rewards, scores, truth, n_boot: int, seed: int, interval_methods: bool = False) -> dict:
-    """Before and after on one pilot (the same bootstrap replicates)."""
-    vc = estimate_components(rewards, scores=scores, n_boot=n_boot, method=METHOD,
-                             generator=torch.Generator().manual_seed(seed))
-    plan = plan_group_size(vc, N, tolerance=TOL)
-    cands = [g for g, _, _ in plan.candidates]
+def _common(vc, plan, truth) -> dict:
+    """Interval coverage, band coverage and the lower bound of one pilot's estimate and plan."""
     cov = [e.ci_low <= t <= e.ci_high for e, t in zip((vc.c1, vc.c2, vc.c3), truth["c"])]
     lb = plan.g_star_lower_bound
-    common = {"cover": cov, "c1_below": vc.c1.ci_high < truth["c"][0],
-              "band_cover": plan.g_band[0] <= min(truth["band"]) and max(truth["band"]) <= plan.g_band[1],
-              "lb": lb, "lb_false": lb is not None and lb > truth["g_star_continuous"],
-              "need": plan.pilot_prompts_needed}
+    return {"cover": cov, "c1_below": vc.c1.ci_high < truth["c"][0],
+            "band_cover": plan.g_band[0] <= min(truth["band"]) and max(truth["band"]) <= plan.g_band[1],
+            "lb": lb, "lb_false": lb is not None and lb > truth["g_star_continuous"], "need": plan.pilot_prompts_needed}
+
+
+def one_pilot(rewards, scores, truth, n_boot: int, seed: int, interval_methods: bool = False) -> dict:
+    """The three rules on one pilot (the same bootstrap resamples): before and raw on the raw c1 terms, after on
+    the reward-centred ones (docs/math.md M67)."""
+    vc_raw = estimate_components(rewards, scores=scores, n_boot=n_boot, method=METHOD,
+                                 generator=torch.Generator().manual_seed(seed), c1_baseline="none")
+    vc = estimate_components(rewards, scores=scores, n_boot=n_boot, method=METHOD,
+                             generator=torch.Generator().manual_seed(seed))
+    plan_raw, plan = plan_group_size(vc_raw, N, tolerance=TOL), plan_group_size(vc, N, tolerance=TOL)
+    cands = [g for g, _, _ in plan.candidates]
+    common_raw, common = _common(vc_raw, plan_raw, truth), _common(vc, plan, truth)
     if interval_methods:
         for method in ("studentized", "studentized-equal-tailed"):
             other = estimate_components(rewards, scores=scores, n_boot=n_boot, method=method,
                                         generator=torch.Generator().manual_seed(seed))
             common[f"cover_{method}"] = [e.ci_low <= t <= e.ci_high
                                          for e, t in zip((other.c1, other.c2, other.c3), truth["c"])]
-    decided = bool(getattr(plan, "decided", True))
-    return {"before": {**common, **_scored(before_rule(vc, cands), truth), "decided": True},
-            "after": {**common, **_scored(plan.g_recommended, truth), "decided": decided}}
+    return {"before": {**common_raw, **_scored(before_rule(vc_raw, cands), truth), "decided": True},
+            "raw": {**common_raw, **_scored(plan_raw.g_recommended, truth), "decided": bool(plan_raw.decided)},
+            "after": {**common, **_scored(plan.g_recommended, truth), "decided": bool(plan.decided)}}
 
 
 def summarise(rows: list[dict]) -> dict:
@@ -215,7 +224,7 @@ def _pilots(env, B0: int, pilots: int, gen: torch.Generator, chunk: int = 25):
 
 def run(pilots: int, n_boot: int, sizes=SIZES, seed_offset: int = 0, families: set[str] | None = None,
         interval_methods: bool = False) -> dict:
-    keys = ("before", "after")
+    keys = ("before", "raw", "after")
     per_instance = []
     pooled = {(B0, m): [] for B0 in sizes for m in keys}
     per_family: dict = {}
@@ -240,8 +249,9 @@ def run(pilots: int, n_boot: int, sizes=SIZES, seed_offset: int = 0, families: s
             s = inst["sizes"][str(B0)]
             print(f"{name:22s} band {str(truth['band']):18s} B0={B0:4d}  cov {s['after']['coverage_c1']:.2f}/"
                   f"{s['after']['coverage_c2']:.2f}/{s['after']['coverage_c3']:.2f}  in-band before "
-                  f"{s['before']['chosen_in_exact_band']:.2f} after {s['after']['chosen_in_exact_band']:.2f}  "
-                  f"regret {s['before']['mean_regret']:.3f} -> {s['after']['mean_regret']:.3f}  undecided "
+                  f"{s['before']['chosen_in_exact_band']:.2f} raw {s['raw']['chosen_in_exact_band']:.2f} after "
+                  f"{s['after']['chosen_in_exact_band']:.2f}  regret {s['before']['mean_regret']:.3f} / "
+                  f"{s['raw']['mean_regret']:.3f} / {s['after']['mean_regret']:.3f}  undecided "
                   f"{s['after']['undecided']:.2f}", flush=True)
         per_instance.append(inst)
     table = {str(B0): {m: summarise(pooled[(B0, m)]) for m in keys} for B0 in sizes}
@@ -249,9 +259,10 @@ def run(pilots: int, n_boot: int, sizes=SIZES, seed_offset: int = 0, families: s
             for fam in dict.fromkeys(f for f, _, _ in instances(seed_offset, families))}
     return {"budget_N": N, "pilot_group_G0": G0, "tolerance": TOL, "pilots_per_instance": pilots, "n_boot": n_boot,
             "seed_offset": seed_offset, "interval_method": METHOD,
-            "before": "the previous recommendation: expected MSE ratio over the replicates with c1* > 0 (minimax "
-                      "fallback)",
-            "after": "plan_group_size's g_recommended (docs/math.md M41)",
+            "before": "the recommendation before issue 22: expected MSE ratio over the replicates with c1* > 0 (minimax "
+                      "fallback), on the raw c1 terms",
+            "raw": "plan_group_size's g_recommended (docs/math.md M41) on the raw c1 terms (c1_baseline='none')",
+            "after": "plan_group_size's g_recommended (docs/math.md M41) on the reward-centred c1 terms (M67)",
             "table": table, "families": fams, "instances": per_instance}
 
 
@@ -262,11 +273,12 @@ def print_table(res: dict) -> None:
     for B0, d in res["table"].items():
         for m, s in d.items():
             print(f"{B0:>6}  {m:6s}  " + "  ".join("   -  " if s[c] is None else f"{s[c]:6.3f}" for c in cols))
-    print("\nper family: G in the exact 5% band, before -> after (mean regret)")
+    print("\nper family: G in the exact 5% band, before / raw / after (mean regret)")
     for fam, d in res["families"].items():
         print(f"{fam:22s} " + "  ".join(
-            f"{B0}x8 {s['before']['chosen_in_exact_band']:.2f} -> {s['after']['chosen_in_exact_band']:.2f} "
-            f"({s['before']['mean_regret']:.3f} -> {s['after']['mean_regret']:.3f})" for B0, s in d.items()))
+            f"{B0}x8 {s['before']['chosen_in_exact_band']:.2f}/{s['raw']['chosen_in_exact_band']:.2f}/"
+            f"{s['after']['chosen_in_exact_band']:.2f} ({s['raw']['mean_regret']:.3f} -> {s['after']['mean_regret']:.3f})"
+            for B0, s in d.items()))
 
 
 def main() -> None:
