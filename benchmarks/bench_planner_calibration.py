@@ -259,8 +259,8 @@ def run(pilots: int, n_boot: int, sizes=SIZES, seed_offset: int = 0, families: s
             for fam in dict.fromkeys(f for f, _, _ in instances(seed_offset, families))}
     return {"budget_N": N, "pilot_group_G0": G0, "tolerance": TOL, "pilots_per_instance": pilots, "n_boot": n_boot,
             "seed_offset": seed_offset, "interval_method": METHOD,
-            "before": "the recommendation before issue 22: expected MSE ratio over the replicates with c1* > 0 (minimax "
-                      "fallback), on the raw c1 terms",
+            "before": "the recommendation before issue 22: expected MSE ratio over the replicates with c1* > 0 "
+                      "(minimax fallback), on the raw c1 terms",
             "raw": "plan_group_size's g_recommended (docs/math.md M41) on the raw c1 terms (c1_baseline='none')",
             "after": "plan_group_size's g_recommended (docs/math.md M41) on the reward-centred c1 terms (M67)",
             "table": table, "families": fams, "instances": per_instance}
@@ -277,8 +277,19 @@ def print_table(res: dict) -> None:
     for fam, d in res["families"].items():
         print(f"{fam:22s} " + "  ".join(
             f"{B0}x8 {s['before']['chosen_in_exact_band']:.2f}/{s['raw']['chosen_in_exact_band']:.2f}/"
-            f"{s['after']['chosen_in_exact_band']:.2f} ({s['raw']['mean_regret']:.3f} -> {s['after']['mean_regret']:.3f})"
+            f"{s['after']['chosen_in_exact_band']:.2f} ({s['raw']['mean_regret']:.3f} -> "
+            f"{s['after']['mean_regret']:.3f})"
             for B0, s in d.items()))
+
+
+def family_option(ap: argparse.ArgumentParser, value: str | None) -> set[str] | None:
+    """The ``--families`` option of the planner benchmarks: a set of names of FAMILIES (None: all); unknown names are
+    an argparse error listing the families."""
+    names = {f for f, _, _, _ in FAMILIES}
+    fams = None if value is None else set(value.split(","))
+    if fams is not None and not fams <= names:
+        ap.error(f"--families: unknown {sorted(fams - names)}; the families are {sorted(names)}")
+    return fams
 
 
 def main() -> None:
@@ -293,10 +304,7 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="results folder (default benchmarks/results/local)")
     a = ap.parse_args()
     torch.set_num_threads(1)
-    names = {f for f, _, _, _ in FAMILIES}
-    fams = None if a.families is None else set(a.families.split(","))
-    if fams is not None and not fams <= names:
-        ap.error(f"--families: unknown {sorted(fams - names)}; the families are {sorted(names)}")
+    fams = family_option(ap, a.families)
     sizes = SIZES if a.sizes is None else tuple(int(s) for s in a.sizes.split(","))
     t0 = time.perf_counter()
     res = run(a.pilots, a.n_boot, sizes=sizes, seed_offset=a.seed_offset, families=fams,

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -40,7 +39,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_planner_calibration import FAMILIES, N, TOL, build, instances  # noqa: E402
+from bench_planner_calibration import TOL, N, build, family_option, instances  # noqa: E402
 from common import write_result  # noqa: E402
 from scipy.stats import beta  # noqa: E402
 
@@ -145,10 +144,30 @@ def _shrink(env, r, excess0, B0, pilots):
             "bound": (1 + tv) / 2, "bound_se": se / 2, "regret_bound": m * (1 - tv) / 2, "regret_m": m}
 
 
+def rare_section(env, kw: dict, sizes) -> dict | None:
+    """Rare hard prompts (docs/math.md M69): theta0 = the instance with the rare prompts' rewards set to 0. Its pilots
+    are the instance's pilots without a rare success, so TV = P(a pilot sees a rare success) = 1 - (1 - q)^B0 with
+    q = (1/P) sum_{x rare} (1 - (1 - V(x))^G0) exactly; any interval for c2 (c3) that covers at level L on both has
+    P_theta0(it holds c2(instance) and c2(theta0)) >= 2 L - 1 - TV."""
+    if not kw.get("rare_fraction"):
+        return None
+    scale = env.features.abs().amax(dim=(1, 2))  # s_x; the family has no other scale spread: rare <=> s_x > 1
+    rare = scale > 1.0
+    V = (env.probs() * env.reward_mean).sum(-1)
+    q = float((1 - (1 - V[rare]) ** G0).sum()) / env.n_prompts
+    r0 = env.reward_mean.clone()
+    r0[rare] = 0.0
+    c, c0 = exact_constants(env, env.reward_mean[None])[0], exact_constants(env, r0[None])[0]
+    seen = {str(B0): 1 - (1 - q) ** B0 for B0 in sizes}
+    return {"rare_prompts": int(rare.sum()), "rare_values": V[rare].tolist(), "q_group": q, "tv": seen,
+            "c2": float(c[1]), "c2_without": float(c0[1]), "c3": float(c[2]), "c3_without": float(c0[2]),
+            "both_held_at_094": {B0: 2 * 0.94 - 1 - tv for B0, tv in seen.items()}}
+
+
 def run(pilots: int, select: int, twins: int, sizes, families, t_grid) -> dict:
     torch.set_num_threads(1)
     out = []
-    for i, (fam, name, kw) in enumerate(instances(0, families)):
+    for fam, name, kw in instances(0, families):
         t0 = time.perf_counter()
         env = build(kw)
         r = env.reward_mean.clone()
@@ -160,7 +179,8 @@ def run(pilots: int, select: int, twins: int, sizes, families, t_grid) -> dict:
         for t in t_grid:
             consts = _twin_draws(env, t, twins, gen)
             grid[t] = _side(excess0, _excess(consts)) | {"c1_median": float(np.median(consts[:, 0]))}
-        inst = {"family": fam, "name": name, "band": band0, "c1": float(c0[0, 0]), "sizes": {}}
+        inst = {"family": fam, "name": name, "band": band0, "c1": float(c0[0, 0]), "sizes": {},
+                "rare": rare_section(env, kw, sizes)}
         for B0 in sizes:
             con = _contrast(env, r, excess0, B0, grid, pilots, select)
             con["twin_c1_median"] = grid[con["t"]]["c1_median"]
@@ -215,10 +235,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="500 pilots, 200 to select, 100 twins, t in 0.2..2.0 by 0.2")
     ap.add_argument("--out", default=None, help="results folder (default benchmarks/results/local)")
     a = ap.parse_args()
-    names = {f for f, _, _, _ in FAMILIES}
-    fams = None if a.families is None else set(a.families.split(","))
-    if fams is not None and not fams <= names:
-        ap.error(f"--families: unknown {sorted(fams - names)}; the families are {sorted(names)}")
+    fams = family_option(ap, a.families)
     sizes = SIZES if a.sizes is None else tuple(int(s) for s in a.sizes.split(","))
     pilots, select, twins, grid = a.pilots, a.select_pilots, a.twins, T_GRID
     if a.quick:

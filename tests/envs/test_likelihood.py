@@ -71,7 +71,7 @@ def test_sample_cells_draws_what_the_policy_samples():
 def test_reward_ratio_and_twin_mixture_against_enumeration(tiny):
     """log dQ/dP from cell counts equals the difference of the closed-form log likelihoods (point twin), and the
     mixture ratio equals the average likelihood over every combination of patterns (one per prompt); the Monte-Carlo
-    TV is within 4 SE of the exact TV = 1/2 sum |P - Q|, and the likelihood-ratio test attains P(A) + Q(A^c) = 1 + TV."""
+    TV is within 4 SE of the exact TV = 1/2 sum |P - Q|; the likelihood-ratio test attains P(A) + Q(A^c) = 1 + TV."""
     pr, a, z = _all_pilots(2, 2, 2, 2)
     n, k = cell_counts(2, 2, pr, a, z)
     lp = pilot_log_likelihood(tiny, pr, a, z)

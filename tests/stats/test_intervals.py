@@ -97,7 +97,8 @@ def test_corrected_row_uses_the_t_quantile_over_few_repetitions():
     err = torch.tensor([1.0, 2.0, 6.0], dtype=DT)
     row = corrected_row(err, 0.0, 0.0)
     se = math.sqrt(7 / 3)
-    assert row["se"] == pytest.approx(se) and row["ci_high"] - row["mse"] == pytest.approx(4.302652729696142 * se, rel=1e-9)
+    assert row["se"] == pytest.approx(se)
+    assert row["ci_high"] - row["mse"] == pytest.approx(4.302652729696142 * se, rel=1e-9)
     wide = corrected_row(err, 0.5, se)  # SE^2 doubles: df = 2 * 4 = 8
     assert wide["ci_high"] - wide["mse"] == pytest.approx(t_quantile(8) * math.sqrt(2) * se)
 

@@ -38,7 +38,8 @@ import torch
 from torch import Tensor
 
 __all__ = ["Z95", "Q975", "TOO_SMALL", "MEAN_KEYS", "RATIO_KEYS", "ESTIMATE_KEYS", "Interval", "normal_interval",
-           "mean_interval", "t_interval", "t_quantile", "satterthwaite_df", "paired_t_interval", "paired_verdict", "difference_interval",
+           "mean_interval", "t_interval", "t_quantile", "satterthwaite_df", "paired_t_interval", "paired_verdict",
+           "difference_interval",
            "welch_half_width", "ratio_interval", "wilson_interval", "clip_interval"]
 
 Z95 = 1.96
