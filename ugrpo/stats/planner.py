@@ -393,8 +393,8 @@ def estimated_message(plan: GroupSizePlan, vc: VarianceComponents) -> str:
                    f"noise")
     need = plan.pilot_prompts_needed
     if not plan.decided:
-        out.append(f"a pilot of about {need} prompts (this one: {vc.n_prompts}) would decide wherever c1 lies in that "
-                   f"range" if need is not None else
+        out.append(f"a pilot of about {need} prompts (this one: {vc.n_prompts}) would probably decide, wherever c1 "
+                   f"lies in that range" if need is not None else
                    f"if c1 is near the bottom of that range even a pilot of {64 * vc.n_prompts} prompts (64x this one) "
                    f"would not decide")
     return "; ".join(out)
