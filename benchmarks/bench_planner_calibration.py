@@ -160,14 +160,16 @@ def _common(vc, plan, truth) -> dict:
     """Interval coverage, band coverage and the lower bound of one pilot's estimate and plan."""
     cov = [e.ci_low <= t <= e.ci_high for e, t in zip((vc.c1, vc.c2, vc.c3), truth["c"])]
     lb = plan.g_star_lower_bound
-    return {"cover": cov, "c1_below": vc.c1.ci_high < truth["c"][0],
+    return {"cover": cov, "c1_below": vc.c1.ci_high < truth["c"][0], "c1_estimate": vc.c1.estimate,
             "band_cover": plan.g_band[0] <= min(truth["band"]) and max(truth["band"]) <= plan.g_band[1],
             "lb": lb, "lb_false": lb is not None and lb > truth["g_star_continuous"], "need": plan.pilot_prompts_needed}
 
 
-def one_pilot(rewards, scores, truth, n_boot: int, seed: int, interval_methods: bool = False) -> dict:
+def one_pilot(rewards, scores, truth, n_boot: int, seed: int, interval_methods: bool = False,
+              rare_seen: bool | None = None) -> dict:
     """The three rules on one pilot (the same bootstrap resamples): before and raw on the raw c1 terms, after on
-    the reward-centred ones (docs/math.md M67)."""
+    the reward-centred ones (docs/math.md M67). ``rare_seen``: whether the pilot holds a success of a rare hard
+    prompt (None for the families without them), recorded for M69's coverage split."""
     vc_raw = estimate_components(rewards, scores=scores, n_boot=n_boot, method=METHOD,
                                  generator=torch.Generator().manual_seed(seed), c1_baseline="none")
     vc = estimate_components(rewards, scores=scores, n_boot=n_boot, method=METHOD,
@@ -175,6 +177,7 @@ def one_pilot(rewards, scores, truth, n_boot: int, seed: int, interval_methods: 
     plan_raw, plan = plan_group_size(vc_raw, N, tolerance=TOL), plan_group_size(vc, N, tolerance=TOL)
     cands = [g for g, _, _ in plan.candidates]
     common_raw, common = _common(vc_raw, plan_raw, truth), _common(vc, plan, truth)
+    common_raw["rare_seen"] = common["rare_seen"] = rare_seen
     if interval_methods:
         for method in ("studentized", "studentized-equal-tailed"):
             other = estimate_components(rewards, scores=scores, n_boot=n_boot, method=method,
@@ -207,6 +210,14 @@ def summarise(rows: list[dict]) -> dict:
         "lower_bound_given": rate([r["lb"] is not None for r in rows]),
         "lower_bound_false": rate([r["lb_false"] for r in with_lb]),
     }
+    est = [r["c1_estimate"] for r in rows]
+    out["c1_estimate_sd"] = float(np.std(est, ddof=1)) if len(est) > 1 else None
+    for seen in (True, False):
+        sub = [r for r in rows if r.get("rare_seen") is seen]
+        if sub:
+            out[f"coverage_rare_{'seen' if seen else 'unseen'}"] = {
+                "pilots": len(sub), "c1": rate([r["cover"][0] for r in sub]), "c2": rate([r["cover"][1] for r in sub]),
+                "c3": rate([r["cover"][2] for r in sub])}
     for method in ("studentized", "studentized-equal-tailed"):
         if rows and f"cover_{method}" in rows[0]:
             out[f"coverage_{method}"] = [rate([r[f"cover_{method}"][k] for r in rows]) for k in range(3)]
@@ -214,12 +225,20 @@ def summarise(rows: list[dict]) -> dict:
 
 
 def _pilots(env, B0: int, pilots: int, gen: torch.Generator, chunk: int = 25):
-    """(rewards, scores) of ``pilots`` independent B0 x G0 pilots at theta0, sampled in chunks (memory)."""
+    """(rewards, scores, prompts) of ``pilots`` independent B0 x G0 pilots at theta0, sampled in chunks (memory)."""
     for start in range(0, pilots, chunk):
         n = min(chunk, pilots - start)
         batch = env.sample_many(env.theta0.unsqueeze(0).expand(n, -1), B0, G0, gen)
         for i in range(n):
-            yield batch.rewards[i].double(), batch.scores[i].double()
+            yield batch.rewards[i].double(), batch.scores[i].double(), batch.prompts[i]
+
+
+def rare_prompts(env, settings: dict) -> torch.Tensor | None:
+    """(P,) bool: the rare hard prompts of a ``scaled_bandit`` built with ``rare_fraction`` (None otherwise). Its
+    families have no other spread of score scales, so the rare prompts are exactly those with s_x > 1."""
+    if not settings.get("rare_fraction") or settings.get("scale_sd", 0.0):
+        return None
+    return env.features.abs().amax(dim=(1, 2)) > 1.0
 
 
 def run(pilots: int, n_boot: int, sizes=SIZES, seed_offset: int = 0, families: set[str] | None = None,
@@ -237,8 +256,10 @@ def run(pilots: int, n_boot: int, sizes=SIZES, seed_offset: int = 0, families: s
         for B0 in sizes:
             gen = torch.Generator().manual_seed(1000 * k + B0 + 17 * seed_offset)
             rows = {m: [] for m in keys}
-            for i, (rw, sc) in enumerate(_pilots(env, B0, pilots, gen)):
-                res = one_pilot(rw, sc, truth, n_boot, seed=7 + i, interval_methods=interval_methods)
+            rare = rare_prompts(env, kw)
+            for i, (rw, sc, pr) in enumerate(_pilots(env, B0, pilots, gen)):
+                seen = None if rare is None else bool(((rw > 0) & rare[pr].unsqueeze(1)).any())
+                res = one_pilot(rw, sc, truth, n_boot, seed=7 + i, interval_methods=interval_methods, rare_seen=seen)
                 for m in keys:
                     rows[m].append(res[m])
                     pooled[(B0, m)].append(res[m])

@@ -39,7 +39,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_planner_calibration import TOL, N, build, family_option, instances  # noqa: E402
+from bench_planner_calibration import TOL, N, build, family_option, instances, rare_prompts  # noqa: E402
 from common import write_result  # noqa: E402
 from scipy.stats import beta  # noqa: E402
 
@@ -149,10 +149,9 @@ def rare_section(env, kw: dict, sizes) -> dict | None:
     are the instance's pilots without a rare success, so TV = P(a pilot sees a rare success) = 1 - (1 - q)^B0 with
     q = (1/P) sum_{x rare} (1 - (1 - V(x))^G0) exactly; any interval for c2 (c3) that covers at level L on both has
     P_theta0(it holds c2(instance) and c2(theta0)) >= 2 L - 1 - TV."""
-    if not kw.get("rare_fraction"):
+    rare = rare_prompts(env, kw)
+    if rare is None:
         return None
-    scale = env.features.abs().amax(dim=(1, 2))  # s_x; the family has no other scale spread: rare <=> s_x > 1
-    rare = scale > 1.0
     V = (env.probs() * env.reward_mean).sum(-1)
     q = float((1 - (1 - V[rare]) ** G0).sum()) / env.n_prompts
     r0 = env.reward_mean.clone()
