@@ -251,7 +251,7 @@ def prompt_terms(z: Tensor, diag: Tensor, M: Tensor) -> tuple[Tensor, Tensor, Te
 C1_BASELINES = ("leave-out", "none")
 """Rewards in c1's terms (docs/math.md M67): ``leave-out`` centres them within each prompt (T0 with the mean of the
 other G - 2 rewards of the prompt, the prompts' mean gradients with the leave-one-out mean): unbiased, unchanged by
-a shift of the rewards, and 1.4-2.8x less spread on the planner benchmark's pilots; ``none``: the raw form (M14, M17)."""
+a shift of the rewards, and 1.4-2.8x less spread on the planner benchmark's pilots; ``none``: raw (M14, M17)."""
 
 
 def centred_c1_terms(rewards: Tensor, scores: Tensor | None, gram: Tensor | None) -> tuple[Tensor, Tensor]:
