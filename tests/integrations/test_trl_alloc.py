@@ -76,7 +76,7 @@ def test_sizes_vary_per_prompt_and_sum_to_the_budget(tok, tmp_path, rule):
     hist = trainer.ugrpo_allocation.allocator.history.sums
     assert hist["samples"].sum() == 6 * 16 + 8 * 40 and hist["visits"].sum() == 6 * 4 + 8
     if rule == "ustat":
-        assert (hist["w2_success"] + hist["w2_failure"]).sum() > 0  # the score sketch fed the history
+        assert (hist["w2_success"] + hist["w2_failure"]).sum() > 0  # the score statistics fed the history
     rows = [r for r in trainer.state.log_history if "ugrpo/alloc_g_min" in r]
     assert len(rows) == 6
     for key in ("ugrpo/alloc_g_max", "ugrpo/alloc_g_mean", "ugrpo/alloc_predicted_ratio",
@@ -326,7 +326,7 @@ def test_bad_ugrpo_config_fields_are_errors_naming_the_field(tmp_path, field, va
 @pytest.mark.slow  # ~40 s: a 1-process and a 2-process TRL run of 6 steps, each its own interpreter
 def test_two_processes_give_the_sizes_and_parameters_of_one(tmp_path):
     """torchrun with 2 gloo processes (8 rows each) against 1 process (16 rows), same global batch, same seeds,
-    rule ustat (gathered rewards and score sketches): the same G_b at every step, including a step whose group is
+    rule ustat (gathered rewards and score norms, ``scores: output``: whole groups per process): the same G_b at every step, including a step whose group is
     split between the processes, and the same parameters after 6 SGD steps (tests/integrations/trl_alloc_driver.py)."""
     import os
     import socket
