@@ -75,8 +75,17 @@ class StepScores:
 
 
 def _dropout_active(model) -> bool:
-    """True when a dropout layer would perturb the training forward (then ``scores: output`` runs its own)."""
-    return model.training and any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules())
+    """True when dropout would perturb the training forward (then ``scores: output`` runs its own): a dropout
+    module with p > 0 (e.g. LoRA's) or a positive ``*dropout*`` / ``*pdrop*`` rate in the model's config (HF
+    attention dropout is a functional call, not a module)."""
+    if not model.training:
+        return False
+    if any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules()):
+        return True
+    conf = getattr(model, "config", None)
+    rates = [v for k, v in (vars(conf).items() if conf is not None else ())
+             if ("dropout" in k or "pdrop" in k) and isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return any(v > 0 for v in rates)
 
 
 class Allocator:
