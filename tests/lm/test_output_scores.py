@@ -14,7 +14,7 @@ from torch import nn
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from ugrpo.lm.logprobs import completion_logprobs
-from ugrpo.lm.output_scores import OutputScores, output_score_norms, row_norms, weighted_sum_norm
+from ugrpo.lm.output_scores import OutputScores, output_score_norms, row_norms, row_scores, weighted_sum_norm
 from ugrpo.lm.scores import ScoreSpec, per_sample_scores
 
 SIZES = (3, 5, 2, 6)  # ragged groups
@@ -74,17 +74,26 @@ def _brute(model, tensors, group, rewards, temperature):
     W = per_sample_scores(untied, tensors, params=ScoreSpec(select="modules", patterns=patterns),
                           temperature=temperature)  # (N, V d [+ V])
     zw = torch.zeros(int(group.max()) + 1, W.shape[1], dtype=W.dtype).index_add_(0, group, rewards[:, None] * W)
-    return (W * W).sum(1), (zw * zw).sum(1)
+    return (W * W).sum(1), (zw * zw).sum(1), W
 
 
 @pytest.mark.parametrize("chunk", [None, 4], ids=["whole-groups", "groups-split-over-chunks"])
 def test_norms_equal_brute_force_per_sample_gradients(small, batch, chunk):
     tensors, group, rewards = batch
     w2, zw2 = output_score_norms(small, tensors, rewards, group, temperature=TAU, chunk_size=chunk)
-    bw2, bzw2 = _brute(small, tensors, group, rewards, TAU)
+    bw2, bzw2, W = _brute(small, tensors, group, rewards, TAU)
     torch.testing.assert_close(w2, bw2, rtol=1e-6, atol=1e-12)
     torch.testing.assert_close(zw2, bzw2, rtol=1e-6, atol=1e-12)
     assert (w2 > 0).all() and zw2[0] == 0 and (zw2[1:] > 0).all()
+
+
+def test_score_vectors_are_the_per_sample_gradients(small, batch):
+    tensors, group, rewards = batch
+    vec = []
+    with torch.no_grad():
+        completion_logprobs(small, *tensors, temperature=TAU, share_prompts=True, on_logits=lambda sl, h, lp: vec.append(
+            row_scores(h, lp, tensors[2][sl], tensors[3][sl], temperature=TAU)))
+    torch.testing.assert_close(torch.cat(vec), _brute(small, tensors, group, rewards, TAU)[2], rtol=1e-6, atol=1e-6)
 
 
 def test_bias_of_the_output_projection_is_part_of_the_score(tokenizer, batch):
@@ -92,7 +101,7 @@ def test_bias_of_the_output_projection_is_part_of_the_score(tokenizer, batch):
     tensors, group, rewards = batch
     for chunk in (None, 4):
         w2, zw2 = output_score_norms(m, tensors, rewards, group, temperature=1.0, chunk_size=chunk)
-        bw2, bzw2 = _brute(m, tensors, group, rewards, 1.0)
+        bw2, bzw2, _ = _brute(m, tensors, group, rewards, 1.0)
         torch.testing.assert_close(w2, bw2, rtol=1e-6, atol=1e-12)
         torch.testing.assert_close(zw2, bzw2, rtol=1e-6, atol=1e-12)
 

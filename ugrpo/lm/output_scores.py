@@ -37,7 +37,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-__all__ = ["OutputScores", "output_layer", "output_score_norms", "row_norms", "weighted_sum_norm"]
+__all__ = ["OutputScores", "output_layer", "output_score_norms", "row_norms", "row_scores", "weighted_sum_norm"]
 
 _ELEMS = 1 << 24  # float elements of p a batched ghost computation holds at a time (64 MB in float32)
 
@@ -124,6 +124,21 @@ def weighted_sum_norm(hidden: Tensor, logprobs: Tensor, ids: Tensor, weights: Te
         u = _bias_vector(p, y, w)
         total = total + (u * u).sum()
     return total / temperature**2
+
+
+def row_scores(hidden: Tensor, logprobs: Tensor, ids: Tensor, mask: Tensor, *, temperature: float,
+               bias: bool = False) -> Tensor:
+    """(n, V d [+ V]) the output projection's score vectors W_n themselves (M70), for checks on small models
+    (memory n V d); arguments as in :func:`row_norms`."""
+    dt = _dtype(hidden)
+    out = []
+    for i in range(hidden.shape[0]):
+        p, w = logprobs[i].to(dt).exp(), mask[i].to(dt)
+        parts = [_matrix(hidden[i].to(dt), p, ids[i], w).reshape(-1)]
+        if bias:
+            parts.append(_bias_vector(p, ids[i], w))
+        out.append(torch.cat(parts) / temperature)
+    return torch.stack(out)
 
 
 def _matrix(h: Tensor, p: Tensor, y: Tensor, w: Tensor) -> Tensor:
