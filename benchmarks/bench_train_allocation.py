@@ -21,7 +21,8 @@ active-dropout path), and the score sketch (``scores: sketch``). Each as a share
 
 Timings on the shared 2-core machine are noisy (``load_average``). Written to
 ``benchmarks/results/local/train_allocation.json``.
-Run: ``.venv/bin/python benchmarks/bench_train_allocation.py --steps 25 --rules uniform,ustat,ustat@sketch,vip,knapsack``.
+Run: ``.venv/bin/python benchmarks/bench_train_allocation.py --steps 25`` (rules uniform, ustat, ustat@sketch, vip,
+knapsack by default).
 """
 
 from __future__ import annotations

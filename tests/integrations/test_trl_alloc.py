@@ -363,8 +363,9 @@ def test_bad_ugrpo_config_fields_are_errors_naming_the_field(tmp_path, field, va
 @pytest.mark.slow  # ~40 s: a 1-process and a 2-process TRL run of 6 steps, each its own interpreter
 def test_two_processes_give_the_sizes_and_parameters_of_one(tmp_path):
     """torchrun with 2 gloo processes (8 rows each) against 1 process (16 rows), same global batch, same seeds,
-    rule ustat (gathered rewards and score norms, ``scores: output``: whole groups per process): the same G_b at every step, including a step whose group is
-    split between the processes, and the same parameters after 6 SGD steps (tests/integrations/trl_alloc_driver.py)."""
+    rule ustat (gathered rewards and score norms; ``scores: output`` measures whole groups per process): the same G_b
+    at every step, including a step whose group is split between the processes, and the same parameters after 6 SGD
+    steps (tests/integrations/trl_alloc_driver.py)."""
     import os
     import socket
     import subprocess

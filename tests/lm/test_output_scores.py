@@ -91,8 +91,9 @@ def test_score_vectors_are_the_per_sample_gradients(small, batch):
     tensors, group, rewards = batch
     vec = []
     with torch.no_grad():
-        completion_logprobs(small, *tensors, temperature=TAU, share_prompts=True, on_logits=lambda sl, h, lp: vec.append(
-            row_scores(h, lp, tensors[2][sl], tensors[3][sl], temperature=TAU)))
+        completion_logprobs(small, *tensors, temperature=TAU, share_prompts=True,
+                            on_logits=lambda sl, h, lp: vec.append(row_scores(h, lp, tensors[2][sl], tensors[3][sl],
+                                                                              temperature=TAU)))
     torch.testing.assert_close(torch.cat(vec), _brute(small, tensors, group, rewards, TAU)[2], rtol=1e-6, atol=1e-6)
 
 

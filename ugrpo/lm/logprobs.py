@@ -45,7 +45,7 @@ import torch
 from torch import Tensor
 from transformers import DynamicCache
 
-__all__ = ["completion_logprobs"]
+__all__ = ["completion_logprobs", "output_layer"]
 
 
 def completion_logprobs(
@@ -125,13 +125,24 @@ def completion_logprobs(
     return torch.cat(parts, dim=0)
 
 
+def output_layer(model) -> torch.nn.Module:
+    """The output projection (``get_output_embeddings()``): a module with a (V, d) ``weight``; a ValueError naming
+    the fix if the model has none (``ustat``'s output-projection scores, :mod:`ugrpo.lm.output_scores`)."""
+    get = getattr(model, "get_output_embeddings", None)
+    layer = get() if callable(get) else None
+    w = getattr(layer, "weight", None)
+    if layer is None or not isinstance(w, Tensor) or w.dim() != 2:
+        raise ValueError(f"allocation.scores=output needs a model whose get_output_embeddings() is a linear output "
+                         f"projection; {type(model).__name__} has {type(layer).__name__}. Use allocation.scores: "
+                         "sketch")
+    return layer
+
+
 class _OutputCapture:
     """Records the output projection's inputs and outputs during a chunk's forward calls (a forward hook that
     returns None, so the forward is unchanged); the chunk's code then hands it (hidden, logprobs) in row order."""
 
     def __init__(self, model) -> None:
-        from ugrpo.lm.output_scores import output_layer
-
         self.layer = output_layer(model)
         self.calls: list[tuple[Tensor, Tensor]] = []
         self.result: tuple[Tensor, Tensor] | None = None

@@ -37,22 +37,11 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-__all__ = ["OutputScores", "output_layer", "output_score_norms", "row_norms", "row_scores", "weighted_sum_norm"]
+from ugrpo.lm.logprobs import completion_logprobs, output_layer
+
+__all__ = ["OutputScores", "output_score_norms", "row_norms", "row_scores", "weighted_sum_norm"]
 
 _ELEMS = 1 << 24  # float elements of p a batched ghost computation holds at a time (64 MB in float32)
-
-
-def output_layer(model: nn.Module) -> nn.Module:
-    """The output projection (``get_output_embeddings()``): a module with a (V, d) ``weight``; a ValueError naming
-    the fix if the model has none."""
-    get = getattr(model, "get_output_embeddings", None)
-    layer = get() if callable(get) else None
-    w = getattr(layer, "weight", None)
-    if layer is None or not isinstance(w, Tensor) or w.dim() != 2:
-        raise ValueError(f"allocation.scores=output needs a model whose get_output_embeddings() is a linear output "
-                         f"projection; {type(model).__name__} has {type(layer).__name__}. Use allocation.scores: "
-                         "sketch")
-    return layer
 
 
 def _has_bias(layer: nn.Module) -> bool:
@@ -244,7 +233,6 @@ def output_score_norms(model, batch, rewards: Tensor, group_index: Tensor, *, te
     ``batch``: a Rollout or (prompt_ids, prompt_mask, completion_ids, completion_mask); ``chunk_size`` rows per
     forward (None: all), rounded to whole groups where they fit.
     """
-    from ugrpo.lm.logprobs import completion_logprobs
     from ugrpo.lm.rollout import group_chunks
     from ugrpo.lm.scores import as_score_batch
 
