@@ -158,7 +158,8 @@ class _OutputCapture:
     def take(self, logits: Tensor) -> Tensor:
         """The input of the call whose output is ``logits`` (the model's logits must be that output)."""
         x, y = self.calls.pop(0)
-        if y.shape != logits.shape or not torch.equal(y.to(logits.dtype), logits.detach()):
+        same = y.data_ptr() == logits.data_ptr() and y.shape == logits.shape and y.dtype == logits.dtype
+        if not same and (y.shape != logits.shape or not torch.equal(y.to(logits.dtype), logits.detach())):
             raise ValueError(f"allocation.scores=output: {type(self.layer).__name__}'s output is not the model's "
                              "logits (the model transforms them, e.g. soft-capping or scaling), so the output "
                              "projection's score cannot be read off the forward; use allocation.scores: sketch")

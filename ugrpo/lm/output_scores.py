@@ -41,7 +41,7 @@ from ugrpo.lm.logprobs import completion_logprobs, output_layer
 
 __all__ = ["OutputScores", "output_score_norms", "row_norms", "row_scores", "weighted_sum_norm"]
 
-_ELEMS = 1 << 24  # float elements of p a batched ghost computation holds at a time (64 MB in float32)
+_ELEMS = 1 << 26  # float elements of p a batched ghost computation holds at a time (256 MB in float32)
 
 
 def _has_bias(layer: nn.Module) -> bool:
@@ -83,7 +83,7 @@ def row_norms(hidden: Tensor, logprobs: Tensor, ids: Tensor, mask: Tensor, *, te
         h = hidden[sl].to(dt)
         hh = h @ h.transpose(1, 2) + (1.0 if bias else 0.0)                 # (r, T, T)
         out[sl] = torch.einsum("rt,rts,rs->r", m, uu * hh, m)
-    return out / temperature**2
+    return out.clamp_min(0.0) / temperature**2  # a norm: >= 0 (rounding of a near-deterministic sample's ~0)
 
 
 def weighted_sum_norm(hidden: Tensor, logprobs: Tensor, ids: Tensor, weights: Tensor, *, temperature: float,
@@ -106,7 +106,7 @@ def weighted_sum_norm(hidden: Tensor, logprobs: Tensor, ids: Tensor, weights: Te
         py = p[:, y]                                                        # (M, M): p_t(y_s)
         uu = (y.unsqueeze(1) == y.unsqueeze(0)).to(dt) - py - py.T + p @ p.T
         hh = h @ h.T + (1.0 if bias else 0.0)
-        return (w @ (uu * hh) @ w) / temperature**2
+        return (w @ (uu * hh) @ w).clamp_min(0.0) / temperature**2
     a = _matrix(h, p, y, w)                                                 # (V, d)
     total = (a * a).sum()
     if bias:
