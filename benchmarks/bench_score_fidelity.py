@@ -7,9 +7,11 @@ prompt, the exact within-prompt Gram matrices of both scores: the full score ove
 backward per sample) and the output projection's (read off a forward, :mod:`ugrpo.lm.output_scores`). Then:
 
 1. agreement: per-sample Spearman correlation of ||W||^2, the output share of ||W||^2, and per-prompt Spearman of
-   the unbiased c2, c3 (M14-M16) of both, over prompts with mixed rewards;
+   the unbiased c2, c3 (M14-M16) of both, over prompts with mixed rewards; the same for the score with the prompt's
+   activations held fixed (what a backward through a shared prompt separates per sample, docs/math.md M73);
 2. known moments: batches of B prompts at N = B G; ``ustat``'s plug-in sizes from the full score's c2, c3, from the
-   output score's, and ``vip``'s, each scored by the FULL score's M33 error over uniform G's;
+   output score's, from the prompt-frozen score's, and ``vip``'s, each scored by the FULL score's M33 error over
+   uniform G's;
 3. predicted moments (what a trainer has): histories of V visits x h samples per prompt drawn from the first M/2
    samples, fed to :class:`~ugrpo.stats.history.PromptHistory` with either score (exact Gram factors), ``ustat``
    through the safe rule (M50), ``vip``; truth = the full score's c2, c3 from the other M/2 samples. Per history
@@ -17,7 +19,7 @@ backward per sample) and the output projection's (read off a forward, :mod:`ugrp
    difference output - full.
 
 Written to ``benchmarks/results/local/score_fidelity.json``.
-Run: ``.venv/bin/python benchmarks/bench_score_fidelity.py`` (about 3 minutes on 2 shared cores).
+Run: ``.venv/bin/python benchmarks/bench_score_fidelity.py`` (about 10 minutes on 2 shared cores at load 6).
 """
 
 from __future__ import annotations
@@ -55,6 +57,45 @@ def _grams(model, ro, P: int, M: int) -> tuple[torch.Tensor, torch.Tensor]:
         v = torch.cat(vec).double()
         out.append(v @ v.T)
     return torch.stack(full), torch.stack(out)
+
+
+def _prompt_frozen_grams(model, ro, P: int, M: int) -> torch.Tensor:
+    """(P, M, M) Gram matrices of the score with the prompt's activations held fixed: what a backward through a
+    shared prompt can separate per sample (the completion positions' uses of every parameter; the first token,
+    predicted at the prompt's last position, contributes nothing). One backward per sample, the prompt's key/value
+    cache computed without gradient."""
+    import copy
+
+    from transformers import DynamicCache
+
+    from ugrpo.lm.scores import select_parameters
+
+    params = list(select_parameters(model).params)
+    D = sum(p.numel() for p in params)
+    out = []
+    for b in range(P):
+        r0 = b * M
+        keep = int(ro.prompt_mask[r0].sum())
+        pid, pmask = ro.prompt_ids[r0, -keep:][None], ro.prompt_mask[r0, -keep:][None].long()
+        with torch.no_grad():
+            cache = DynamicCache(config=model.config)
+            model(input_ids=pid, attention_mask=pmask, position_ids=torch.arange(keep)[None], cache=cache,
+                  use_cache=True)
+        ws = []
+        for i in range(M):
+            c, T = ro.completion_ids[r0 + i], int(ro.completion_mask[r0 + i].sum())
+            if T <= 1:
+                ws.append(torch.zeros(D, dtype=torch.float64))
+                continue
+            o = model(input_ids=c[None, :T - 1], attention_mask=torch.ones(1, keep + T - 1, dtype=torch.long),
+                      position_ids=(keep + torch.arange(T - 1))[None], cache=copy.deepcopy(cache), use_cache=True)
+            lp = torch.log_softmax(o.logits[0].float(), -1).gather(-1, c[1:T, None]).sum()
+            g = torch.autograd.grad(lp, params, allow_unused=True)
+            ws.append(torch.cat([(torch.zeros(p.numel()) if x is None else x.reshape(-1)) for x, p in
+                                 zip(g, params)]).double())
+        w = torch.stack(ws)
+        out.append(w @ w.T)
+    return torch.stack(out)
 
 
 def _terms(K: torch.Tensor, z: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
@@ -117,6 +158,7 @@ def main() -> None:
     z = torch.tensor(score(task, ro.texts, [problems[i] for i in ro.prompt_index.tolist()]).rewards,
                      dtype=torch.float64).view(P, M)
     Kf, Ko = _grams(model, ro, P, M)
+    Kc = _prompt_frozen_grams(model, ro, P, M)
 
     # 1. agreement
     df, do = torch.diagonal(Kf, dim1=-2, dim2=-1), torch.diagonal(Ko, dim1=-2, dim2=-1)
@@ -124,7 +166,12 @@ def main() -> None:
     c2f, c3f = _terms(Kf, z)
     c2o, c3o = _terms(Ko, z)
     share = (do / df).flatten().numpy()
+    dc = torch.diagonal(Kc, dim1=-2, dim2=-1)
+    c2c, c3c = _terms(Kc, z)
     agreement = {"spearman_sample_w2": float(spearmanr(df.flatten(), do.flatten())[0]),
+                 "prompt_frozen_spearman_sample_w2": float(spearmanr(df.flatten(), dc.flatten())[0]),
+                 "prompt_frozen_share_of_w2_median": float(np.median((dc / df).flatten().numpy())),
+                 "prompt_frozen_spearman_prompt_c2": float(spearmanr(c2f[mixed], c2c[mixed])[0]),
                  "output_share_of_w2_quantiles_10_50_90": np.quantile(share, [0.1, 0.5, 0.9]).tolist(),
                  "spearman_prompt_c2": float(spearmanr(c2f[mixed], c2o[mixed])[0]),
                  "spearman_prompt_c3": float(spearmanr(c3f[mixed], c3o[mixed])[0]),
@@ -133,7 +180,7 @@ def main() -> None:
     # 2. known moments (all M samples), scored by the full score's error
     rng = np.random.default_rng(0)
     p_all = z.mean(1).numpy()
-    known = {"ustat_full": [], "ustat_output": [], "vip": []}
+    known = {"ustat_full": [], "ustat_output": [], "ustat_prompt_frozen": [], "vip": []}
     for _ in range(2000):
         idx = rng.choice(P, B, replace=False)
         truth = PromptStats(value=p_all[idx], c2=c2f[idx], c3=c3f[idx])
@@ -141,7 +188,9 @@ def main() -> None:
         if u <= 0:
             continue
         out = PromptStats(value=p_all[idx], c2=c2o[idx], c3=c3o[idx])
-        for name, st, rule in (("ustat_full", truth, "ustat"), ("ustat_output", out, "ustat"), ("vip", truth, "vip")):
+        frozen = PromptStats(value=p_all[idx], c2=c2c[idx], c3=c3c[idx])
+        for name, st, rule in (("ustat_full", truth, "ustat"), ("ustat_output", out, "ustat"),
+                               ("ustat_prompt_frozen", frozen, "ustat"), ("vip", truth, "vip")):
             known[name].append(predicted_mse(allocate(rule, st, N, g_min=2, g_max=4 * G).sizes, truth) / u)
     known_moments = {k: float(np.mean(v)) for k, v in known.items()}
 
