@@ -17,7 +17,9 @@ Part 2 (score statistics, one step side by side): one batch of the config's N sa
 G), then, alternating for ``--reps`` rounds: the step's update alone (``step_updates``, AdamW with lr 0 so the model
 stays put), the same update feeding the output-projection statistics (what ``ustat`` adds to a step: its marginal
 cost is the per-round paired difference), those statistics from a forward of their own (the TRL adapter's and the
-active-dropout path), and the score sketch (``scores: sketch``). Each as a share of uniform's median step of part 1.
+active-dropout path), the score sketch (``scores: sketch``), and a bare forward+backward of the batch with prompts
+shared (the trainer's) and not shared (what any exact per-sample score through the prompt costs at least,
+docs/math.md M73). Each as a share of uniform's median step of part 1.
 
 Timings on the shared 2-core machine are noisy (``load_average``). Written to
 ``benchmarks/results/local/train_allocation.json``.
@@ -98,6 +100,7 @@ def score_stats_part(args, uniform_step: float | None) -> dict:
     """One batch of the config's N samples; the update with and without ustat's statistics, alternating."""
     from ugrpo.experiments.plan.lm import load_lm_task
     from ugrpo.lm.loading import load_policy
+    from ugrpo.lm.logprobs import completion_logprobs
     from ugrpo.lm.output_scores import OutputScores, output_score_norms
     from ugrpo.lm.sampling import sample_groups
     from ugrpo.stats.history import ScoreNorms
@@ -138,15 +141,26 @@ def score_stats_part(args, uniform_step: float | None) -> dict:
         w, _ = alloc.sketch(model, ro)
         ScoreNorms.from_scores(z.numpy(), w.numpy(), ro.group_sizes.numpy())
 
+    def fwd_bwd(share: bool):  # the floor of any exact per-sample score through the prompt: the unshared backward
+        lp = completion_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask,
+                                 temperature=T, share_prompts=share)
+        (lp.sum(1) * adv).sum().backward()
+        model.zero_grad(set_to_none=True)
+
     timed = time_alternating({"update": update, "update_with_output_stats": update_with_output,
-                              "output_stats_own_forward": own_forward, "sketch": sketch},
+                              "output_stats_own_forward": own_forward, "sketch": sketch,
+                              "fwd_bwd_shared_prompts": lambda: fwd_bwd(True),
+                              "fwd_bwd_unshared_prompts": lambda: fwd_bwd(False)},
                              repeats=args.reps, warmup=2)
     diffs = [a - b for a, b in zip(timed["update_with_output_stats"]["times_s"], timed["update"]["times_s"])]
     out = {name: {"median_s": v["median_s"], "min_s": v["min_s"]} for name, v in timed.items()}
     out["output_stats_marginal"] = {"median_s": statistics.median(diffs),
                                     "note": "per-round paired difference: update with the statistics - update"}
+    out["unshared_over_shared_fwd_bwd"] = (out["fwd_bwd_unshared_prompts"]["median_s"]
+                                           / out["fwd_bwd_shared_prompts"]["median_s"])
     if uniform_step:
-        for name in ("update", "output_stats_marginal", "output_stats_own_forward", "sketch"):
+        for name in ("update", "output_stats_marginal", "output_stats_own_forward", "sketch", "fwd_bwd_shared_prompts",
+                     "fwd_bwd_unshared_prompts"):
             out[name]["share_of_uniform_step"] = out[name]["median_s"] / uniform_step
     out["batch"] = {"N": N, "B": B, "G": G, "completion_tokens_mean": float(ro.completion_mask.sum(1).double().mean()),
                     "prompt_tokens_mean": float(ro.prompt_mask.sum(1).double().mean()), "reps": args.reps}
