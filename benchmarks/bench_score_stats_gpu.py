@@ -13,9 +13,11 @@ alternating for ``--reps`` rounds after a warm-up, with CUDA synchronised around
 * ``sketch``: the score sketch of all parameters (``allocation.scores: sketch``, k = 64, one batched backward).
 
 The shares are of the update alone, an upper bound on the share of a step; ``--generate`` also times the step's
-sampling once (ugrpo's HF sampler, ``completion_len`` new tokens per row) and gives the shares of update + sampling. Written to
-``benchmarks/results/local/score_stats_gpu.json``. Run (a GPU): ``python benchmarks/bench_score_stats_gpu.py``;
-``--small`` for a CPU smoke run.
+sampling once (ugrpo's HF sampler, ``completion_len`` new tokens per row) and gives the shares of update +
+sampling. Written to ``benchmarks/results/local/score_stats_gpu.json`` (``$OUT`` when set). Run (a GPU):
+``python benchmarks/bench_score_stats_gpu.py --generate``; ``--small`` for a CPU smoke run. The reference results
+``benchmarks/results/score_stats_gpu.json`` (``--generate``) and ``score_stats_gpu_g32.json`` (``--prompts 2 --group
+32 --reps 3``) were measured on one H200.
 """
 
 from __future__ import annotations
