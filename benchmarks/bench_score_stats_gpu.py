@@ -87,6 +87,9 @@ def main() -> None:
                     "completion_len new tokens per row, no EOS) for shares of update + sampling")
     ap.add_argument("--name", default="score_stats_gpu")
     args = ap.parse_args()
+    if not torch.cuda.is_available() and not args.small:  # ``make bench`` on a CPU machine: the smoke run only
+        print("no GPU: running the --small smoke version (the 1.5B shape needs a GPU)", flush=True)
+        args.small = True
     if args.small:
         args.vocab, args.hidden, args.intermediate, args.layers, args.heads, args.kv_heads = 512, 64, 128, 2, 4, 2
         args.prompt_len, args.completion_len, args.dtype, args.reps = 16, 24, "float32", 2
