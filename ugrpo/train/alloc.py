@@ -122,7 +122,8 @@ class Allocator:
     def certify(self, post: Posterior, sizes: np.ndarray, st, step: int) -> dict:
         """The certificate (docs/allocation.md A6, M45): posterior median and 95% posterior interval of the
         within-batch MSE ratio chosen / uniform G, the plug-in ratio, and with the monitor's latest c1 (``ustat``
-        only: c1 is in the same score units) the full-MSE ratio against the best single G* at the same N."""
+        with ``scores: sketch`` only: c1 is of the score over all trainable parameters, so in the history's units
+        only then) the full-MSE ratio against the best single G* at the same N."""
         c1 = self.c1 if self.uses_scores and self.al.scores == "sketch" else None  # the monitor sketches all params
         seed = int(np.random.SeedSequence([int(self.cfg.seed), int(step), 0x636572]).generate_state(1)[0])
         c = certificate(post, sizes, self.G, st.c2, st.c3, c1=c1, g_min=self.g_min, g_max=self.g_max, seed=seed)
