@@ -183,7 +183,8 @@ def main() -> None:
     out = {"config": os.path.relpath(args.config, REPO), "steps": args.steps, "rounds": args.rounds, "rules": results,
            "score_stats_one_step": stats, "load_average_before": load_before, "load_average": os.getloadavg(),
            "command": "benchmarks/bench_train_allocation.py " + " ".join(
-               f"--{k} {v}" for k, v in vars(args).items() if k != "out"),
+               f"--{k} {os.path.relpath(v, REPO) if k == 'config' else v}" for k, v in vars(args).items()
+               if k != "out"),
            "note": "one seed per rule; timings on a shared machine; alloc_predicted_ratio is a prediction"}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
