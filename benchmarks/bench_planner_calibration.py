@@ -9,13 +9,15 @@ policy of a bandit, scores W = s_x (e_a - pi) with a per-prompt scale s_x).
 
 For each instance the exact constants c1, c2, c3 at theta0 give the exact bound (= GRPO's exact minibatch MSE
 with B = N/G), the exact best G and the exact 5% band. Independent pilots of B0 x 8 (B0 = 16, 64, 256) are
-drawn at theta0; each is estimated once (the default intervals, symmetric bootstrap-t with c1's on the
-log(c1 + s) scale, docs/math.md M39) and planned twice from the same bootstrap replicates:
+drawn at theta0; each is estimated twice from the same bootstrap resamples (the default intervals, symmetric
+bootstrap-t with c1's on the log(c1 + s) scale, docs/math.md M39), with c1's terms on the raw rewards
+(``c1_baseline="none"``, M17) and centred within each prompt (the default, M67), and planned three times:
 
-* before: the recommendation of the previous planner (argmin of the bootstrap expected MSE ratio over the
+* before: the recommendation before issue 22 (argmin of the bootstrap expected MSE ratio over the
   replicates with c1* > 0; minimax over c1 in [0, max(c1_hi, 2 se)] when fewer than 5% have c1* > 0),
-  re-implemented here from its definition;
-* after: the planner (:func:`ugrpo.stats.planner.plan_group_size`, docs/math.md M41).
+  re-implemented here from its definition, on the raw estimate;
+* raw: the planner (:func:`ugrpo.stats.planner.plan_group_size`, docs/math.md M41) on the raw estimate;
+* after: the planner on the centred estimate (the default since M67).
 
 Reported per pilot size, pooled and per family: coverage of each constant's 95% interval; coverage of the band
 (the exact band inside [g_band_low, g_band_high]); how often the chosen G is inside the exact band; mean and
@@ -154,27 +156,37 @@ def _scored(chosen: int | None, truth: dict) -> dict:
             "regret": None if chosen is None else truth["mse"][chosen] / truth["mse"][truth["g_best"]]}
 
 
-def one_pilot(rewards, scores, truth, n_boot: int, seed: int, interval_methods: bool = False) -> dict:
-    """Before and after on one pilot (the same bootstrap replicates)."""
-    vc = estimate_components(rewards, scores=scores, n_boot=n_boot, method=METHOD,
-                             generator=torch.Generator().manual_seed(seed))
-    plan = plan_group_size(vc, N, tolerance=TOL)
-    cands = [g for g, _, _ in plan.candidates]
+def _common(vc, plan, truth) -> dict:
+    """Interval coverage, band coverage and the lower bound of one pilot's estimate and plan."""
     cov = [e.ci_low <= t <= e.ci_high for e, t in zip((vc.c1, vc.c2, vc.c3), truth["c"])]
     lb = plan.g_star_lower_bound
-    common = {"cover": cov, "c1_below": vc.c1.ci_high < truth["c"][0],
-              "band_cover": plan.g_band[0] <= min(truth["band"]) and max(truth["band"]) <= plan.g_band[1],
-              "lb": lb, "lb_false": lb is not None and lb > truth["g_star_continuous"],
-              "need": plan.pilot_prompts_needed}
+    return {"cover": cov, "c1_below": vc.c1.ci_high < truth["c"][0], "c1_estimate": vc.c1.estimate,
+            "band_cover": plan.g_band[0] <= min(truth["band"]) and max(truth["band"]) <= plan.g_band[1],
+            "lb": lb, "lb_false": lb is not None and lb > truth["g_star_continuous"], "need": plan.pilot_prompts_needed}
+
+
+def one_pilot(rewards, scores, truth, n_boot: int, seed: int, interval_methods: bool = False,
+              rare_seen: bool | None = None) -> dict:
+    """The three rules on one pilot (the same bootstrap resamples): before and raw on the raw c1 terms, after on
+    the reward-centred ones (docs/math.md M67). ``rare_seen``: whether the pilot holds a success of a rare hard
+    prompt (None for the families without them), recorded for M69's coverage split."""
+    vc_raw = estimate_components(rewards, scores=scores, n_boot=n_boot, method=METHOD,
+                                 generator=torch.Generator().manual_seed(seed), c1_baseline="none")
+    vc = estimate_components(rewards, scores=scores, n_boot=n_boot, method=METHOD,
+                             generator=torch.Generator().manual_seed(seed))
+    plan_raw, plan = plan_group_size(vc_raw, N, tolerance=TOL), plan_group_size(vc, N, tolerance=TOL)
+    cands = [g for g, _, _ in plan.candidates]
+    common_raw, common = _common(vc_raw, plan_raw, truth), _common(vc, plan, truth)
+    common_raw["rare_seen"] = common["rare_seen"] = rare_seen
     if interval_methods:
         for method in ("studentized", "studentized-equal-tailed"):
             other = estimate_components(rewards, scores=scores, n_boot=n_boot, method=method,
                                         generator=torch.Generator().manual_seed(seed))
             common[f"cover_{method}"] = [e.ci_low <= t <= e.ci_high
                                          for e, t in zip((other.c1, other.c2, other.c3), truth["c"])]
-    decided = bool(getattr(plan, "decided", True))
-    return {"before": {**common, **_scored(before_rule(vc, cands), truth), "decided": True},
-            "after": {**common, **_scored(plan.g_recommended, truth), "decided": decided}}
+    return {"before": {**common_raw, **_scored(before_rule(vc_raw, cands), truth), "decided": True},
+            "raw": {**common_raw, **_scored(plan_raw.g_recommended, truth), "decided": bool(plan_raw.decided)},
+            "after": {**common, **_scored(plan.g_recommended, truth), "decided": bool(plan.decided)}}
 
 
 def summarise(rows: list[dict]) -> dict:
@@ -198,6 +210,14 @@ def summarise(rows: list[dict]) -> dict:
         "lower_bound_given": rate([r["lb"] is not None for r in rows]),
         "lower_bound_false": rate([r["lb_false"] for r in with_lb]),
     }
+    est = [r["c1_estimate"] for r in rows]
+    out["c1_estimate_sd"] = float(np.std(est, ddof=1)) if len(est) > 1 else None
+    for seen in (True, False):
+        sub = [r for r in rows if r.get("rare_seen") is seen]
+        if sub:
+            out[f"coverage_rare_{'seen' if seen else 'unseen'}"] = {
+                "pilots": len(sub), "c1": rate([r["cover"][0] for r in sub]), "c2": rate([r["cover"][1] for r in sub]),
+                "c3": rate([r["cover"][2] for r in sub])}
     for method in ("studentized", "studentized-equal-tailed"):
         if rows and f"cover_{method}" in rows[0]:
             out[f"coverage_{method}"] = [rate([r[f"cover_{method}"][k] for r in rows]) for k in range(3)]
@@ -205,17 +225,25 @@ def summarise(rows: list[dict]) -> dict:
 
 
 def _pilots(env, B0: int, pilots: int, gen: torch.Generator, chunk: int = 25):
-    """(rewards, scores) of ``pilots`` independent B0 x G0 pilots at theta0, sampled in chunks (memory)."""
+    """(rewards, scores, prompts) of ``pilots`` independent B0 x G0 pilots at theta0, sampled in chunks (memory)."""
     for start in range(0, pilots, chunk):
         n = min(chunk, pilots - start)
         batch = env.sample_many(env.theta0.unsqueeze(0).expand(n, -1), B0, G0, gen)
         for i in range(n):
-            yield batch.rewards[i].double(), batch.scores[i].double()
+            yield batch.rewards[i].double(), batch.scores[i].double(), batch.prompts[i]
+
+
+def rare_prompts(env, settings: dict) -> torch.Tensor | None:
+    """(P,) bool: the rare hard prompts of a ``scaled_bandit`` built with ``rare_fraction`` (None otherwise). Its
+    families have no other spread of score scales, so the rare prompts are exactly those with s_x > 1."""
+    if not settings.get("rare_fraction") or settings.get("scale_sd", 0.0):
+        return None
+    return env.features.abs().amax(dim=(1, 2)) > 1.0
 
 
 def run(pilots: int, n_boot: int, sizes=SIZES, seed_offset: int = 0, families: set[str] | None = None,
         interval_methods: bool = False) -> dict:
-    keys = ("before", "after")
+    keys = ("before", "raw", "after")
     per_instance = []
     pooled = {(B0, m): [] for B0 in sizes for m in keys}
     per_family: dict = {}
@@ -228,8 +256,10 @@ def run(pilots: int, n_boot: int, sizes=SIZES, seed_offset: int = 0, families: s
         for B0 in sizes:
             gen = torch.Generator().manual_seed(1000 * k + B0 + 17 * seed_offset)
             rows = {m: [] for m in keys}
-            for i, (rw, sc) in enumerate(_pilots(env, B0, pilots, gen)):
-                res = one_pilot(rw, sc, truth, n_boot, seed=7 + i, interval_methods=interval_methods)
+            rare = rare_prompts(env, kw)
+            for i, (rw, sc, pr) in enumerate(_pilots(env, B0, pilots, gen)):
+                seen = None if rare is None else bool(((rw > 0) & rare[pr].unsqueeze(1)).any())
+                res = one_pilot(rw, sc, truth, n_boot, seed=7 + i, interval_methods=interval_methods, rare_seen=seen)
                 for m in keys:
                     rows[m].append(res[m])
                     pooled[(B0, m)].append(res[m])
@@ -240,8 +270,9 @@ def run(pilots: int, n_boot: int, sizes=SIZES, seed_offset: int = 0, families: s
             s = inst["sizes"][str(B0)]
             print(f"{name:22s} band {str(truth['band']):18s} B0={B0:4d}  cov {s['after']['coverage_c1']:.2f}/"
                   f"{s['after']['coverage_c2']:.2f}/{s['after']['coverage_c3']:.2f}  in-band before "
-                  f"{s['before']['chosen_in_exact_band']:.2f} after {s['after']['chosen_in_exact_band']:.2f}  "
-                  f"regret {s['before']['mean_regret']:.3f} -> {s['after']['mean_regret']:.3f}  undecided "
+                  f"{s['before']['chosen_in_exact_band']:.2f} raw {s['raw']['chosen_in_exact_band']:.2f} after "
+                  f"{s['after']['chosen_in_exact_band']:.2f}  regret {s['before']['mean_regret']:.3f} / "
+                  f"{s['raw']['mean_regret']:.3f} / {s['after']['mean_regret']:.3f}  undecided "
                   f"{s['after']['undecided']:.2f}", flush=True)
         per_instance.append(inst)
     table = {str(B0): {m: summarise(pooled[(B0, m)]) for m in keys} for B0 in sizes}
@@ -249,9 +280,10 @@ def run(pilots: int, n_boot: int, sizes=SIZES, seed_offset: int = 0, families: s
             for fam in dict.fromkeys(f for f, _, _ in instances(seed_offset, families))}
     return {"budget_N": N, "pilot_group_G0": G0, "tolerance": TOL, "pilots_per_instance": pilots, "n_boot": n_boot,
             "seed_offset": seed_offset, "interval_method": METHOD,
-            "before": "the previous recommendation: expected MSE ratio over the replicates with c1* > 0 (minimax "
-                      "fallback)",
-            "after": "plan_group_size's g_recommended (docs/math.md M41)",
+            "before": "the recommendation before issue 22: expected MSE ratio over the replicates with c1* > 0 "
+                      "(minimax fallback), on the raw c1 terms",
+            "raw": "plan_group_size's g_recommended (docs/math.md M41) on the raw c1 terms (c1_baseline='none')",
+            "after": "plan_group_size's g_recommended (docs/math.md M41) on the reward-centred c1 terms (M67)",
             "table": table, "families": fams, "instances": per_instance}
 
 
@@ -262,11 +294,23 @@ def print_table(res: dict) -> None:
     for B0, d in res["table"].items():
         for m, s in d.items():
             print(f"{B0:>6}  {m:6s}  " + "  ".join("   -  " if s[c] is None else f"{s[c]:6.3f}" for c in cols))
-    print("\nper family: G in the exact 5% band, before -> after (mean regret)")
+    print("\nper family: G in the exact 5% band, before / raw / after (mean regret)")
     for fam, d in res["families"].items():
         print(f"{fam:22s} " + "  ".join(
-            f"{B0}x8 {s['before']['chosen_in_exact_band']:.2f} -> {s['after']['chosen_in_exact_band']:.2f} "
-            f"({s['before']['mean_regret']:.3f} -> {s['after']['mean_regret']:.3f})" for B0, s in d.items()))
+            f"{B0}x8 {s['before']['chosen_in_exact_band']:.2f}/{s['raw']['chosen_in_exact_band']:.2f}/"
+            f"{s['after']['chosen_in_exact_band']:.2f} ({s['raw']['mean_regret']:.3f} -> "
+            f"{s['after']['mean_regret']:.3f})"
+            for B0, s in d.items()))
+
+
+def family_option(ap: argparse.ArgumentParser, value: str | None) -> set[str] | None:
+    """The ``--families`` option of the planner benchmarks: a set of names of FAMILIES (None: all); unknown names are
+    an argparse error listing the families."""
+    names = {f for f, _, _, _ in FAMILIES}
+    fams = None if value is None else set(value.split(","))
+    if fams is not None and not fams <= names:
+        ap.error(f"--families: unknown {sorted(fams - names)}; the families are {sorted(names)}")
+    return fams
 
 
 def main() -> None:
@@ -281,10 +325,7 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="results folder (default benchmarks/results/local)")
     a = ap.parse_args()
     torch.set_num_threads(1)
-    names = {f for f, _, _, _ in FAMILIES}
-    fams = None if a.families is None else set(a.families.split(","))
-    if fams is not None and not fams <= names:
-        ap.error(f"--families: unknown {sorted(fams - names)}; the families are {sorted(names)}")
+    fams = family_option(ap, a.families)
     sizes = SIZES if a.sizes is None else tuple(int(s) for s in a.sizes.split(","))
     t0 = time.perf_counter()
     res = run(a.pilots, a.n_boot, sizes=sizes, seed_offset=a.seed_offset, families=fams,

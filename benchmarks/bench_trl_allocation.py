@@ -26,8 +26,13 @@ over seeds.
 
 trl-cgrpo is not a ugrpo dependency: ``pip install --no-deps trl-cgrpo==0.2.0`` (its metadata pins trl<1.15; 0.2.0
 runs with TRL 1.16, checked here). Without it the cgrpo rows are skipped and say so.
-Written to ``benchmarks/results/local/trl_allocation.json``.
-Run: ``.venv/bin/python benchmarks/bench_trl_allocation.py --part all``.
+``cost`` (issue 19) -- what ustat's score statistics cost inside TRL: ``UGRPOTrainer`` with rules uniform, ustat
+(the output projection's exact scores from one no-gradient forward per generation batch) and ustat@sketch
+(``scores="sketch"``), ``--cost-steps`` steps each, alternating for ``--cost-rounds`` rounds, no evaluation; per
+method the median TRL ``step_time`` and the mean ``ugrpo/alloc_score_seconds`` as a share of uniform's median step.
+
+Written to ``benchmarks/results/local/trl_allocation.json`` (``--name``).
+Run: ``.venv/bin/python benchmarks/bench_trl_allocation.py --part all`` (``--part cost --name trl_score_cost``).
 """
 
 from __future__ import annotations
@@ -275,6 +280,50 @@ def train_run(method: str, seed: int, args, conformal) -> dict:
             "frac_samples_zero_std": (sum(zero) / samples) if zero else None}
 
 
+def cost_run(method: str, seed: int, args) -> dict:
+    """``UGRPOTrainer`` for ``args.cost_steps`` steps, no evaluation: TRL's per-step ``step_time`` and the seconds of
+    ustat's score statistics (``ugrpo/alloc_score_seconds``). ``ustat@sketch``: ``scores="sketch"``."""
+    from datasets import Dataset
+    from trl import GRPOConfig
+
+    from ugrpo.experiments.plan.lm import load_lm_task
+    from ugrpo.integrations.trl import AdvantageSpec, AllocationSpec, UGRPOTrainer
+    from ugrpo.lm.loading import load_policy
+
+    task, _ = load_lm_task(MODEL, TASK, {})
+    rows = [{"prompt": p.prompt, "answer": str(p.answer)} for p in task.train_problems()[:args.train_prompts]]
+    B, G = args.train_batch, 8
+    pol = load_policy(MODEL, seed=seed)
+    rule, _, scores = method.partition("@")
+    cfg = GRPOConfig(output_dir=tempfile.mkdtemp(prefix="bench_trl_"), learning_rate=args.lr,
+                     lr_scheduler_type="constant", per_device_train_batch_size=B * G, num_generations=G,
+                     max_completion_length=6, loss_type="dapo", use_cpu=True, bf16=False, report_to="none",
+                     save_strategy="no", logging_steps=1, seed=seed, disable_tqdm=True, max_steps=args.cost_steps)
+    trainer = UGRPOTrainer(model=pol.model, reward_funcs=correct, train_dataset=Dataset.from_list(rows),
+                           processing_class=pol.tokenizer, args=cfg, advantages=AdvantageSpec(),
+                           allocation=AllocationSpec(rule=rule, scores=scores or "output"))
+    trainer.train()
+    logs = [r for r in trainer.state.log_history if "step_time" in r][1:]  # the first step warms up
+    score_s = [r["ugrpo/alloc_score_seconds"] for r in logs if "ugrpo/alloc_score_seconds" in r]
+    return {"method": method, "seed": seed, "step_times": [r["step_time"] for r in logs],
+            "score_seconds": score_s}
+
+
+def cost_part(args) -> dict:
+    """ustat's score statistics inside TRL against a uniform ``UGRPOTrainer`` step, methods alternating."""
+    methods = ["uniform", "ustat", "ustat@sketch"]
+    runs = [cost_run(m, seed, args) for seed in range(args.cost_rounds) for m in methods]
+    step = {m: statistics.median(t for r in runs if r["method"] == m for t in r["step_times"]) for m in methods}
+    out = {}
+    for m in methods:
+        sc = [t for r in runs if r["method"] == m for t in r["score_seconds"]]
+        out[m] = {"median_step_s": step[m], "step_ratio_to_uniform": step[m] / step["uniform"],
+                  "mean_score_s": statistics.mean(sc) if sc else None,
+                  "score_share_of_uniform_step": statistics.mean(sc) / step["uniform"] if sc else None}
+    return {"settings": {"steps": args.cost_steps, "rounds": args.cost_rounds, "prompts_per_step": args.train_batch,
+                         "G": 8, "train_prompts": args.train_prompts, "loss_type": "dapo"}, "summary": out}
+
+
 def initial_eval() -> dict:
     """The held-out evaluation of the untrained policy (the train part's starting point), same settings."""
     from ugrpo.experiments.plan.lm import load_lm_task
@@ -331,7 +380,7 @@ def train_part(args, conformal) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--part", default="all", choices=["mse", "train", "all", "init"])
+    ap.add_argument("--part", default="all", choices=["mse", "train", "all", "init", "cost"])
     ap.add_argument("--prompts", type=int, default=32, help="mse: P prompts")
     ap.add_argument("--ref", type=int, default=128, help="mse: M reference samples per prompt")
     ap.add_argument("--reps", type=int, default=48, help="mse: R repetitions")
@@ -343,6 +392,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--lr", type=float, default=5e-5)
     ap.add_argument("--seeds", type=int, default=4)
+    ap.add_argument("--cost-steps", type=int, default=8, help="cost: steps per run (the first is not timed)")
+    ap.add_argument("--cost-rounds", type=int, default=2, help="cost: rounds of uniform, ustat, ustat@sketch")
     ap.add_argument("--name", default="trl_allocation")
     args = ap.parse_args()
     torch.set_num_threads(int(os.environ.get("UGRPO_THREADS", "1")))
@@ -359,6 +410,9 @@ def main() -> None:
         payload["initial_policy"] = initial_eval()
     if args.part in ("train", "all"):
         payload["train"] = train_part(args, conformal)
+    if args.part == "cost":
+        payload["cost"] = cost_part(args)
+        print(payload["cost"]["summary"], flush=True)
     print(write_result(args.name, payload))
 
 

@@ -82,8 +82,8 @@ def report(trainer) -> None:
     if steps:
         mean_step = sum(steps) / len(steps)
         extra = (sum(monitor.seconds) / len(steps) if monitor is not None else
-                 sum(r.get("ugrpo/alloc_sketch_seconds", 0.0) for r in rows) / len(steps))
-        print(f"mean TRL step time {mean_step:.3f} s, of which ugrpo's score sketch {extra:.3f} s per step "
+                 sum(r.get("ugrpo/alloc_score_seconds", 0.0) for r in rows) / len(steps))
+        print(f"mean TRL step time {mean_step:.3f} s, of which ugrpo's score statistics {extra:.3f} s per step "
               f"({100 * extra / mean_step:.1f}%)")
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import socket
 import time
 from collections.abc import Iterable
@@ -139,6 +140,22 @@ def release(folder: str | os.PathLike) -> None:
     fd = _HELD.pop(os.path.realpath(folder), None)
     if fd is not None:
         os.close(fd)  # closing the descriptor releases the flock
+
+
+def abandon(folder: str | os.PathLike, *, created: bool) -> None:
+    """Undo a claim whose command failed before it wrote anything of its own (e.g. a ``report_to`` backend that
+    did not start): the next try, with the input fixed, is not refused as an unfinished run.
+
+    ``created``: the claim created the folder, so the whole folder goes (backends may have written into it);
+    otherwise only the claim's own files (:data:`MANIFEST`, :data:`UNFINISHED`, :data:`LOCK`).
+    """
+    folder = Path(folder)
+    release(folder)
+    if created:
+        shutil.rmtree(folder, ignore_errors=True)
+        return
+    for name in (MANIFEST, UNFINISHED, LOCK):
+        (folder / name).unlink(missing_ok=True)
 
 
 def claim(

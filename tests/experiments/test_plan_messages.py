@@ -63,8 +63,11 @@ def test_one_answer_no_bootstrap_shares_beside_the_recommendation(small_c1_plan)
     assert f"the best G is {a} at one end" in msg and f"and {b} at the other" in msg
     assert band["low"] <= g <= band["high"] and band["low"] <= a <= b <= band["high"]
     need = band["pilot_prompts_needed"]
-    assert (f"a pilot of about {need} prompts (this one: 64) would decide" if need else
-            "even a pilot of 4096 prompts (64x this one) would not decide") in msg
+    assert (f"a pilot of about {need} prompts (this one: 64) would probably decide, wherever c1 lies in that range"
+            if need else
+            "if c1 is near the bottom of that range even a pilot of 4096 prompts (64x this one) would not decide"
+            ) in msg
+    assert "if c1 is as its estimate says" not in msg  # the projection from the estimate alone decided in ~10%
 
 
 def test_an_open_band_is_said_as_at_least_and_no_worst_candidate_inside_it(small_c1_plan):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from dataclasses import replace
 
 import pytest
 import torch
@@ -23,6 +24,7 @@ from datasets import Dataset  # noqa: E402
 
 from tests.integrations.trl_helpers import PROMPTS, first_digit_reward, grpo_config  # noqa: E402
 from ugrpo.integrations.trl import GroupSizeMonitor, UGRPOTrainer  # noqa: E402
+from ugrpo.integrations.trl_monitor import trl_metrics  # noqa: E402
 from ugrpo.lm.sampling import completion_mask_from_ids  # noqa: E402
 from ugrpo.lm.scores import ScoreSpec, per_sample_scores  # noqa: E402
 from ugrpo.lm.tiny import build_tiny_model  # noqa: E402
@@ -33,8 +35,8 @@ from ugrpo.stats.components import estimate_components  # noqa: E402
 SPEC = ScoreSpec(select="modules", patterns=("*.layers.3.self_attn.o_proj.weight", "model.norm.weight"))
 # the agreement test's prompt set: 160 distinct two-digit sums (more prompts -> a tighter c3 comparison)
 MANY = [f"{a}+{b}=" for a in range(10, 90, 5) for b in range(11, 91, 8)]
-KEYS = ["ugrpo/c1", "ugrpo/c2", "ugrpo/c3", "ugrpo/g_star_low", "ugrpo/g_recommended", "ugrpo/g_band_low",
-        "ugrpo/g_band_high"]
+KEYS = ["ugrpo/c1", "ugrpo/c2", "ugrpo/c3", "ugrpo/g_star_low", "ugrpo/g_recommended", "ugrpo/g_decided",
+        "ugrpo/g_band_low", "ugrpo/g_band_high"]
 
 
 @pytest.fixture(scope="module")
@@ -67,9 +69,10 @@ def test_monitor_logs_keys_through_trl(tok, tmp_path):
             assert r["ugrpo/g_star_low"] <= r["ugrpo/g_star"] <= r["ugrpo/g_star_high"]
         assert r["ugrpo/g_band_low"] <= r["ugrpo/g_recommended"] <= r["ugrpo/g_band_high"]
         assert (r["ugrpo/g_band_low"], r["ugrpo/g_band_high"]) == rec.g_band
-    # a warning exactly when G = 4 lies outside a measured band, naming the G to try
+        assert r["ugrpo/g_decided"] == float(rec.decided)
+    # a warning exactly when a batch that decides puts G = 4 outside its band, naming the G to try
     said = [str(w.message) for w in caught if "num_generations = 4 is" in str(w.message)]
-    outside = [rec for rec in mon.history if not rec.g_band[0] <= 4 <= rec.g_band[1]]
+    outside = [rec for rec in mon.history if rec.decided and not rec.g_band[0] <= 4 <= rec.g_band[1]]
     assert len(said) == (1 if outside else 0)
     if outside:
         assert f"try num_generations = {outside[0].g_recommended}" in said[0]
@@ -165,6 +168,32 @@ def test_no_warning_from_a_batch_that_cannot_decide():
         warnings.simplefilter("error")
         mon._maybe_warn(rec)  # no UserWarning
     assert not mon._warned
+    logged = trl_metrics(rec)
+    assert logged["ugrpo/g_decided"] == 0.0 and logged["ugrpo/g_recommended"] == float(rec.g_recommended)
+    assert "ugrpo/g_star" not in logged  # c1's interval reaches 0: no point G*
+
+
+def test_a_batch_that_decides_warns_once_and_logs_decided():
+    """A steep bandit (exact band {4}) measured with num_generations = 32: the batch decides, says so in
+    ``ugrpo/g_decided`` and the one warning names the G to use; a later batch does not warn again."""
+    import warnings
+
+    from ugrpo.envs.generate import random_env
+
+    env = random_env("softmax_bandit", n_prompts=64, n_actions=4, reward_spread=2.0, seed=4000)
+    mon = GroupSizeMonitor(every=1, n_boot=200)
+    mon.N, mon.candidates = 128, [2, 4, 8, 16, 32, 64, 128]
+    gen = torch.Generator().manual_seed(1)
+    b = env.sample(env.theta0, 256, 8, gen)
+    rec = replace(mon.measure_pooled(b.rewards, b.scores, step=0, seed=1), num_generations=32)
+    assert rec.decided and not rec.g_band[0] <= 32 <= rec.g_band[1]
+    assert trl_metrics(rec)["ugrpo/g_decided"] == 1.0
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mon._maybe_warn(rec)
+        mon._maybe_warn(rec)
+    said = [str(w.message) for w in caught]
+    assert len(said) == 1 and f"try num_generations = {rec.g_recommended}" in said[0]
 
 
 def test_monitor_bad_inputs(tok, tmp_path):

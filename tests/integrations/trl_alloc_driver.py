@@ -1,8 +1,9 @@
 """A UGRPOTrainer run with per-prompt group sizes, for 1 process or under ``torchrun`` (tests/integrations).
 
-``python trl_alloc_driver.py OUT PER_DEVICE_BATCH RULE``: 6 steps of SGD on the tiny model (random weights), the
-prompts of :data:`trl_helpers.VARIED`, the {0, 1} reward :func:`trl_helpers.any_digit_reward`. Rank 0 writes
-``OUT/model.safetensors`` and ``OUT/sizes.json`` (prompts and G_b of every step).
+``python trl_alloc_driver.py OUT PER_DEVICE_BATCH RULE [SAFE_TOL]``: 6 steps of SGD on the tiny model (random
+weights), the prompts of :data:`trl_helpers.VARIED`, the {0, 1} reward :func:`trl_helpers.any_digit_reward`, the
+allocation's ``safe_tol`` (default 0). Rank 0 writes ``OUT/model.safetensors`` and ``OUT/sizes.json`` (prompts and
+G_b of every step).
 
 Generation is the one part replaced: TRL's HF ``generate`` draws from each process's global torch RNG, so 1 and 2
 processes would sample different completions. Here row g of prompt x at step s gets a completion drawn from
@@ -39,7 +40,7 @@ def seeded_completions(trainer, eos: int, vocab: int):
     return generate
 
 
-def main(out: Path, per_device: int, rule: str) -> None:
+def main(out: Path, per_device: int, rule: str, safe_tol: float = 0.0) -> None:
     import torch
     from datasets import Dataset
     from safetensors.torch import save_file
@@ -56,7 +57,7 @@ def main(out: Path, per_device: int, rule: str) -> None:
                        max_completion_length=8)
     trainer = UGRPOTrainer(model=build_tiny_model(tok, size="1m", seed=0), reward_funcs=any_digit_reward, args=args,
                            train_dataset=Dataset.from_dict({"prompt": VARIED}), processing_class=tok,
-                           advantages=AdvantageSpec(), allocation=AllocationSpec(rule=rule, sketch_dim=16))
+                           advantages=AdvantageSpec(), allocation=AllocationSpec(rule=rule, safe_tol=safe_tol))
     trainer._generate_single_turn = seeded_completions(trainer, tok.eos_token_id, len(tok))
     trainer.train()
     if trainer.accelerator.is_main_process:
@@ -68,4 +69,4 @@ def main(out: Path, per_device: int, rule: str) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3])
+    main(Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3], *(float(x) for x in sys.argv[4:5]))

@@ -19,6 +19,7 @@ from ugrpo.lm.tiny_shipped import (
     SHIPPED_ROOT,
     check_shipped,
     compare_weights,
+    difference_cause,
     shipped_model_path,
 )
 
@@ -111,6 +112,8 @@ def test_a_rebuild_says_it_differs_from_the_shipped_model_and_how_to_use_it(tmp_
     assert main(["pretrain-tiny", "--out", str(tmp_path / "mine")]) == 0
     out = capsys.readouterr().out
     assert "differs from the shipped tiny:instruct" in out and "stopped at step 2" in out
+    # the fixture's warm-up uses batches of 8: the message names that setting, not the CPU's float32 kernels
+    assert "the recipe differs: batch_size 8 here, 128 in the shipped model" in out and "kernels" not in out
     assert f"tiny:instruct stays the shipped model; use this one with model.name: {tmp_path / 'mine'}" in out
 
 
@@ -147,3 +150,16 @@ def test_shipped_model_is_float32_and_small():
     assert {t.dtype for t in w.values()} == {torch.float32}
     total = sum((SHIPPED_ROOT / n / f).stat().st_size for n in SHIPPED_NAMES for f in MODEL_FILES)
     assert total < 16e6
+
+
+def test_difference_cause_names_a_changed_setting_and_the_decay_only_past_its_start():
+    shipped = json.loads((SHIPPED_ROOT / "base" / "ugrpo_tiny.json").read_text())  # stopped at 150, no decay fields
+    rebuilt = {**shipped, "decay_start": 1000, "final_lr_fraction": 0.1}  # today's recipe, before the decay: the same
+    assert difference_cause(rebuilt, shipped).startswith("same recipe")
+    assert difference_cause({**rebuilt, "seed": 3}, shipped) == (
+        "the recipe differs: seed 3 here, 0 in the shipped model")
+    late = {**rebuilt, "steps": 1500}
+    assert "decay_start 1000 here, None in the shipped model" in difference_cause(late, shipped)
+    moved = {**rebuilt, "history": [dict(h) for h in shipped["history"]]}
+    moved["history"][2]["loss"] += 1e-6
+    assert f"first differs at step {shipped['history'][2]['step']}" in difference_cause(moved, shipped)

@@ -177,20 +177,29 @@ def test_recommendation_uses_every_draw_not_only_those_with_positive_c1():
     assert r.probability[-1] == pytest.approx(0.5) and r.high == 1024 and r.open_ended
 
 
-def test_pilot_size_needed_shrinks_the_interval_by_sqrt_f():
-    cands = candidate_groups(1024)
+def test_pilot_size_needed_decides_wherever_c1_lies_in_its_interval():
+    """M68: the size returned is the largest over centres c in [lo, hi] of the smallest f B0 at which the interval
+    [c - (est - lo)/sqrt(f), c + (hi - est)/sqrt(f)] decides (checked on a 401-point grid of c1 in each interval)."""
+    cands = [4, 8, 16, 32, 64]
     c, rng = 0.02, (0.0, 0.08)
     need = pilot_size_needed(c, rng, 1.0, 1.0, 32, 1024, cands)
     assert need is not None and need > 32
     f = need / 32
 
-    def decides(f):
+    def decides(f, centre):
         s = 1 / math.sqrt(f)
-        grid = _ratios([[x, 1.0, 1.0] for x in np.linspace(c - c * s, c + (0.08 - c) * s, 401)], cands)
+        grid = _ratios([[x, 1.0, 1.0] for x in np.linspace(max(centre - c * s, 0.0), centre + (0.08 - c) * s, 401)],
+                       cands)
         return grid.max(0).min() <= 1.05
 
+    centres = np.linspace(0.0, 0.08, 41)
+    assert all(decides(f, x) for x in centres)  # enough wherever the estimate lands in the interval
     prev = max(x for x in _FACTORS if x < f)  # the factor tried before the one returned
-    assert decides(f) and not decides(prev)
+    assert not all(decides(prev, x) for x in centres) and decides(prev, c)  # ... and the estimate alone needs less
     assert pilot_size_needed(c, (0.0199, 0.0201), 1.0, 1.0, 32, 1024, cands) == 32  # already decided
-    # a negative estimate is taken as 0: the projection says what a larger pilot would give if c1 is that small
+    # a negative estimate is taken as 0
     assert pilot_size_needed(-0.01, (0.0, 0.01), 1.0, 1.0, 32, 1024, cands) is not None
+    # c2 small next to c3: near c1 = 0 only a very large G is near-optimal, and no 64x pilot pins it down
+    assert pilot_size_needed(0.001, (0.0, 0.01), 0.1, 1.0, 32, 1024, candidate_groups(1024)) is None
+
+

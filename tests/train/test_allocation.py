@@ -190,7 +190,7 @@ def test_ustat_run_metrics(ustat_run):
         assert r["alloc_predicted_ratio"] > 0 and 0 < r["reward_var_predicted"] <= 0.25
         assert r["alloc_predicted_ratio_low"] <= r["alloc_predicted_ratio"] <= r["alloc_predicted_ratio_high"]
         assert r["alloc_predicted_ratio_plugin"] > 0 and "alloc_predicted_ratio_gstar" not in r  # no monitor
-        assert r["reward_var_realised"] >= 0 and r["s_alloc_sketch"] > 0 and r["samples_zero_std"] >= 0
+        assert r["reward_var_realised"] >= 0 and r["s_alloc_scores"] > 0 and r["samples_zero_std"] >= 0
     assert len({json.dumps(r["alloc_g_hist"], sort_keys=True) for r in rows[2:]}) >= 1
     assert (out / "checkpoints/step-2/history.json").exists()
     hist = json.loads((out / "checkpoints/step-4/history.json").read_text())
@@ -329,16 +329,21 @@ def test_monitor_on_ragged_groups_reads_each_prompts_first_g_min_samples(model, 
     assert got == want and got["monitor_c2"] > 0
 
 
-def test_ustat_run_with_the_monitor(tiny_model_dir, task_files, tmp_path):
+@pytest.mark.parametrize("scores", ["sketch", "output"])
+def test_ustat_run_with_the_monitor(tiny_model_dir, task_files, tmp_path, scores):
     cfg = config_from_dict(small_config(
         tiny_model_dir, task_files, steps=2, budget__samples_per_step=20, budget__group_size=5, monitor_every=1,
-        monitor_n_boot=20, allocation__rule="ustat", allocation__g_min=4, eval__every=0, eval__greedy=False,
-        eval__pass1_samples=0, checkpoint_every=0, task__options__reward_fn="dense_reward:varied"))
+        monitor_n_boot=20, allocation__rule="ustat", allocation__g_min=4, allocation__scores=scores, eval__every=0,
+        eval__greedy=False, eval__pass1_samples=0, checkpoint_every=0, task__options__reward_fn="dense_reward:varied"))
     train(cfg, tmp_path)
     rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()][1:]
     assert all(r["monitor_n_prompts"] == 4 and r["alloc_g_min"] >= 4 and r["samples"] == 20 for r in rows)
-    # the certificate against uniform G* needs c1 from an earlier monitored step: none at step 1, at step 2
+    # the certificate against uniform G* needs c1 from an earlier monitored step: none at step 1, at step 2; only
+    # when the history's scores are the monitor's (all trainable parameters), not the output projection's
     assert "alloc_predicted_ratio_gstar" not in rows[0]
+    if scores == "output":
+        assert "alloc_predicted_ratio_gstar" not in rows[1] and rows[1]["s_alloc_scores"] > 0
+        return
     r = rows[1]
     assert r["alloc_predicted_ratio_gstar_low"] <= r["alloc_predicted_ratio_gstar"] <= \
         r["alloc_predicted_ratio_gstar_high"] and 20 % r["alloc_gstar"] == 0

@@ -163,13 +163,14 @@ def test_advise_cases():
 
 
 def _separated_batch(B=64, G=8, k=16, seed=0):
-    """Rewards 1 but the last sample's 0, and one score direction per prompt: c1 ~ c3, so G* = 2 with a tight
-    interval (a pilot whose rewards never vary says nothing, docs/math.md M41)."""
+    """One score direction u_b per prompt, scores +-u_b (mean 0, as a score's is) and reward 1 on the + side:
+    g(x_b) = u_b / 2, c1 = E||u||^2 / 4 and c3 = E||u||^2 / 2, so G* = 2 with a tight interval (rewards that vary
+    within prompts: a pilot whose rewards never vary says nothing, docs/math.md M41)."""
     gen = torch.Generator().manual_seed(seed)
     u = torch.randn(B, 1, k, generator=gen, dtype=torch.float64)
-    w = u + 0.01 * torch.randn(B, G, k, generator=gen, dtype=torch.float64)  # (B, G, k)
-    z = torch.ones(B, G, dtype=torch.float64)
-    z[:, -1] = 0.0
+    sign = torch.where(torch.arange(G) % 2 == 0, 1.0, -1.0).to(torch.float64)  # (G,)
+    w = sign[None, :, None] * u + 0.01 * torch.randn(B, G, k, generator=gen, dtype=torch.float64)  # (B, G, k)
+    z = (sign > 0).to(torch.float64).expand(B, G).clone()
     return z, w
 
 

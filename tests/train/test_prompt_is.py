@@ -113,7 +113,7 @@ def test_prompt_is_run_metrics_and_report(is_run):
         assert 1 <= r["is_ess"] <= 4 and 0 < r["is_weight_min"] <= r["is_weight_max"] <= 10 + 1e-9
         assert 0 < r["is_q_entropy"] <= r["is_q_entropy_max"] + 1e-12 and r["is_expected_samples"] > 0
         assert r["is_predicted_ratio_low"] <= r["is_predicted_ratio"] <= r["is_predicted_ratio_high"]
-        assert r["samples_zero_std"] >= 0 and r["s_alloc_sketch"] > 0
+        assert r["samples_zero_std"] >= 0 and r["s_alloc_scores"] > 0
     history = json.loads((out / "checkpoints/step-4/history.json").read_text())
     assert sum(history["visits"]) == 16 and sum(history["samples"]) == result.samples
     report = (out / "report.md").read_text()

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from train_helpers import TESTS_TRAIN, small_config
 
+from ugrpo.errors import UserError
 from ugrpo.runs import read_jsonl
 from ugrpo.train import report_to
 from ugrpo.train.config import config_from_dict
@@ -91,6 +92,34 @@ def test_by_default_nothing_but_metrics_jsonl(tiny_model_dir, task_files, tmp_pa
     assert cfg.report_to == ()
     train(cfg, tmp_path / "run")
     assert not (tmp_path / "run" / "tensorboard").exists() and not (tmp_path / "run" / "wandb").exists()
+
+
+@pytest.mark.skipif("tensorboard" not in INSTALLED, reason="pip install 'ugrpo[tensorboard]'")
+def test_a_backend_that_does_not_start_is_one_error_and_leaves_no_claim(tiny_model_dir, task_files, tmp_path):
+    """A backend refused by its own settings (here TensorBoard's folder is a file) fails after the folder is claimed:
+    the error names the backend and the fix, and the claim is undone, so the retry is not 'an unfinished run'."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "tensorboard").write_text("in the way")
+    cfg = config_from_dict(small_config(tiny_model_dir, task_files, steps=1, checkpoint_every=0,
+                                        report_to=["tensorboard"]))
+    with pytest.raises(UserError, match=r"report_to: tensorboard did not start \(.*\); fix its settings .* or leave "
+                                        r"tensorboard out of report_to"):
+        train(cfg, run)
+    assert sorted(p.name for p in run.iterdir()) == ["tensorboard"]  # the user's file, nothing of the claim
+    (run / "tensorboard").unlink()
+    assert train(cfg, run).steps == 1  # the retry runs
+
+
+@pytest.mark.skipif("wandb" not in INSTALLED, reason="pip install 'ugrpo[wandb]'")
+def test_a_backend_that_does_not_start_in_a_new_folder_leaves_no_folder(tiny_model_dir, task_files, tmp_path,
+                                                                        monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "nonsense")  # wandb refuses the mode when its run starts
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    cfg = config_from_dict(small_config(tiny_model_dir, task_files, steps=1, checkpoint_every=0, report_to=["wandb"]))
+    with pytest.raises(UserError, match=r"report_to: wandb did not start"):
+        train(cfg, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.skipif("tensorboard" not in INSTALLED, reason="pip install 'ugrpo[tensorboard]'")

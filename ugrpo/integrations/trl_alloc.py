@@ -18,7 +18,8 @@ After TRL has scored the rows, :meth:`TrlAllocation.finish` replaces TRL's advan
 (B, G) view) by ``ugrpo.train.alloc.step_advantages``: each prompt's own G_b in its leave-one-out mean (and std),
 times the row weight Gbar/G_b, so that TRL's per-row average over the N rows is
 (1/B) sum_b (1/G_b) sum_g A_bg W_bg with TRL's own per-row normalisation of W (docs/trl.md); then the history
-learns the batch's global rewards (and, for ``ustat``, sketched scores) and the metrics go to TRL's ``_metrics``.
+learns the batch's global rewards (and, for ``ustat``, the score norms, docs/allocation.md A3c) and the metrics go
+to TRL's ``_metrics``.
 The history is saved in TRL checkpoints (:data:`HISTORY_FILE`) and restored on ``resume_from_checkpoint``.
 """
 
@@ -35,7 +36,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ugrpo.stats.history import PromptHistory
+from ugrpo.stats.history import PromptHistory, ScoreNorms
 from ugrpo.train.alloc import Allocator, step_advantages
 from ugrpo.train.config import BudgetConfig, SamplingConfig, TrainConfig
 
@@ -216,13 +217,13 @@ class TrlAllocation:
         n, r = len(inputs), trainer.accelerator.process_index
         old = out["advantages"]
         out["advantages"] = adv[r * n:(r + 1) * n].to(device=old.device, dtype=old.dtype)
-        sketch, seconds = self._sketch(trainer, out, alloc.step, guard)
-        seen = self.allocator.observe(alloc.prompts, alloc.sizes, z.numpy(), sketch)
+        norms, seconds = self._scores(trainer, out, alloc, z, guard)
+        seen = self.allocator.observe(alloc.prompts, alloc.sizes, z.numpy(), norms)
         self.log.append(alloc)
         B = len(alloc.sizes)
         m = trainer._metrics["train"]
         for k, v in {**row, **seen, "alloc_g_mean": float(alloc.sizes.mean()), "frac_zero_std": n_zero / B,
-                     "frac_unscorable": float(unscorable.double().mean()), "alloc_sketch_seconds": seconds}.items():
+                     "frac_unscorable": float(unscorable.double().mean()), "alloc_score_seconds": seconds}.items():
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 m[f"ugrpo/{k}"].append(float(v))
         if m.get("frac_reward_zero_std"):  # TRL's value came from its (B, G) view of ragged groups
@@ -248,18 +249,37 @@ class TrlAllocation:
                              "prompt only")
         return v[first]
 
-    def _sketch(self, trainer, out: dict, step: int, guard) -> tuple[np.ndarray | None, float]:
-        """(N, k) sketched scores of the batch at the sampling parameters (``ustat``), gathered; else None."""
+    def _scores(self, trainer, out: dict, alloc: StepAllocation, z: Tensor, guard) -> tuple[ScoreNorms | None,
+                                                                                               float]:
+        """The batch's score norms at the sampling parameters (``ustat``, docs/allocation.md A3c), global; else
+        None. ``scores: output``: process r measures the whole groups [r B / P, (r + 1) B / P) from the gathered
+        rows' token ids (a group's rows may lie on two processes); ``sketch``: each process sketches its rows and
+        the (N, k) sketches are gathered."""
         if not self.allocator.uses_scores:
             return None, 0.0
+        from accelerate.utils import gather_object
+
         t0 = time.perf_counter()
         model = trainer.accelerator.unwrap_model(trainer.model)
-        tensors = tuple(out[k] for k in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask"))
-        with guard(model, trainer.args):
-            local, _ = self.allocator.sketch(model, tensors, step)  # (n, k)
+        keys = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")
         acc = trainer.accelerator
-        w = acc.gather(local.to(device=acc.device).contiguous()).double().cpu()  # (N, k), row order
-        return w.numpy(), time.perf_counter() - t0
+        if self.allocator.al.scores == "sketch":
+            with guard(model, trainer.args):
+                local, _ = self.allocator.sketch(model, tuple(out[k] for k in keys))  # (n, k)
+            w = acc.gather(local.to(device=acc.device).contiguous()).double().cpu()  # (N, k), row order
+            return ScoreNorms.from_scores(z.numpy(), w.numpy(), alloc.sizes), time.perf_counter() - t0
+        rows = gather_object([[out[k][i].cpu() for k in keys] for i in range(len(out["prompt_ids"]))])  # N rows
+        B, P, r = len(alloc.sizes), acc.num_processes, acc.process_index
+        lo, hi = r * B // P, (r + 1) * B // P  # this process's groups
+        start = np.concatenate([[0], np.cumsum(alloc.sizes)])
+        mine = list(range(int(start[lo]), int(start[hi])))
+        group = torch.as_tensor(np.repeat(np.arange(hi - lo), alloc.sizes[lo:hi]))
+        part = ScoreNorms(np.zeros(0), np.zeros(0))
+        if mine:
+            batch = tuple(_stack([rows[i][j] for i in mine], left=j < 2) for j in range(4))
+            with guard(model, trainer.args):
+                part = self.allocator.step_scores(model, batch, z[mine], group, forward=False).result()[0]
+        return ScoreNorms.concat(gather_object([part])), time.perf_counter() - t0
 
     # -- checkpoints ------------------------------------------------------------------------------
 
@@ -290,3 +310,16 @@ class TrlAllocation:
         self.allocator.history = PromptHistory.from_json(data["history"], self.allocator.history.P, str(path))
         c1 = data.get("c1")
         self.allocator.c1 = tuple(float(x) for x in c1) if isinstance(c1, list) and len(c1) == 3 else None
+
+
+def _stack(rows: list[Tensor], *, left: bool) -> Tensor:
+    """Rows of different lengths as one (n, L) tensor, padded with 0 on the left (prompts) or right (completions);
+    the masks say which entries are real."""
+    L = max(int(t.shape[0]) for t in rows)
+    out = torch.zeros(len(rows), L, dtype=rows[0].dtype)
+    for i, t in enumerate(rows):
+        if left:
+            out[i, L - t.shape[0]:] = t
+        else:
+            out[i, :t.shape[0]] = t
+    return out

@@ -3,9 +3,10 @@
 
 It estimates c1, c2, c3 of Theorem 7 from the batch TRL just generated (per-sample score sketches of TRL's
 completions, :func:`ugrpo.lm.sketch.sketch_scores`), plans G at the budget N
-(:func:`ugrpo.stats.planner.plan_group_size`) and logs ``ugrpo/c1``, ``ugrpo/c2``, ``ugrpo/c3``, ``ugrpo/g_star``,
-``ugrpo/g_star_low``, ``ugrpo/g_star_high`` through TRL's ``_metrics`` (so they reach TensorBoard / W&B beside
-``reward_std``). :func:`step_budget` is TRL's effective batch size, the monitor's default N.
+(:func:`ugrpo.stats.planner.plan_group_size`) and logs ``ugrpo/c1``, ``ugrpo/c2``, ``ugrpo/c3``, the G to use
+``ugrpo/g_recommended`` and whether the batch decides it ``ugrpo/g_decided``, the band and G*
+(:func:`trl_metrics`) through TRL's ``_metrics`` (so they reach TensorBoard / W&B beside ``reward_std``); it warns
+only from a batch that decides. :func:`step_budget` is TRL's effective batch size, the monitor's default N.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from ugrpo.lm.scores import ScoreSpec
 from ugrpo.stats.components import MIN_PILOT_GROUP
 from ugrpo.train.monitor import MonitorRecord, advise, measure
 
-__all__ = ["GroupSizeMonitor", "MonitorRecord", "step_budget"]
+__all__ = ["GroupSizeMonitor", "MonitorRecord", "step_budget", "trl_metrics"]
 
 
 def step_budget(args, num_processes: int | None = None) -> int:
@@ -37,6 +38,42 @@ def step_budget(args, num_processes: int | None = None) -> int:
     return int(args.per_device_train_batch_size) * int(args.gradient_accumulation_steps) * int(n_proc)
 
 
+def trl_metrics(rec: MonitorRecord) -> dict[str, float]:
+    """The ``ugrpo/*`` metrics one measurement logs through TRL (pure).
+
+    ``ugrpo/g_decided`` is 1.0 when the batch (or the pooled batches) decides the G to use (docs/math.md M41: one G
+    within the band's tolerance of the best for every c1 in its interval) and 0.0 when it cannot tell; then
+    ``ugrpo/g_recommended`` is the best guess (the console's ``G_use=8?``), not advice, and no warning comes from it.
+    ``ugrpo/g_star`` is logged only while c1's interval excludes 0; otherwise ``ugrpo/g_star_low`` is G*'s lower bound.
+
+    Examples
+    --------
+    >>> from ugrpo.stats.bootstrap_ci import Estimate
+    >>> e = Estimate(0.1, 0.05, 0.2, 0.03)
+    >>> rec = MonitorRecord(step=0, c1=e, c2=e, c3=e, budget=64, num_generations=8, g_star=None, g_star_ci=None,
+    ...                     g_star_lower_bound=3.5, message="", seconds=0.25, g_recommended=8, g_band=(4, 64),
+    ...                     decided=False)
+    >>> m = trl_metrics(rec)
+    >>> m["ugrpo/g_decided"], m["ugrpo/g_recommended"], m["ugrpo/g_star_low"], "ugrpo/g_star" in m
+    (0.0, 8.0, 3.5, False)
+    """
+    out = {f"ugrpo/{k}": est.estimate for k, est in (("c1", rec.c1), ("c2", rec.c2), ("c3", rec.c3))}
+    if rec.g_star is not None:
+        out["ugrpo/g_star"] = float(rec.g_star)
+    if rec.g_star_ci is not None and rec.g_star is not None:
+        out["ugrpo/g_star_low"], out["ugrpo/g_star_high"] = float(rec.g_star_ci[0]), float(rec.g_star_ci[1])
+    elif rec.g_star_lower_bound is not None and math.isfinite(rec.g_star_lower_bound):
+        out["ugrpo/g_star_low"] = float(rec.g_star_lower_bound)
+    if rec.g_recommended is not None:
+        out["ugrpo/g_recommended"] = float(rec.g_recommended)
+    out["ugrpo/g_decided"] = 1.0 if rec.decided else 0.0
+    if rec.g_band is not None:
+        out["ugrpo/g_band_low"], out["ugrpo/g_band_high"] = float(rec.g_band[0]), float(rec.g_band[1])
+    out["ugrpo/monitor_batches"] = float(rec.n_batches)
+    out["ugrpo/monitor_seconds"] = float(rec.seconds)
+    return out
+
+
 class GroupSizeMonitor(TrainerCallback):
     """Every ``every`` generation steps: c1, c2, c3 from TRL's batch, G* at budget N, logged (paper Thm 7).
 
@@ -44,8 +81,10 @@ class GroupSizeMonitor(TrainerCallback):
     TRL computed them, scores ``W = grad log pi(Y|x)`` sketched to ``sketch_dim`` dimensions (unbiased
     inner products, docs/math.md M19; one projection for the run, so that batches can be pooled; with
     ``pool=1`` a new projection each time, so that sketch noise averages out over measurements).
-    Logged: ``ugrpo/c1..c3``, ``ugrpo/g_star`` (+ ``_low``/``_high``), ``ugrpo/g_recommended`` and the
-    95% band of near-optimal G, ``ugrpo/g_band_low`` / ``ugrpo/g_band_high`` (M40-M41).
+    Logged (:func:`trl_metrics`): ``ugrpo/c1..c3``, ``ugrpo/g_star`` (+ ``_low``/``_high``), ``ugrpo/g_recommended``,
+    ``ugrpo/g_decided`` (1 when the batch decides the G to use, 0 when it cannot tell: then g_recommended is a best
+    guess and no warning is given) and the 95% band of near-optimal G, ``ugrpo/g_band_low`` / ``ugrpo/g_band_high``
+    (M40-M41).
     :func:`~ugrpo.stats.components.estimate_components` gives unbiased c1, c2, c3 with bootstrap
     intervals over prompts, :func:`~ugrpo.stats.planner.plan_group_size` minimises
     c1 G/N + c2/N + c3/(N (G-1)) over the G that divide N (and TRL's generation batch).
@@ -66,7 +105,8 @@ class GroupSizeMonitor(TrainerCallback):
     params : which parameters the scores are taken over (default: the trainable ones; LoRA adapters
         for a peft model)
     seed : seed of the sketch projection and base seed of the bootstrap
-    warn : warn once when ``num_generations`` is outside the band of near-optimal G
+    warn : warn once when a batch that decides puts ``num_generations`` outside the band of near-optimal G (a batch
+        that cannot tell gives no advice)
     pool : batches pooled (the current one and the last ``pool - 1`` measured ones) when one batch cannot
         decide; 1 never pools
 
@@ -139,22 +179,8 @@ class GroupSizeMonitor(TrainerCallback):
         self.history.append(rec)
         self.seconds.append(seconds)
         m = trainer._metrics["train"]
-        for key, est in (("c1", rec.c1), ("c2", rec.c2), ("c3", rec.c3)):
-            m[f"ugrpo/{key}"].append(est.estimate)
-        if rec.g_star is not None:
-            m["ugrpo/g_star"].append(float(rec.g_star))
-        if rec.g_star_ci is not None and rec.g_star is not None:
-            m["ugrpo/g_star_low"].append(float(rec.g_star_ci[0]))
-            m["ugrpo/g_star_high"].append(float(rec.g_star_ci[1]))
-        elif rec.g_star_lower_bound is not None and math.isfinite(rec.g_star_lower_bound):
-            m["ugrpo/g_star_low"].append(float(rec.g_star_lower_bound))
-        if rec.g_recommended is not None:
-            m["ugrpo/g_recommended"].append(float(rec.g_recommended))
-        if rec.g_band is not None:
-            m["ugrpo/g_band_low"].append(float(rec.g_band[0]))
-            m["ugrpo/g_band_high"].append(float(rec.g_band[1]))
-        m["ugrpo/monitor_batches"].append(float(rec.n_batches))
-        m["ugrpo/monitor_seconds"].append(seconds)
+        for key, value in trl_metrics(rec).items():
+            m[key].append(value)
         self._maybe_warn(rec)
         return rec
 

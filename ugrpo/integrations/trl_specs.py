@@ -57,7 +57,7 @@ class AllocationSpec(AllocationConfig):
     """Per-prompt group sizes G_b in a TRL run (docs/trl.md, "Per-prompt group sizes"; docs/allocation.md).
 
     The fields are those of ``ugrpo train``'s ``allocation:`` section (:class:`~ugrpo.train.config.AllocationConfig`:
-    ``rule``, ``g_min``, ``g_max``, ``safe_tol``, ``safe_level``, ``sketch_dim``) with the same meaning; the
+    ``rule``, ``g_min``, ``g_max``, ``safe_tol``, ``safe_level``, ``scores``, ``sketch_dim``) with the same meaning; the
     budget N is TRL's ``generation_batch_size`` and the mean size Gbar its ``num_generations``. ``rule`` is one of
     :data:`TRL_RULES`; ``dynamic`` (several generation rounds per step) and any rule not in that list are refused.
 

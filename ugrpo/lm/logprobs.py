@@ -39,11 +39,13 @@ truncated distribution, a deviation from on-policy sampling the caller must acce
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import torch
 from torch import Tensor
 from transformers import DynamicCache
 
-__all__ = ["completion_logprobs"]
+__all__ = ["completion_logprobs", "output_layer"]
 
 
 def completion_logprobs(
@@ -56,6 +58,7 @@ def completion_logprobs(
     temperature: float = 1.0,
     chunk_size: int | None = None,
     share_prompts: bool = False,
+    on_logits=None,
 ) -> Tensor:
     """``log pi(y_t | x, y_<t)`` of every completion token; 0 where ``completion_mask`` is 0.
 
@@ -77,6 +80,12 @@ def completion_logprobs(
         cache (see the module docstring); same values and summed gradients up to float
         rounding. False (default): one activation row per sequence, as per-sample-gradient
         hooks (:mod:`ugrpo.lm.sketch`) need.
+    on_logits : callable or None
+        ``on_logits(rows, hidden, logprobs)`` once per chunk, ``rows`` a slice of the N rows, ``hidden``
+        (n, T, d) the output projection's input at the position predicting each completion token and ``logprobs``
+        (n, T, V) the tempered log-probabilities, both detached (:class:`ugrpo.lm.output_scores.OutputScores`).
+        It reads what the forward computes anyway (the log-probabilities and gradients are unchanged); a model whose
+        logits are not the output projection's output (e.g. soft-capped) is a ValueError.
 
     Returns
     -------
@@ -98,20 +107,66 @@ def completion_logprobs(
     for start in range(0, N, step):
         sl = slice(start, min(start + step, N))
         fn = _shared_chunk_logprobs if share_prompts and _can_share(model) else _chunk_logprobs
-        parts.append(
-            fn(
-                model,
-                prompt_ids[sl].to(device),
-                prompt_mask[sl].to(device),
-                completion_ids[sl].to(device),
-                completion_mask[sl].to(device),
-                temperature,
+        capture = None if on_logits is None else _OutputCapture(model)
+        with capture if capture is not None else nullcontext():
+            parts.append(
+                fn(
+                    model,
+                    prompt_ids[sl].to(device),
+                    prompt_mask[sl].to(device),
+                    completion_ids[sl].to(device),
+                    completion_mask[sl].to(device),
+                    temperature,
+                    capture,
+                )
             )
-        )
+        if capture is not None:
+            on_logits(sl, *capture.result)
     return torch.cat(parts, dim=0)
 
 
-def _chunk_logprobs(model, p_ids, p_mask, c_ids, c_mask, temperature: float) -> Tensor:
+def output_layer(model) -> torch.nn.Module:
+    """The output projection (``get_output_embeddings()``): a module with a (V, d) ``weight``; a ValueError naming
+    the fix if the model has none (``ustat``'s output-projection scores, :mod:`ugrpo.lm.output_scores`)."""
+    get = getattr(model, "get_output_embeddings", None)
+    layer = get() if callable(get) else None
+    w = getattr(layer, "weight", None)
+    if layer is None or not isinstance(w, Tensor) or w.dim() != 2:
+        raise ValueError(f"allocation.scores=output needs a model whose get_output_embeddings() is a linear output "
+                         f"projection; {type(model).__name__} has {type(layer).__name__}. Use allocation.scores: "
+                         "sketch")
+    return layer
+
+
+class _OutputCapture:
+    """Records the output projection's inputs and outputs during a chunk's forward calls (a forward hook that
+    returns None, so the forward is unchanged); the chunk's code then hands it (hidden, logprobs) in row order."""
+
+    def __init__(self, model) -> None:
+        self.layer = output_layer(model)
+        self.calls: list[tuple[Tensor, Tensor]] = []
+        self.result: tuple[Tensor, Tensor] | None = None
+
+    def __enter__(self) -> _OutputCapture:
+        self.handle = self.layer.register_forward_hook(
+            lambda mod, args, out: self.calls.append((args[0].detach(), out.detach())))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.handle.remove()
+
+    def take(self, logits: Tensor) -> Tensor:
+        """The input of the call whose output is ``logits`` (the model's logits must be that output)."""
+        x, y = self.calls.pop(0)
+        same = y.data_ptr() == logits.data_ptr() and y.shape == logits.shape and y.dtype == logits.dtype
+        if not same and (y.shape != logits.shape or not torch.equal(y.to(logits.dtype), logits.detach())):
+            raise ValueError(f"allocation.scores=output: {type(self.layer).__name__}'s output is not the model's "
+                             "logits (the model transforms them, e.g. soft-capping or scaling), so the output "
+                             "projection's score cannot be read off the forward; use allocation.scores: sketch")
+        return x
+
+
+def _chunk_logprobs(model, p_ids, p_mask, c_ids, c_mask, temperature: float, capture=None) -> Tensor:
     T = c_ids.shape[1]
     input_ids = torch.cat([p_ids, c_ids], dim=1)  # (n, P+T)
     attn = torch.cat([p_mask, c_mask], dim=1).long()  # (n, P+T)
@@ -119,7 +174,11 @@ def _chunk_logprobs(model, p_ids, p_mask, c_ids, c_mask, temperature: float) -> 
     out = model(input_ids=input_ids, attention_mask=attn, position_ids=position_ids, logits_to_keep=T + 1,
                 use_cache=False)
     logits = out.logits[:, :-1, :].float() / temperature  # (n, T, V): position P-1+t predicts token t
-    logp = torch.log_softmax(logits, dim=-1).gather(-1, c_ids.unsqueeze(-1)).squeeze(-1)  # (n, T)
+    lsm = torch.log_softmax(logits, dim=-1)  # (n, T, V)
+    logp = lsm.gather(-1, c_ids.unsqueeze(-1)).squeeze(-1)  # (n, T)
+    if capture is not None:
+        capture.calls = capture.calls[-1:]  # a fallback from the shared path: only this call counts
+        capture.result = (capture.take(out.logits)[:, :-1], lsm.detach())
     return logp * c_mask.to(logp.dtype)
 
 
@@ -138,12 +197,12 @@ def _prompt_runs(p_ids: Tensor, p_mask: Tensor) -> Tensor:
     return starts.cumsum(dim=0) - 1
 
 
-def _shared_chunk_logprobs(model, p_ids, p_mask, c_ids, c_mask, temperature: float) -> Tensor:
+def _shared_chunk_logprobs(model, p_ids, p_mask, c_ids, c_mask, temperature: float, capture=None) -> Tensor:
     n, T = c_ids.shape
     run = _prompt_runs(p_ids, p_mask)  # (n,)
     u = int(run[-1]) + 1
     if u == n:  # no prompt repeats: nothing to share
-        return _chunk_logprobs(model, p_ids, p_mask, c_ids, c_mask, temperature)
+        return _chunk_logprobs(model, p_ids, p_mask, c_ids, c_mask, temperature, capture)
     first_row = torch.nonzero(torch.cat([torch.ones(1, dtype=torch.bool, device=run.device),
                                          run[1:] != run[:-1]])).squeeze(1)
     keep = int(p_mask.sum(dim=1).max())  # drop columns that are padding in every row
@@ -154,11 +213,14 @@ def _shared_chunk_logprobs(model, p_ids, p_mask, c_ids, c_mask, temperature: flo
     out = model(input_ids=up_ids, attention_mask=up_mask, position_ids=up_pos, cache=cache, use_cache=True,
                 logits_to_keep=1)
     if cache.get_seq_length() != keep:  # model ignored the cache: stay correct
-        return _chunk_logprobs(model, p_ids, p_mask, c_ids, c_mask, temperature)
+        return _chunk_logprobs(model, p_ids, p_mask, c_ids, c_mask, temperature, capture)
     # expand in the model's dtype before the float32 cast, so the backward sums the G rows in that dtype
     first = torch.log_softmax(out.logits[run, -1, :].float() / temperature, dim=-1)  # (n, V): predicts token 0
     lp0 = first.gather(-1, c_ids[:, :1])  # (n, 1)
+    h0 = None if capture is None else capture.take(out.logits)[run, -1:]  # (n, 1, d): the prompt's last position
     if T == 1:
+        if capture is not None:
+            capture.result = (h0, first.detach().unsqueeze(1))
         return lp0 * c_mask.to(lp0.dtype)
     cache.batch_select_indices(run)  # (u, ...) -> (n, ...), differentiable
     attn = torch.cat([up_mask[run], c_mask.long()], dim=1)  # (n, P'+T)
@@ -166,7 +228,11 @@ def _shared_chunk_logprobs(model, p_ids, p_mask, c_ids, c_mask, temperature: flo
     out2 = model(input_ids=c_ids[:, :-1], attention_mask=attn[:, :-1], position_ids=c_pos[:, :-1], cache=cache,
                  use_cache=True)
     logits = out2.logits.float() / temperature  # (n, T-1, V): completion position t predicts token t+1
-    rest = torch.log_softmax(logits, dim=-1).gather(-1, c_ids[:, 1:].unsqueeze(-1)).squeeze(-1)  # (n, T-1)
+    lsm = torch.log_softmax(logits, dim=-1)  # (n, T-1, V)
+    rest = lsm.gather(-1, c_ids[:, 1:].unsqueeze(-1)).squeeze(-1)  # (n, T-1)
+    if capture is not None:
+        capture.result = (torch.cat([h0, capture.take(out2.logits)], dim=1),
+                          torch.cat([first.detach().unsqueeze(1), lsm.detach()], dim=1))
     logp = torch.cat([lp0, rest], dim=1)  # (n, T)
     return logp * c_mask.to(logp.dtype)
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-__all__ = ["Rollout", "completion_mask_from_ids", "rollout_from_completions", "concat_rollouts"]
+__all__ = ["Rollout", "completion_mask_from_ids", "rollout_from_completions", "concat_rollouts", "group_chunks"]
 
 
 @dataclass(frozen=True)
@@ -161,3 +161,25 @@ def concat_rollouts(pieces: Sequence[tuple[Rollout, Tensor]], pad_id: int) -> Ro
     return Rollout(**{k: torch.cat(v) for k, v in cols.items()}, texts=texts,
                    prompt_index=torch.arange(len(pieces)).repeat_interleave(sizes),
                    group_size=int(sizes.sum()) // len(pieces), group_sizes=sizes)
+
+
+def group_chunks(rows: Tensor, size: int, owner: Tensor) -> list[Tensor]:
+    """``rows`` in chunks of at most ``size``, packing whole groups greedily (``owner``: the group of each row,
+    consecutive rows of a group together); a group larger than ``size`` is split into pieces of ``size``.
+
+    >>> [c.tolist() for c in group_chunks(torch.arange(7), 4, torch.tensor([0, 0, 1, 1, 1, 2, 2]))]
+    [[0, 1], [2, 3, 4], [5, 6]]
+    """
+    starts = [0] + [i for i in range(1, len(rows)) if owner[i] != owner[i - 1]] + [len(rows)]
+    out: list[Tensor] = []
+    lo = 0
+    for a, b in zip(starts[:-1], starts[1:]):  # group [a, b)
+        if b - lo > size and a > lo:  # the group does not fit: close the current chunk
+            out.append(rows[lo:a])
+            lo = a
+        while b - lo > size:  # a group larger than a micro-batch
+            out.append(rows[lo:lo + size])
+            lo += size
+    if lo < len(rows):
+        out.append(rows[lo:])
+    return out

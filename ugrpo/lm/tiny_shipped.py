@@ -24,7 +24,7 @@ import os
 from pathlib import Path
 
 __all__ = ["SHIPPED_NAMES", "SHIPPED_ROOT", "MANIFEST", "shipped_model_path", "file_digests", "write_manifest",
-           "check_shipped", "compare_weights"]
+           "check_shipped", "compare_weights", "difference_cause"]
 
 SHIPPED_NAMES: tuple[str, ...] = ("base", "instruct", "fewshot")
 """The ``tiny:<name>`` models in the package (``tiny:random`` is built in seconds instead:
@@ -112,3 +112,37 @@ def compare_weights(folder: str | os.PathLike, name: str) -> tuple[bool, float]:
         return False, float("inf")
     diff = max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
     return all(torch.equal(a[k], b[k]) for k in a), diff
+
+
+# the settings of ugrpo_tiny.json that decide the weights (the rest are outcomes: steps, accuracies, seconds, history)
+RECIPE_KEYS = ("strength", "target_accuracy", "seed", "size", "batch_size", "lr", "task_options")
+
+
+def difference_cause(rebuilt: dict, shipped: dict) -> str:
+    """Why a rebuild's weights differ from the shipped model's, from the two ``ugrpo_tiny.json`` records.
+
+    A changed setting (``RECIPE_KEYS``; the learning-rate decay only where a run went past its start) is named;
+    with the same recipe, the first logged warm-up step whose loss differs says where the numbers parted (float32
+    kernels differ between CPUs and library versions).
+
+    >>> a = {"lr": 1e-3, "steps": 150, "history": [{"step": 25, "loss": 1.9}, {"step": 50, "loss": 1.3}]}
+    >>> difference_cause(a, {**a, "lr": 2e-3})
+    'the recipe differs: lr 0.001 here, 0.002 in the shipped model'
+    >>> difference_cause(a, {**a, "history": [{"step": 25, "loss": 1.9}, {"step": 50, "loss": 1.4}]})[:62]
+    'same recipe; the warm-up loss first differs at step 50 (1.3 he'
+    """
+    keys = list(RECIPE_KEYS)
+    if max(int(rebuilt.get("steps", 0)), int(shipped.get("steps", 0))) > int(
+            rebuilt.get("decay_start", shipped.get("decay_start", 10**9))):
+        keys += ["decay_start", "final_lr_fraction"]
+    changed = [f"{k} {rebuilt.get(k)!r} here, {shipped.get(k)!r} in the shipped model" for k in keys
+               if rebuilt.get(k) != shipped.get(k)]
+    if changed:
+        return "the recipe differs: " + "; ".join(changed)
+    theirs = {h["step"]: h["loss"] for h in shipped.get("history", [])}
+    for h in rebuilt.get("history", []):
+        if h["step"] in theirs and h["loss"] != theirs[h["step"]]:
+            return (f"same recipe; the warm-up loss first differs at step {h['step']} ({h['loss']:.6g} here, "
+                    f"{theirs[h['step']]:.6g} shipped): float32 kernels differ between CPUs or library versions")
+    return ("same recipe and the same logged losses; the runs parted after the last common log step "
+            "(float32 kernels differ between CPUs or library versions, or the step cap / target stopped them apart)")

@@ -8,9 +8,13 @@ For each of the P prompts, sums over its earlier visits (numpy float64 arrays of
 * ``samples``     samples drawn for it (n_x)
 * ``successes``   rewards summed over those samples (s_x; rewards in [0, 1], fractional ones allowed: a reward z
   counts as z successes and 1 - z failures, the binomial likelihood's usual extension to fractional counts)
-* ``w2_success``, ``w2_failure``  sums of ||W||^2 weighted by z and by 1 - z (``ustat`` only: ||W||^2 from the
-  step's score sketch; ``vip``/``knapsack`` measure no scores, so these stay 0)
-* ``t0_sum``      sum over visits of the unbiased per-visit estimate of ||g(x)||^2 (M14, from the sketch)
+* ``w2_success``, ``w2_failure``  sums of ||W||^2 weighted by z and by 1 - z (``ustat`` only; ``vip``/``knapsack``
+  measure no scores, so these stay 0)
+* ``t0_sum``      sum over visits of the unbiased per-visit estimate of ||g(x)||^2 (M14)
+
+A step's scores come as :class:`ScoreNorms` (||W_n||^2 per sample and ||sum_{n in b} Z_n W_n||^2 per group: all the
+sums need, M72; the trainer's exact output-projection statistics, :mod:`ugrpo.lm.output_scores`) or as score vectors
+(N, k) (exact, or sketched with unbiased inner products), from which the same two are taken.
 
 :meth:`PromptHistory.posterior` and :meth:`PromptHistory.stats` hand them to the one predictor,
 :mod:`ugrpo.stats.predict` (a hierarchical model fitted to the whole history, docs/math.md M46-M49): the posterior
@@ -23,14 +27,18 @@ checkpoint as JSON (``history.json``, :meth:`PromptHistory.to_json`) and restore
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
 from ugrpo.stats.allocation import PromptStats
 from ugrpo.stats.predict import REQUIRED, SECOND_MOMENTS, Posterior, posterior, posterior_means
-from ugrpo.stats.ragged import ragged_t0, segment_sum
+from ugrpo.stats.ragged import ragged_t0_from_norms, segment_sum
 
-__all__ = ["FIELDS", "SECOND", "PromptHistory", "check_unit_rewards", "bernoulli_stats", "beta_moments"]
+__all__ = ["FIELDS", "SECOND", "PromptHistory", "ScoreNorms", "check_unit_rewards", "bernoulli_stats",
+           "beta_moments"]
 
 FIELDS: tuple[str, ...] = REQUIRED
 """the first-moment sums every prediction reads"""
@@ -49,6 +57,45 @@ def check_unit_rewards(rewards: np.ndarray, rule: str) -> None:
                          "task's rewards to [0, 1] or use --allocation.rule uniform")
 
 
+@dataclass(frozen=True)
+class ScoreNorms:
+    """What the history keeps of one step's scores (docs/math.md M72): every sum of :class:`PromptHistory` is a
+    function of these two and the rewards.
+
+    Attributes
+    ----------
+    w2 : (N,) ||W_n||^2 of every sample, prompt-major
+    zw2 : (B,) ||sum_{n in b} Z_n W_n||^2 of every group
+    """
+
+    w2: np.ndarray
+    zw2: np.ndarray
+
+    def __post_init__(self) -> None:
+        for name in ("w2", "zw2"):
+            v = np.asarray(getattr(self, name), dtype=np.float64)
+            if v.ndim != 1:
+                raise ValueError(f"ScoreNorms.{name} must be 1-d, got shape {v.shape}")
+            if not np.isfinite(v).all() or (v < 0).any():
+                i = int(np.flatnonzero(~np.isfinite(v) | (v < 0))[0])
+                raise ValueError(f"ScoreNorms.{name}[{i}] = {float(v[i])!r}: squared norms must be finite and >= 0 "
+                                 "(a non-finite forward pass?)")
+            object.__setattr__(self, name, v)
+
+    @classmethod
+    def from_scores(cls, rewards: np.ndarray, scores: np.ndarray, sizes: np.ndarray) -> ScoreNorms:
+        """From score vectors (N, k) (exact, or sketched: then both are unbiased, M19) in prompt-major order."""
+        z = torch.as_tensor(np.asarray(rewards, dtype=np.float64))
+        w = torch.as_tensor(np.asarray(scores, dtype=np.float64))
+        zw = segment_sum(w * z.unsqueeze(1), torch.as_tensor(np.asarray(sizes, dtype=np.int64)))  # (B, k)
+        return cls((w * w).sum(-1).numpy(), (zw * zw).sum(-1).numpy())
+
+    @classmethod
+    def concat(cls, parts: Sequence[ScoreNorms]) -> ScoreNorms:
+        """The parts of several processes (each holding whole groups) in global prompt order."""
+        return cls(np.concatenate([p.w2 for p in parts]), np.concatenate([p.zw2 for p in parts]))
+
+
 class PromptHistory:
     """Sums over earlier visits of each of P prompts (module docstring); pure numpy."""
 
@@ -58,18 +105,22 @@ class PromptHistory:
         self.second = True  # the SECOND sums cover the whole history
 
     def update(self, prompts: np.ndarray, sizes: np.ndarray, rewards: np.ndarray,
-               sketch: np.ndarray | None = None) -> None:
-        """Add one step: prompt indices and G_b (B,), flat rewards (N,) and optional sketched scores (N, k)."""
+               scores: ScoreNorms | np.ndarray | None = None) -> None:
+        """Add one step: prompt indices and G_b (B,), flat rewards (N,) and optionally the step's scores, as
+        :class:`ScoreNorms` or as score vectors (N, k) (exact or sketched)."""
         z = torch.as_tensor(np.asarray(rewards, dtype=np.float64))
         g = torch.as_tensor(np.asarray(sizes, dtype=np.int64))
         per_visit = {"visits": np.ones(len(g)), "samples": g.double().numpy(),
                      "successes": segment_sum(z, g).numpy()}
-        if sketch is not None:
-            w = torch.as_tensor(np.asarray(sketch, dtype=np.float64))
-            w2 = (w * w).sum(-1)
+        if scores is not None:
+            norms = scores if isinstance(scores, ScoreNorms) else ScoreNorms.from_scores(rewards, scores, sizes)
+            if norms.w2.shape != z.shape or norms.zw2.shape != g.shape:
+                raise ValueError(f"the step's score norms have {norms.w2.shape[0]} samples and {norms.zw2.shape[0]} "
+                                 f"groups but the step has {z.shape[0]} and {g.shape[0]}")
+            w2 = torch.as_tensor(norms.w2)
             per_visit["w2_success"] = segment_sum(z * w2, g).numpy()
             per_visit["w2_failure"] = segment_sum((1 - z) * w2, g).numpy()
-            t0 = ragged_t0(z, w, g).numpy()
+            t0 = ragged_t0_from_norms(z, w2, torch.as_tensor(norms.zw2), g).numpy()
             per_visit["t0_sum"], per_visit["t0_sq"] = t0, t0**2
             per_visit["w4_success"] = segment_sum(z * w2**2, g).numpy()
             per_visit["w4_failure"] = segment_sum((1 - z) * w2**2, g).numpy()

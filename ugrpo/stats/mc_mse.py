@@ -18,7 +18,7 @@ from ugrpo.stats.advantages import compute_advantages
 from ugrpo.stats.allocation import PromptStats
 from ugrpo.stats.components import prompt_terms, reduce_scores
 from ugrpo.stats.estimators import ESTIMATORS
-from ugrpo.stats.intervals import clip_interval, normal_interval
+from ugrpo.stats.intervals import clip_interval, satterthwaite_df, t_quantile
 from ugrpo.stats.predict import Posterior, posterior
 from ugrpo.stats.ragged import ragged_advantages, ragged_prompt_gradients, ragged_t0
 
@@ -166,7 +166,10 @@ def corrected_row(err: Tensor, subtract: float, extra_sd: float) -> dict[str, fl
     """Mean of the repetitions minus the correction, with a 95% interval cut at 0.
 
     SE^2 = (sample variance of the R values)/R + extra_sd^2, where extra_sd bounds the spread of the
-    reference's realised error around its estimate (docs/lm-mse.md R5). The corrected mean stays unbiased and
+    reference's realised error around its estimate (docs/lm-mse.md R5). The interval is mse -+ t SE with t the
+    Student-t quantile at the Satterthwaite degrees of freedom (R - 1 for the sampled part, extra_sd taken as known:
+    :func:`~ugrpo.stats.intervals.satterthwaite_df`): 4.30 SE at R = 3 without a correction, 1.96 SE at many
+    repetitions (a normal interval at a handful of repetitions is far too short). The corrected mean stays unbiased and
     may fall below 0 when the correction is as large as the noise; the interval is for an MSE, which is never
     negative, so it is cut at 0 (which never removes the true value: the coverage is unchanged).
     """
@@ -175,7 +178,8 @@ def corrected_row(err: Tensor, subtract: float, extra_sd: float) -> dict[str, fl
     se_rep = float(err.std(correction=1)) / math.sqrt(R)
     se = math.sqrt(se_rep**2 + extra_sd**2)
     m = raw - subtract
-    lo, hi = clip_interval(*normal_interval(m, se), hi=math.inf)
+    h = t_quantile(satterthwaite_df(se_rep, R, extra_sd)) * se
+    lo, hi = clip_interval(m - h, m + h, hi=math.inf)
     return {"mse": m, "se": se, "ci_low": lo, "ci_high": hi, "raw_mse": raw, "raw_se": se_rep, "correction": subtract}
 
 

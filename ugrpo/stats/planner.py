@@ -108,7 +108,8 @@ class GroupSizePlan:
         c1's interval)
     expected_ratio : per candidate, the expected ratio of its MSE to the best's under the confidence
         distribution (M41); the exact ratio for exact constants
-    pilot_prompts_needed : prompts a pilot needs to decide (M42); None when even 64 B0 would not
+    pilot_prompts_needed : prompts a pilot needs to decide wherever c1 lies in its interval (M42, M68); None when for
+        some c1 in it even 64 B0 would not
     tolerance : the band's tolerance
     decided : True when g_recommended is within ``tolerance`` of the best for every c1 in its interval (always
         for exact constants)
@@ -392,7 +393,8 @@ def estimated_message(plan: GroupSizePlan, vc: VarianceComponents) -> str:
                    f"noise")
     need = plan.pilot_prompts_needed
     if not plan.decided:
-        out.append(f"a pilot of about {need} prompts (this one: {vc.n_prompts}) would decide, if c1 is as its "
-                   f"estimate says" if need is not None else
-                   f"even a pilot of {64 * vc.n_prompts} prompts (64x this one) would not decide")
+        out.append(f"a pilot of about {need} prompts (this one: {vc.n_prompts}) would probably decide, wherever c1 "
+                   f"lies in that range" if need is not None else
+                   f"if c1 is near the bottom of that range even a pilot of {64 * vc.n_prompts} prompts (64x this one) "
+                   f"would not decide")
     return "; ".join(out)

@@ -31,6 +31,7 @@ __all__ = [
     "ragged_hoeffding",
     "dense_to_ragged",
     "ragged_t0",
+    "ragged_t0_from_norms",
     "ragged_reward_spread",
 ]
 
@@ -322,8 +323,26 @@ def ragged_t0(rewards: Tensor, scores: Tensor, sizes: Tensor) -> Tensor:
     _check_scores(scores, rewards.numel())
     w2 = (scores * scores).sum(-1)                                               # (n,)
     zw = segment_sum(scores * rewards.unsqueeze(1), sizes)                       # (B, k)
-    g = sizes.to(scores.dtype)
-    return ((zw * zw).sum(-1) - segment_sum(rewards**2 * w2, sizes)) / (g * (g - 1))
+    return _t0(rewards, w2, (zw * zw).sum(-1), sizes)
+
+
+def _t0(rewards: Tensor, w2: Tensor, zw2: Tensor, sizes: Tensor) -> Tensor:
+    g = sizes.to(w2.dtype)
+    return (zw2 - segment_sum(rewards**2 * w2, sizes)) / (g * (g - 1))
+
+
+def ragged_t0_from_norms(rewards: Tensor, w2: Tensor, zw2: Tensor, sizes: Tensor) -> Tensor:
+    """(B,) the T0 of :func:`ragged_t0` from ||W_i||^2 (n,) and ||sum_{i in b} Z_i W_i||^2 (B,) alone (M14, M72).
+
+    >>> ragged_t0_from_norms(torch.tensor([1.0, 1.0]), torch.tensor([1.0, 4.0]), torch.tensor([5.0]), torch.tensor([2]))
+    tensor([0.])
+    """
+    _check_rewards(rewards)
+    sizes = _check_sizes(sizes, rewards.numel(), min_group=2)
+    if w2.shape != rewards.shape or zw2.shape != sizes.shape:
+        raise ValueError(f"w2 must have shape {tuple(rewards.shape)} (one per sample) and zw2 {tuple(sizes.shape)} "
+                         f"(one per group); got {tuple(w2.shape)} and {tuple(zw2.shape)}")
+    return _t0(rewards, w2, zw2, sizes)
 
 
 def ragged_reward_spread(rewards: Tensor, sizes: Tensor) -> tuple[Tensor, Tensor]:

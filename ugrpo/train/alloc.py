@@ -3,7 +3,8 @@
 Each step: :meth:`Allocator.choose` gives G_b for the B drawn prompts from the run's own history only (never
 from this step's samples, so each prompt's leave-one-out estimate stays unbiased, M32) by a rule of
 :func:`ugrpo.stats.allocation.allocate`, plus the certificate ``alloc_predicted_ratio``; after sampling,
-:meth:`Allocator.observe` adds the step's global rewards (and, for ``ustat``, sketched scores) to the history.
+:meth:`Allocator.observe` adds the step's global rewards (and, for ``ustat``, the score norms of
+:meth:`Allocator.step_scores`, docs/allocation.md A3c) to the history.
 What a rule knows is the one predictor's posterior (:mod:`ugrpo.stats.predict`, docs/math.md M46-M49); ``ustat``
 chooses through the safe rule (:func:`ugrpo.stats.safe.choose_sizes`, M50).
 :func:`row_weights` is the per-row weight Gbar/G_b that turns the trainer's usual 1/(B Gbar) sum into the
@@ -27,7 +28,7 @@ from torch import Tensor
 
 from ugrpo.stats.allocation import IS_RULES
 from ugrpo.stats.certificate import certificate
-from ugrpo.stats.history import FIELDS, SECOND, PromptHistory, check_unit_rewards
+from ugrpo.stats.history import FIELDS, SECOND, PromptHistory, ScoreNorms, check_unit_rewards
 from ugrpo.stats.is_certificate import is_certificate
 from ugrpo.stats.predict import Posterior, posterior_means, reward_variance
 from ugrpo.stats.prompt_is import PromptLaw, is_law, step_metrics
@@ -36,7 +37,7 @@ from ugrpo.stats.safe import choose_sizes
 from ugrpo.train.config import TrainConfig
 from ugrpo.train.rollout import choose_prompts, prompt_generator
 
-__all__ = ["Allocator", "row_weights", "step_advantages"]
+__all__ = ["Allocator", "StepScores", "row_weights", "step_advantages"]
 
 
 def row_weights(sizes: Tensor, mean_size: int) -> Tensor:
@@ -66,6 +67,40 @@ def step_advantages(cfg: TrainConfig, rollout, rewards: Tensor, values,
     if weights is not None:
         w = w * torch.as_tensor(weights, dtype=torch.float64).repeat_interleave(sizes)
     return (adv.advantages * w).float(), adv.n_zero_std
+
+
+class StepScores:
+    """``ustat``'s score statistics of one step's local rows (:meth:`Allocator.step_scores`): measured already
+    (``norms``) or collected by ``on_logits`` from the update's forward; :meth:`result` after the update."""
+
+    def __init__(self, *, norms: ScoreNorms | None = None, seconds: float = 0.0, recorder=None) -> None:
+        self.norms, self.seconds, self.recorder = norms, seconds, recorder
+
+    @property
+    def on_logits(self):
+        """The callback for :func:`ugrpo.train.update.step_updates` (None: nothing to collect)."""
+        return self.recorder
+
+    def result(self) -> tuple[ScoreNorms | None, float]:
+        """(the local rows' :class:`ScoreNorms` or None, seconds spent on them)."""
+        if self.recorder is not None:
+            w2, zw2 = self.recorder.result()
+            return ScoreNorms(w2.numpy(), zw2.numpy()), self.recorder.seconds
+        return self.norms, self.seconds
+
+
+def _dropout_active(model) -> bool:
+    """True when dropout would perturb the training forward (then ``scores: output`` runs its own): a dropout
+    module with p > 0 (e.g. LoRA's) or a positive ``*dropout*`` / ``*pdrop*`` rate in the model's config (HF
+    attention dropout is a functional call, not a module)."""
+    if not model.training:
+        return False
+    if any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules()):
+        return True
+    conf = getattr(model, "config", None)
+    rates = [v for k, v in (vars(conf).items() if conf is not None else ())
+             if ("dropout" in k or "pdrop" in k) and isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return any(v > 0 for v in rates)
 
 
 class Allocator:
@@ -105,8 +140,9 @@ class Allocator:
     def certify(self, post: Posterior, sizes: np.ndarray, st, step: int) -> dict:
         """The certificate (docs/allocation.md A6, M45): posterior median and 95% posterior interval of the
         within-batch MSE ratio chosen / uniform G, the plug-in ratio, and with the monitor's latest c1 (``ustat``
-        only: c1 is in the same score units) the full-MSE ratio against the best single G* at the same N."""
-        c1 = self.c1 if self.uses_scores else None
+        with ``scores: sketch`` only: c1 is of the score over all trainable parameters, so in the history's units
+        only then) the full-MSE ratio against the best single G* at the same N."""
+        c1 = self.c1 if self.uses_scores and self.al.scores == "sketch" else None  # the monitor sketches all params
         seed = int(np.random.SeedSequence([int(self.cfg.seed), int(step), 0x636572]).generate_state(1)[0])
         c = certificate(post, sizes, self.G, st.c2, st.c3, c1=c1, g_min=self.g_min, g_max=self.g_max, seed=seed)
         row = {"alloc_predicted_ratio": c.ratio, "alloc_predicted_ratio_low": c.ratio_low,
@@ -191,10 +227,9 @@ class Allocator:
         if not self.uniform:
             check_unit_rewards(rewards.numpy(), self.al.rule)
 
-    def sketch(self, model, rollout, step: int) -> tuple[Tensor | None, float]:
-        """(sketched scores (N_local, k) at the sampling parameters, seconds) for ``ustat``; else (None, 0)."""
-        if not self.uses_scores:
-            return None, 0.0
+    def sketch(self, model, rollout) -> tuple[Tensor, float]:
+        """(sketched scores (N_local, k) of all trainable parameters at the current parameters, seconds):
+        ``allocation.scores: sketch`` (docs/allocation.md A3c)."""
         from ugrpo.lm.sketch import sketch_scores
 
         t0 = time.perf_counter()
@@ -203,11 +238,36 @@ class Allocator:
                           chunk_size=self.cfg.budget.micro_batch or None)
         return w.double().cpu(), time.perf_counter() - t0
 
+    def step_scores(self, model, batch, rewards: Tensor, group_index: Tensor, *, forward: bool) -> StepScores:
+        """``ustat``'s score statistics of this process's rows at the sampling parameters (docs/allocation.md A3c);
+        call it before the update. ``batch``: a Rollout or its four tensors, whole groups (``group_index`` (n,) the
+        group of each row, ``rewards`` (n,)). ``forward=True``: the caller's update runs the step's forward at these
+        parameters and passes the handle's ``on_logits`` to it (``scores: output`` reads that forward; with active
+        dropout it runs its own); else everything is measured now."""
+        if not self.uses_scores:
+            return StepScores()
+        if self.al.scores == "sketch":
+            w, seconds = self.sketch(model, batch)
+            sizes = torch.bincount(torch.as_tensor(group_index).cpu())
+            return StepScores(norms=ScoreNorms.from_scores(rewards.numpy(), w.numpy(), sizes.numpy()),
+                              seconds=seconds)
+        from ugrpo.lm.output_scores import OutputScores, output_score_norms
+
+        T = self.cfg.sampling.temperature
+        if forward and not _dropout_active(model):
+            return StepScores(recorder=OutputScores(model, batch.completion_ids, batch.completion_mask, group_index,
+                                                    rewards, temperature=T))
+        t0 = time.perf_counter()
+        w2, zw2 = output_score_norms(model, batch, rewards, group_index, temperature=T,
+                                     chunk_size=self.cfg.budget.micro_batch or None)
+        return StepScores(norms=ScoreNorms(w2.numpy(), zw2.numpy()), seconds=time.perf_counter() - t0)
+
     def observe(self, prompts: np.ndarray, sizes: np.ndarray, rewards: np.ndarray,
-                sketch: np.ndarray | None) -> dict:
-        """Add the step's GLOBAL rewards (N,) (and sketch (N, k)) to the history; the realised-variance metrics."""
+                scores: ScoreNorms | None) -> dict:
+        """Add the step's GLOBAL rewards (N,) (and, for ``ustat``, its score norms) to the history; the
+        realised-variance metrics."""
         if not self.uniform:
-            self.history.update(prompts, sizes, rewards, sketch)
+            self.history.update(prompts, sizes, rewards, scores)
         zero, var = (t.numpy() for t in ragged_reward_spread(torch.as_tensor(rewards), torch.as_tensor(sizes)))
         row = {"samples_zero_std": int(sizes[zero].sum())}
         if not self.uniform:

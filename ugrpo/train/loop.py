@@ -43,11 +43,12 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from ugrpo.errors import NonFiniteError, ResumeError
+from ugrpo.errors import NonFiniteError, ResumeError, UserError
 from ugrpo.fileio import naming
 from ugrpo.lm.vllm_engine import require_vllm
-from ugrpo.runlock import claim, release
+from ugrpo.runlock import abandon, claim, release
 from ugrpo.runs import RunDir, follow_umask, read_jsonl
+from ugrpo.stats.history import ScoreNorms
 from ugrpo.train.alloc import Allocator, step_advantages
 from ugrpo.train.checkpoint import latest_checkpoint, load_latest, save_checkpoint
 from ugrpo.train.config import TrainConfig, summary_line
@@ -149,9 +150,16 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, checked: Checked, *, r
         return done  # nothing to resume: the saved result, nothing rewritten
     # ---------------------------------------------------------------- setup, resume
     s = build_run(cfg, ctx, checked)  # policy, task and prompts, reference, optimizer and schedule
+    created = not out.exists()
     if ctx.is_main:  # every check has passed: now the folder is created, locked and given its manifest
         claim(out, "train", hashed_config(cfg), resume=resume, exclusive=True)
     run = RunDir(out) if ctx.is_main else None
+    try:  # rank 0: metrics.jsonl and the report_to backends; a backend that does not start leaves no claim behind
+        log = MetricsLog(run, out, cfg.report_to, asdict(cfg))
+    except UserError:
+        if run is not None and not resume:
+            abandon(out, created=created)
+        raise
     model, tok, params, optimizer, scheduler = s.model, s.tokenizer, s.params, s.optimizer, s.scheduler
     B = cfg.budget.prompts_per_step
     sampler = Sampler(model, tok, s.task, s.train_problems, s.train_prompts, cfg, ctx, s.engine)
@@ -162,7 +170,6 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, checked: Checked, *, r
     if run is not None:
         run.write_config({**asdict(cfg), "derived": {"prompts_per_step": B, "world_size": ctx.world_size}})
         print(f"{summary_line(cfg)}; full config: {run.file('config.json')}", flush=True)
-    log = MetricsLog(run, out, cfg.report_to, asdict(cfg))  # rank 0: metrics.jsonl and the report_to backends
     for r in logged:  # resume: the monitor's latest c1 before the checkpoint, for the certificate
         allocator.note_monitor(r)
     monitor = (TrainMonitor.from_config(cfg, warned=any("monitor_warning" in r for r in logged))
@@ -194,13 +201,15 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, checked: Checked, *, r
         advantages, n_zero_std = step_advantages(cfg, batch.rollout, batch.rewards, values,  # (N_local,) float32
                                                  allocator.prompt_weights(batch.position))  # prompt IS: 1/(P q)
         # ------------------------------------------------------------ 4b. G* monitor: c1, c2, c3 of this batch at theta
-        # (Thm 7); ustat's score sketch (||W||^2 per sample for the history) at the sampling parameters
+        # (Thm 7); ustat's score statistics (||W||^2 per sample for the history) at the sampling parameters: read off
+        # the update's own forward (scores: output) or sketched now (scores: sketch)
         monitored = (monitor.observe(step, model, batch.rollout, batch.rewards, ctx)
                      if monitor and monitor.due(step) else {})
-        sketch, t_sketch = allocator.sketch(model, batch.rollout, step)  # (N_local, k) or None
+        scores = allocator.step_scores(model, batch.rollout, batch.rewards, batch.rollout.prompt_index, forward=True)
         # ------------------------------------------------------------ 5. update(s): Algorithm 1, or 2 (m minibatches)
         updates = step_updates(model, params, optimizer, batch.rollout, batch.position, advantages,
-                               reference=s.reference, cfg=cfg, ctx=ctx)
+                               reference=s.reference, cfg=cfg, ctx=ctx, on_logits=scores.on_logits)
+        norms, t_scores = scores.result()  # ScoreNorms of the local rows, or None
         sampler.sync_weights()  # backend vllm: the next samples (and this step's eval) come from the updated policy
         lr = scheduler.get_last_lr()[0]
         scheduler.step()
@@ -208,10 +217,10 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, checked: Checked, *, r
         # ------------------------------------------------------------ 6. metrics (all processes), eval, checkpoint
         row = step_metrics(step, batch.rewards, batch.rollout.num_prompts, n_zero_std, batch.score, batch.rollout,
                            updates, lr, ctx)
-        alloc_row.update(_observe(allocator, batch, sizes, sketch, ctx), **batch.sample_counts())
+        alloc_row.update(_observe(allocator, batch, sizes, norms, ctx), **batch.sample_counts())
         samples_cum += alloc_row["samples"]
         finish_row(row, alloc=alloc_row, samples_cum=samples_cum, t0=t0, t_sample=t_sample,
-                   t_sketch=t_sketch if allocator.uses_scores else None,
+                   t_scores=t_scores if allocator.uses_scores else None,
                    oracle_samples=B * cfg.oracle_samples if cfg.baseline == "oracle" else 0, monitored=monitored,
                    n_nonfinite=n_nonfinite)
         allocator.note_monitor(monitored)  # c1 for the next steps' certificate against uniform G*
@@ -295,12 +304,13 @@ def _restore(cfg: TrainConfig, out: Path, s: RunObjects, allocator: Allocator, r
     return start, next((r for r in logged if r["step"] == 0), {}), logged
 
 
-def _observe(allocator: Allocator, batch: StepRollout, sizes: np.ndarray, sketch, ctx: DistContext) -> dict:
-    """The allocator learns from the step's GLOBAL rewards (and ``ustat``'s sketches (N, k)), gathered from all
-    processes; its realised-variance metrics."""
-    parts = gather_objects((batch.rewards.numpy(), None if sketch is None else sketch.numpy()), ctx)
+def _observe(allocator: Allocator, batch: StepRollout, sizes: np.ndarray, norms: ScoreNorms | None,
+             ctx: DistContext) -> dict:
+    """The allocator learns from the step's GLOBAL rewards (and ``ustat``'s score norms), gathered from all
+    processes (each holds whole groups, in global prompt order); its realised-variance metrics."""
+    parts = gather_objects((batch.rewards.numpy(), norms), ctx)
     return allocator.observe(batch.prompts, sizes, np.concatenate([p[0] for p in parts]),
-                             None if sketch is None else np.concatenate([p[1] for p in parts]))
+                             None if norms is None else ScoreNorms.concat([p[1] for p in parts]))
 
 
 def _write_final(run: RunDir, result: TrainResult, s: RunObjects, log: MetricsLog) -> None:

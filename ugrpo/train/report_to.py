@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ugrpo.errors import UserError
 from ugrpo.train.config.schema import REPORT_TO
 
 __all__ = ["BACKENDS", "EXTRAS", "TRL_NAMES", "resolve_backends", "check_backends", "trl_metrics", "rewrite_logs",
@@ -222,7 +223,12 @@ def open_backends(names: Sequence[str], out: Path, config: dict) -> list[Backend
     started: list[Backend] = []
     try:
         for b in check_backends(names):
-            started.append(_CLASSES[b](Path(out), Path(out).resolve().name, config))
+            try:
+                started.append(_CLASSES[b](Path(out), Path(out).resolve().name, config))
+            except Exception as e:  # the backend's own settings (a tracking URI, a login, a folder) refused it
+                raise UserError(f"report_to: {b} did not start ({type(e).__name__}: {e}); fix its settings "
+                                f"(environment variables, docs/run-folders.md), or leave {b} out of report_to "
+                                "(--report-to)") from e
     except BaseException:
         for s in started:
             s.close()

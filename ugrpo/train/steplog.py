@@ -67,14 +67,15 @@ def step_metrics(step, rewards, n_groups, n_zero_std, sc, rollout, updates, lr, 
     }
 
 
-def finish_row(row: dict, *, alloc: dict, samples_cum: int, t0: float, t_sample: float, t_sketch: float | None,
+def finish_row(row: dict, *, alloc: dict, samples_cum: int, t0: float, t_sample: float, t_scores: float | None,
                oracle_samples: int, monitored: dict, n_nonfinite: int) -> dict:
     """Complete a :func:`step_metrics` row in place, in metrics.jsonl's key order: the cumulative samples and the
-    allocation keys, the timings (``t0``: the step's start; ``t_sketch``: ``ustat``'s sketch seconds, else None),
-    the oracle's extra samples, the G* monitor's keys and the count of dropped non-finite updates."""
+    allocation keys, the timings (``t0``: the step's start; ``t_scores``: the seconds of ``ustat``'s score
+    statistics, else None), the oracle's extra samples, the G* monitor's keys and the count of dropped non-finite
+    updates."""
     row.update(samples_cum=samples_cum, **alloc)
-    if t_sketch is not None:
-        row["s_alloc_sketch"] = t_sketch
+    if t_scores is not None:
+        row["s_alloc_scores"] = t_scores
     row["s_per_step"] = time.time() - t0
     row["s_sampling"] = t_sample
     row["tokens_per_s"] = row.pop("_tokens") / max(row["s_per_step"], 1e-9)

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from ugrpo.lm.logprobs import completion_logprobs
+from ugrpo.lm.rollout import group_chunks
 from ugrpo.lm.sampling import Rollout
 from ugrpo.train.config import TrainConfig
 from ugrpo.train.distributed import DistContext, all_reduce_grads, reduce_sum
@@ -52,33 +53,17 @@ def _chunks(rows: Tensor, size: int, group_size: int = 1, prompt_index: Tensor |
     if size <= 0 or size >= len(rows):
         return [rows]
     if prompt_index is not None:
-        return _group_chunks(rows, size, prompt_index[rows])
+        return group_chunks(rows, size, prompt_index[rows])
     if size >= group_size:
         size -= size % group_size
     return [rows[i:i + size] for i in range(0, len(rows), size)]
-
-
-def _group_chunks(rows: Tensor, size: int, owner: Tensor) -> list[Tensor]:
-    starts = [0] + [i for i in range(1, len(rows)) if owner[i] != owner[i - 1]] + [len(rows)]
-    out: list[Tensor] = []
-    lo = 0
-    for a, b in zip(starts[:-1], starts[1:]):  # group [a, b)
-        if b - lo > size and a > lo:  # the group does not fit: close the current chunk
-            out.append(rows[lo:a])
-            lo = a
-        while b - lo > size:  # a group larger than a micro-batch
-            out.append(rows[lo:lo + size])
-            lo += size
-    if lo < len(rows):
-        out.append(rows[lo:])
-    return out
 
 
 def _rollout_chunks(rows: Tensor, size: int, rollout: Rollout) -> list[Tensor]:
     return _chunks(rows, size, rollout.group_size, rollout.prompt_index if rollout.ragged else None)
 
 
-def _logp(model, rollout: Rollout, rows: Tensor, temperature: float) -> Tensor:
+def _logp(model, rollout: Rollout, rows: Tensor, temperature: float, on_logits=None) -> Tensor:
     return completion_logprobs(
         model,
         rollout.prompt_ids[rows],
@@ -87,17 +72,19 @@ def _logp(model, rollout: Rollout, rows: Tensor, temperature: float) -> Tensor:
         rollout.completion_mask[rows],
         temperature=temperature,
         share_prompts=True,  # rows come in groups: each prompt runs once (same result, less work)
+        on_logits=None if on_logits is None else (lambda sl, h, lp: on_logits(rows[sl], h, lp)),
     )  # (n, T)
 
 
 @torch.no_grad()
-def rollout_logprobs(model, rollout: Rollout, *, temperature: float, micro_batch: int) -> Tensor:
-    """``(N, T)`` token log-probs of every rollout row, without gradient (pi_old or pi_ref)."""
+def rollout_logprobs(model, rollout: Rollout, *, temperature: float, micro_batch: int, on_logits=None) -> Tensor:
+    """``(N, T)`` token log-probs of every rollout row, without gradient (pi_old or pi_ref); ``on_logits``: as in
+    :func:`update_on_rows`."""
     rows = torch.arange(len(rollout.texts))
     if len(rows) == 0:
         return torch.zeros(0, rollout.completion_ids.shape[1])
-    return torch.cat([_logp(model, rollout, c, temperature).cpu() for c in _rollout_chunks(rows, micro_batch,
-                                                                                           rollout)])
+    return torch.cat([_logp(model, rollout, c, temperature, on_logits).cpu()
+                      for c in _rollout_chunks(rows, micro_batch, rollout)])
 
 
 def global_denominator(cfg: TrainConfig, rollout: Rollout, rows: Tensor, n_sequences: int, ctx: DistContext) -> float:
@@ -121,6 +108,7 @@ def update_on_rows(
     denominator: float,
     cfg: TrainConfig,
     ctx: DistContext,
+    on_logits=None,
 ) -> UpdateStats:
     """Backward over ``rows`` (local rollout row indices) in micro-batches, all-reduce, clip, step.
 
@@ -130,12 +118,14 @@ def update_on_rows(
     logp_old : (N_local, T) sampling-policy log-probs (Algorithm 2) or None (Algorithm 1)
     logp_ref : (N_local, T) reference log-probs when ``loss.kl_coef > 0``, else None
     denominator : global sequence or token count of this (mini)batch
+    on_logits : None, or ``on_logits(rollout_rows, hidden, logprobs)`` called with what each micro-batch's forward
+        computed (:class:`ugrpo.lm.output_scores.OutputScores`, ``ustat``'s statistics); it changes no gradient
     """
     optimizer.zero_grad(set_to_none=True)
     device = next(model.parameters()).device
     sums = [0.0, 0.0, 0.0, 0.0, 0.0]  # loss, kl, clipped tokens, ratio * tokens, tokens
     for chunk in _rollout_chunks(rows, cfg.budget.micro_batch, rollout) if len(rows) else []:
-        logp = _logp(model, rollout, chunk, cfg.sampling.temperature)  # (n, T)
+        logp = _logp(model, rollout, chunk, cfg.sampling.temperature, on_logits)  # (n, T)
         mask = rollout.completion_mask[chunk].to(device)  # (n, T)
         out = policy_loss(
             logp,
@@ -171,17 +161,21 @@ def update_on_rows(
 
 def step_updates(model, params: Sequence[torch.nn.Parameter], optimizer: torch.optim.Optimizer, rollout: Rollout,
                  position: Tensor, advantages: Tensor, *, reference, cfg: TrainConfig,
-                 ctx: DistContext) -> list[UpdateStats]:
+                 ctx: DistContext, on_logits=None) -> list[UpdateStats]:
     """The step's updates: one on the whole batch (Algorithm 1) or m on disjoint prompt minibatches with the token
     ratio pi/pi_old (Algorithm 2, ``minibatches = m``).
 
     ``position`` (B_local,) is each local group's place in [0, B) of the batch: minibatch j holds the groups at
     positions [j B/m, (j+1) B/m). ``reference`` (a :class:`ugrpo.train.setup.Reference` or None) gives the KL
-    term's log-probs, taken like pi_old's before the first update.
+    term's log-probs, taken like pi_old's before the first update. ``on_logits`` (``ustat``'s output-projection
+    statistics, docs/allocation.md A3c) sees every row once, from the one forward at the sampling parameters:
+    pi_old's (Algorithm 2) or the update's (Algorithm 1).
     """
     mb, T = cfg.budget.micro_batch, cfg.sampling.temperature
     logp_ref = reference.logprobs(model, rollout, T, mb) if reference else None
-    logp_old = rollout_logprobs(model, rollout, temperature=T, micro_batch=mb) if cfg.algorithm == 2 else None
+    logp_old = (rollout_logprobs(model, rollout, temperature=T, micro_batch=mb, on_logits=on_logits)
+                if cfg.algorithm == 2 else None)
+    first = on_logits if cfg.algorithm == 1 else None  # Algorithm 1: one update, at the sampling parameters
     updates = []
     Bm = cfg.budget.prompts_per_step // cfg.minibatches
     owner = position[rollout.prompt_index]  # (N_local,) place in the batch of each row's group
@@ -190,6 +184,6 @@ def step_updates(model, params: Sequence[torch.nn.Parameter], optimizer: torch.o
         denom = global_denominator(cfg, rollout, mb_rows, Bm * cfg.budget.group_size, ctx)  # Bm * Gbar rows (seq_*)
         updates.append(update_on_rows(
             model, params, optimizer, rollout, mb_rows, advantages, logp_old=logp_old, logp_ref=logp_ref,
-            denominator=denom, cfg=cfg, ctx=ctx,
+            denominator=denom, cfg=cfg, ctx=ctx, on_logits=first,
         ))
     return updates

@@ -85,15 +85,16 @@ def _build(out, strength: str, args: argparse.Namespace):
 
 def _compare_with_shipped(r, strength: str) -> None:
     """Say whether the rebuild equals the shipped ``tiny:<strength>``, and how to use it if it does not."""
-    from ugrpo.lm.tiny_shipped import compare_weights, shipped_model_path
+    from ugrpo.lm.tiny_shipped import compare_weights, difference_cause, shipped_model_path
 
     same, diff = compare_weights(r.out_dir, strength)
     if same:
         print(f"identical to the shipped tiny:{strength}, bit for bit")
         return
     shipped = json.loads((shipped_model_path(strength) / "ugrpo_tiny.json").read_text())
+    rebuilt = json.loads((Path(r.out_dir) / "ugrpo_tiny.json").read_text())
     print(f"differs from the shipped tiny:{strength} (largest weight difference {diff:.3g}; stopped at step "
-          f"{r.steps}, the shipped model at {shipped['steps']}): float32 kernels differ between CPUs. "
+          f"{r.steps}, the shipped model at {shipped['steps']}): {difference_cause(rebuilt, shipped)}. "
           f"tiny:{strength} stays the shipped model; use this one with model.name: {r.out_dir}")
 
 

@@ -47,7 +47,7 @@ from ugrpo.experiments.plan.lm import (
 )
 from ugrpo.runs import RunDir, to_jsonable
 from ugrpo.stats.exact_mse import hoeffding_split
-from ugrpo.stats.intervals import MEAN_KEYS, RATIO_KEYS, difference_interval, ratio_interval
+from ugrpo.stats.intervals import MEAN_KEYS, RATIO_KEYS, paired_t_interval, ratio_interval
 from ugrpo.stats.mc_mse import DT, block_squared_errors, corrected_row, reference_moments
 from ugrpo.stats.seeds import derive_seed
 
@@ -302,7 +302,7 @@ def run_lm_mse(cfg: LMMSEConfig, run: RunDir, *, progress: bool = True, n_boot: 
                       "total": grp["mse"], "residual_share": res["mse"] / grp["mse"] if grp["mse"] > 0 else None,
                       "predicted_oracle_part": _predicted(comp, "oracle", B, G),
                       "predicted_residual": hoeffding_split(0.0, 0.0, comp["c3"]["estimate"], B, G)["residual"]})
-        diff = difference_interval(err["vanilla"], err["grpo"])
+        diff = paired_t_interval(err["vanilla"].tolist(), err["grpo"].tolist())  # paired by repetition
         comps.append({"G": G, "vanilla_minus_grpo": diff.to_dict(*MEAN_KEYS),
                       "grpo_over_oracle": ratio_interval(err["grpo"], err["oracle"], ref.ref_err, ref.ref_err + extra,
                                                     common_sd=sd_ref).to_dict(*RATIO_KEYS),

@@ -273,8 +273,12 @@ class AllocationConfig:
     not exceed 1 + safe_tol (in [0, 1)); otherwise the sizes are blended toward uniform, down to uniform G"""
     safe_level: float = 0.9
     """ustat's safe rule: the posterior quantile it bounds (in [0.5, 1))"""
+    scores: str = "output"
+    """ustat: which per-sample scores W the history measures (docs/allocation.md A3c): output (the output
+    projection's score, exact, read off the step's own forward: a few % of a step) | sketch (the score over all
+    trainable parameters, sketched to sketch_dim in one extra per-sample backward: 1-5x a step)"""
     sketch_dim: int = 64
-    """ustat: dimension of the per-sample score sketch that measures ||W||^2 (one extra backward per step)"""
+    """ustat (and the prompt-IS rules) with scores=sketch: dimension of the per-sample score sketch"""
     is_lambda: float = 0.1
     """uniform-is/ustat-is: the defensive floor q(x) >= is_lambda / P, in (0, 1] (every weight 1/(P q) <= 1/is_lambda;
     1 = uniform prompts; docs/math.md M55)"""
@@ -297,6 +301,7 @@ class AllocationConfig:
         from ugrpo.stats.prompt_is import check_lambda
 
         check_lambda(self.is_lambda, "allocation.is_lambda")
+        _choice("allocation.", "scores", self.scores, ("output", "sketch"))
         _positive("allocation.", "sketch_dim", self.sketch_dim)
         _positive("allocation.", "dynamic_max_rounds", self.dynamic_max_rounds)
 

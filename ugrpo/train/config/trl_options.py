@@ -41,8 +41,12 @@ class UGRPOOptions:
         "MSE over uniform num_generations may not exceed 1 + safe_tol (in [0, 1)); else they blend toward uniform"))
     allocation_safe_level: float = field(default=0.9, metadata=_help(
         "ustat's safe rule: the posterior quantile it bounds (in [0.5, 1))"))
+    allocation_scores: str = field(default="output", metadata=_help(
+        "ustat: which per-sample scores the history measures: output (the output projection's score, exact, one "
+        "no-gradient forward per generation batch) or sketch (all trainable parameters, sketched: one extra "
+        "per-sample backward pass per generation batch)"))
     allocation_sketch_dim: int = field(default=64, metadata=_help(
-        "ustat: dimension of the per-sample score sketch (one extra backward pass per generation batch)"))
+        "ustat with allocation_scores=sketch: dimension of the per-sample score sketch"))
     monitor_every: int = field(default=0, metadata=_help(
         "the G* monitor (GroupSizeMonitor) every K generation steps; 0 = off"))
     monitor_sketch_dim: int = field(default=128, metadata=_help("the monitor's score sketch dimension"))
