@@ -42,8 +42,8 @@ def cli(argv, tmp_path, **env_changes) -> tuple[dict, str]:
     return result, "\n".join(x for x in lines if not x.startswith("RESULT "))
 
 
-@pytest.mark.parametrize("command", ["train", "mse", "gap", "allocate", "make-env", "demo", "pretrain-tiny",
-                                     "reproduce"])
+@pytest.mark.parametrize("command", ["train", "mse", "plan", "sweep", "gap", "allocate", "make-env", "demo",
+                                     "pretrain-tiny", "reproduce"])
 def test_help_imports_no_torch(command, tmp_path):
     result, _ = cli([command, "--help"], tmp_path)
     assert result["rc"] == 0 and result["heavy"] == [], result

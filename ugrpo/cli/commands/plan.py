@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 
 from ugrpo.experiments.common import command_line, parse_float_list
-from ugrpo.experiments.plan.env import PlanConfig
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -88,6 +87,8 @@ def _config(args: argparse.Namespace):
         raise ValueError("--task, --task-option and --sampling-backend need --model (a language-model pilot)")
     if args.pilot is not None and args.theta is not None:
         raise ValueError("--theta only applies to --env (a pilot file was sampled at its own theta)")
+    from ugrpo.experiments.plan.env import PlanConfig  # torch: only once the flags are checked
+
     theta = None if args.theta is None else tuple(parse_float_list(args.theta, name="--theta"))
     return PlanConfig(budget=args.budget, seed=args.seed, n_boot=args.n_boot, env=args.env, pilot=args.pilot,
                       pilot_batch=args.pilot_batch, pilot_group=args.pilot_group, save_pilot=args.save_pilot,
@@ -114,7 +115,7 @@ def console_lines(r: dict) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    from ugrpo.experiments.plan.env import plan_experiment
+    from ugrpo.experiments.plan.env import PlanConfig, plan_experiment
     from ugrpo.experiments.plan.lm import lm_plan_experiment
 
     if args.trl_config is not None:
