@@ -73,6 +73,13 @@ def test_an_input_error_imports_no_torch_and_leaves_no_folder(overrides, message
         assert "--task-option train_path=path/to/train.jsonl" in err and "train_path='" not in err
 
 
+def test_a_missing_trl_config_is_one_line_without_torch(tmp_path):
+    result, err = cli(["plan", "--trl-config", tmp_path / "grpo.yaml", "--out", tmp_path / "run"], tmp_path)
+    assert result["rc"] == 2 and result["heavy"] == [], (result, err)
+    assert err == f"ugrpo plan: error: --trl-config {tmp_path / 'grpo.yaml'}: file not found", err
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("command", ["plan", "mse"])
 def test_task_help_lists_every_task(command, capsys):
     from ugrpo.cli import main

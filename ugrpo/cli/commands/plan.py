@@ -115,9 +115,6 @@ def console_lines(r: dict) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    from ugrpo.experiments.plan.env import PlanConfig, plan_experiment
-    from ugrpo.experiments.plan.lm import lm_plan_experiment
-
     if args.trl_config is not None:
         others = [f"--{n}" for n in ("env", "pilot", "model") if getattr(args, n, None) is not None]
         others += ["--sampling-backend"] if args.sampling_backend != "hf" else []
@@ -125,6 +122,9 @@ def main(args: argparse.Namespace) -> int:
             raise ValueError(f"--trl-config takes the model and data from the TRL config; drop {' and '.join(others)}")
         return _trl(args)
     cfg, argv = _config(args), command_line("plan", args)
+    from ugrpo.experiments.plan.env import PlanConfig, plan_experiment
+    from ugrpo.experiments.plan.lm import lm_plan_experiment
+
     if isinstance(cfg, PlanConfig):
         r = plan_experiment(cfg, args.out, argv=argv)
     else:
@@ -150,6 +150,10 @@ def _trl(args: argparse.Namespace) -> int:
     ``sketch_dim``, ``seed`` and ``n_boot`` come from the file's ``ugrpo:`` block (the CLI defaults of
     ``--sketch-dim``, ``--seed``, ``--n-boot`` would otherwise always win over the file).
     """
+    from pathlib import Path
+
+    if not Path(args.trl_config).is_file():  # before the TRL plan's imports (torch, transformers: seconds)
+        raise FileNotFoundError(f"--trl-config {args.trl_config}: file not found")
     from ugrpo.experiments.plan.trl import run_trl_plan
 
     r = run_trl_plan(args.trl_config, args.out, argv=command_line("plan", args), budget=args.budget,
