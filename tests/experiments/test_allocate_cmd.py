@@ -47,7 +47,7 @@ def test_bernoulli_stats_with_a_point_mass_are_the_exact_moments():
 def test_predicted_stats_keep_unsolved_prompts_alive():
     env = _hetero()
     cfg = AllocateConfig(budget=48, history_steps=2)
-    post, hist = predicted_stats(env, cfg, torch.Generator().manual_seed(0))
+    post, hist, _ = predicted_stats(env, cfg, torch.Generator().manual_seed(0))
     pred = posterior_means(post)
     assert hist["history_samples"] == 2 * 12 * 4
     assert (pred.value > 0).all() and (pred.value < 1).all() and (pred.c3 > 0).all()
@@ -71,7 +71,7 @@ def test_the_lab_uses_the_safe_rule_with_predicted_moments():
     safe rule, M50) with the lab's seed for the guard's draws."""
     env = _hetero()
     cfg = AllocateConfig(budget=48, history_steps=2)
-    post, _ = predicted_stats(env, cfg, torch.Generator().manual_seed(0))
+    post, _, _ = predicted_stats(env, cfg, torch.Generator().manual_seed(0))
     lab = build_lab(env, 0)
     G_u, _ = best_uniform(lab.c1, lab.c2, lab.c3, 48)
     idx = np.random.default_rng(1).integers(12, size=48 // G_u)

@@ -69,10 +69,10 @@ def test_weighted_update_is_the_importance_sampled_estimate_row_by_row(model, to
 
 
 def test_allocator_draws_from_the_law_of_the_history():
-    """The step's prompts are iid from q with the uniform draw's generator; sizes and weights follow the law; the law
-    is the predictor's posterior means through is_law (one predictor, M49)."""
+    """The step's prompts are iid from q with the uniform draw's generator; sizes and weights follow the law; unguarded,
+    the law is the predictor's posterior means through is_law (one predictor, M49)."""
     cfg = config_from_dict({"budget": {"samples_per_step": 32, "group_size": 8},
-                            "allocation": {"rule": "ustat-is", "is_lambda": 0.2}})
+                            "allocation": {"rule": "ustat-is", "is_lambda": 0.2, "is_guard": False}})
     al = Allocator(cfg, 12)
     rng = np.random.default_rng(0)
     for _ in range(6):  # a history in which prompts 0-5 always succeed and the others vary
@@ -81,7 +81,7 @@ def test_allocator_draws_from_the_law_of_the_history():
         al.history.update(idx, np.full(4, 8), z, rng.standard_normal((32, 3)))
     idx = al.prompts(7)
     law = is_law("ustat-is", al.history.stats(None, scores=True), 4, 32, lam=0.2, g_max=32)
-    np.testing.assert_allclose(al.law(7)[0].q, law.q)
+    np.testing.assert_allclose(al.law(7).law.q, law.q)
     assert idx.tolist() == law.draw(prompt_generator(cfg.seed, 7)).tolist()
     sizes, row = al.choose(idx, 7)
     assert sizes.tolist() == law.sizes[idx].tolist()
@@ -91,7 +91,7 @@ def test_allocator_draws_from_the_law_of_the_history():
     assert row["is_q_entropy"] <= np.log(12) and row["is_expected_samples"] == pytest.approx(law.expected_samples)
     assert row["is_predicted_ratio_low"] <= row["is_predicted_ratio"] <= row["is_predicted_ratio_high"]
     empty = Allocator(cfg, 12)  # no history: every prompt has the population's prediction, q uniform
-    np.testing.assert_allclose(empty.law(1)[0].q, 1 / 12, rtol=1e-6)
+    np.testing.assert_allclose(empty.law(1).law.q, 1 / 12, rtol=1e-6)
 
 
 @pytest.fixture(scope="module")

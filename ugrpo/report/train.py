@@ -177,6 +177,9 @@ def _is_text(al: list[dict]) -> str:
         return sum(v) / max(len(v), 1)
 
     spent = [r["samples"] for r in al if r.get("samples") is not None]
+    choices = [r["is_guard_choice"] for r in al if r.get("is_guard_choice") is not None]
+    guard = ("" if not choices else " The held-out guard (M78) used " + ", ".join(
+        f"{c} in {choices.count(c)}" for c in dict.fromkeys(choices)) + f" of {len(choices)} steps.")
     return (f"Prompt importance sampling: the step's B prompts drawn from a law q of the history and weighted by "
             f"1/(P q) (unbiased for the uniform-prompt objective, M52). Mean over {len(al)} steps: effective sample "
             f"size of the weights {_f(mean('is_ess'))} of B, largest weight {_f(mean('is_weight_max'))} (at most "
@@ -184,7 +187,8 @@ def _is_text(al: list[dict]) -> str:
             f"samples per step {_f(sum(spent) / max(len(spent), 1))} spent against {_f(mean('is_expected_samples'))} "
             f"expected. Certificate: the posterior median of the second moment S(q, G) over uniform prompts' "
             f"(`is_predicted_ratio`, M59; the MSE ratio lies below it when it is below 1) averaged "
-            f"{_f(mean('is_predicted_ratio'))} (a prediction, not a measurement; its coverage is not measured).")
+            f"{_f(mean('is_predicted_ratio'))} (a prediction, not a measurement; its coverage is not measured)."
+            + guard)
 
 
 def _dynamic_section(rows: list[dict], cfg: dict) -> str:

@@ -87,12 +87,14 @@ class GuardedLaw:
     choice : the candidate it came from (``rule``, ``uniform-is``, ``own``, ``uniform``; the rule itself when unguarded)
     checks : the held-out checks made, in order (the last one passed unless ``choice`` is ``uniform``)
     posterior : the predictor's posterior of every prompt from the whole history (for the certificate, M59)
+    moments : the moments the law was fitted with (the posterior means, or the own estimates for ``own``)
     """
 
     law: PromptLaw
     choice: str
     checks: tuple[GuardCheck, ...]
     posterior: Posterior
+    moments: PromptStats
 
     @property
     def fallback(self) -> int:
@@ -171,7 +173,7 @@ def guarded_law(rule: str, history, B: int, N: int, *, lam: float, g_min: int = 
     means = posterior_means(post)
     fit = dict(lam=lam, g_min=g_min, g_max=g_max)
     if not guard:
-        return GuardedLaw(is_law(rule, means, B, N, **fit), rule, (), post)
+        return GuardedLaw(is_law(rule, means, B, N, **fit), rule, (), post, means)
     if history.folds is None:
         raise ValueError("the prompt-IS guard needs a history with held-out folds (PromptHistory(P, held_out=True))")
     if N % B:
@@ -197,8 +199,8 @@ def guarded_law(rule: str, history, B: int, N: int, *, lam: float, g_min: int = 
         checks.append(GuardCheck(name, R, se, lo, hi, kept))
         if kept:
             whole = means if source == "post" else own_estimates(_merged(folds))
-            return GuardedLaw(is_law(r, whole, B, N, **fit), name, tuple(checks), post)
-    return GuardedLaw(uniform_law(len(means), B, G), "uniform", tuple(checks), post)
+            return GuardedLaw(is_law(r, whole, B, N, **fit), name, tuple(checks), post, whole)
+    return GuardedLaw(uniform_law(len(means), B, G), "uniform", tuple(checks), post, means)
 
 
 def _merged(folds: tuple[dict, dict]) -> dict:
