@@ -35,8 +35,8 @@ from .allocation import PromptStats
 from .predict import Posterior, posterior, posterior_means
 from .prompt_is import PromptLaw, is_law
 
-__all__ = ["GUARD_CAP", "OWN_SHRINK", "GUARD_G_MIN", "GuardCheck", "GuardedLaw", "coefficients", "held_out_ratio",
-           "own_estimates", "guarded_law", "uniform_law"]
+__all__ = ["GUARD_CAP", "OWN_SHRINK", "GUARD_G_MIN", "GuardCheck", "GuardedLaw", "coefficients", "held_out_sums",
+           "held_out_ratio", "own_estimates", "guarded_law", "uniform_law"]
 
 GUARD_CAP = 2.0
 """a candidate whose held-out upper bound on R exceeds this is not used: the history cannot rule out that it doubles the
@@ -108,35 +108,39 @@ def uniform_law(P: int, B: int, G: int) -> PromptLaw:
     return PromptLaw("uniform", q, np.full(P, int(G), dtype=np.int64), int(B), 1.0, math.nan, math.nan)
 
 
-def held_out_ratio(laws: tuple[PromptLaw, PromptLaw], folds: tuple[dict, dict], G: int) -> tuple[float, float]:
-    """Cross-fitted (R, se) of the law fitted on fold k judged on fold 1 - k, k = 0, 1, against uniform's G (M76).
+def held_out_sums(law: PromptLaw, fold: dict, G: int) -> tuple[float, float, np.ndarray]:
+    """(num, den, (sum u^2, sum u v, sum v^2)) of ``law`` judged on the visits of ``fold`` (M76).
 
-    Per fold e and prompt x, with H_x = sum over its visits of w (T0, T1, T2) and M_x = sum of w^2 T T^T (the fold's
-    ``ht_*`` sums): numerator sum_x c(G'_x) . H_x / (P q'(x)) (law (q', G') fitted on the other fold), denominator
-    sum_x c(G) . H_x, both summed over e; R = num / den and se^2 = sum over visits of (u - R v)^2 / den^2 (u, v the
-    visit's terms), from M_x. (nan, nan) when a fold has no visit or den <= 0.
+    A visit of prompt x with importance weight w and U-statistics T = (T0, T1, T2) has u = w c(G'_x) . T / (P q'(x))
+    and v = w c(G) . T, (q', G') the law and c the :func:`coefficients`; num and den are their sums over the fold's
+    visits (E num = n S(q', G') and E den = n S_u for n visits drawn iid from laws that give every prompt q > 0), and
+    the squares come from the fold's sums of w^2 T T^T.
     """
-    num = den = 0.0
-    quad = np.zeros(3)  # sum of u^2, u v, v^2 over visits
-    cu = np.stack(coefficients(G))                                              # (3,)
-    for k in (0, 1):
-        law, f = laws[k], folds[1 - k]
-        if not f["visits"].sum() > 0:
-            return math.nan, math.nan
-        H = np.stack([f["ht_t0"], f["ht_t1"], f["ht_t2"]], 1)                 # (P, 3)
-        M = np.empty((len(H), 3, 3))
-        for i in range(3):
-            for j in range(i, 3):
-                M[:, i, j] = M[:, j, i] = f[f"ht_{i}{j}"]
-        cl = np.stack(coefficients(law.sizes), 1) / (law.P * law.q)[:, None]    # (P, 3): u = cl . T w
-        num += float((cl * H).sum())
-        den += float((H @ cu).sum())
-        quad += [float(np.einsum("pi,pij,pj->", cl, M, cl)), float(np.einsum("pi,pij,j->", cl, M, cu)),
-                 float(np.einsum("i,pij,j->", cu, M, cu))]
+    H = np.stack([fold["ht_t0"], fold["ht_t1"], fold["ht_t2"]], 1)                      # (P, 3) sum of w T
+    M = np.empty((len(H), 3, 3))                                                       # (P, 3, 3) sum of w^2 T T^T
+    for i in range(3):
+        for j in range(i, 3):
+            M[:, i, j] = M[:, j, i] = fold[f"ht_{i}{j}"]
+    cl = np.stack(coefficients(law.sizes), 1) / (law.P * law.q)[:, None]                # (P, 3)
+    cu = np.stack(coefficients(G))                                                     # (3,)
+    quad = np.array([np.einsum("pi,pij,pj->", cl, M, cl), np.einsum("pi,pij,j->", cl, M, cu),
+                     np.einsum("i,pij,j->", cu, M, cu)])
+    return float((cl * H).sum()), float((H @ cu).sum()), quad
+
+
+def held_out_ratio(laws: tuple[PromptLaw, PromptLaw], folds: tuple[dict, dict], G: int) -> tuple[float, float]:
+    """Cross-fitted (R, se) of the law fitted on fold k judged on fold 1 - k, k = 0, 1, against uniform's G (M76):
+    R = (num_0 + num_1) / (den_0 + den_1) of :func:`held_out_sums`, se^2 = sum over visits of (u - R v)^2 / den^2
+    (the delta method for a ratio of sums of independent visits). (nan, nan) when a fold has no visit or den <= 0."""
+    if not all(f["visits"].sum() > 0 for f in folds):
+        return math.nan, math.nan
+    parts = [held_out_sums(laws[k], folds[1 - k], G) for k in (0, 1)]
+    num, den = sum(p[0] for p in parts), sum(p[1] for p in parts)
     if not den > 0:
         return math.nan, math.nan
+    uu, uv, vv = sum(p[2] for p in parts)
     R = num / den
-    return R, math.sqrt(max(quad[0] - 2 * R * quad[1] + R * R * quad[2], 0.0)) / den
+    return R, math.sqrt(max(uu - 2 * R * uv + R * R * vv, 0.0)) / den
 
 
 def own_estimates(sums: dict, shrink: float = OWN_SHRINK) -> PromptStats:
