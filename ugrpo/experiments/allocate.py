@@ -263,6 +263,10 @@ def run_allocate(env, cfg: AllocateConfig, progress: bool = False) -> dict:
     lab = build_lab(env, cfg.seed)
     G_u, mse_u = best_uniform(lab.c1, lab.c2, lab.c3, cfg.budget, g_min=cfg.g_min, g_max=cfg.g_max)
     B = cfg.prompts if cfg.prompts is not None else cfg.budget // G_u
+    if cfg.is_guard and "ustat-is" in cfg.rules and cfg.budget < GUARD_G_MIN * B:
+        raise ValueError(f"ustat-is with --is-guard true gives every prompt >= {GUARD_G_MIN} samples (the guard's "
+                         f"held-out U-statistics), but N / B = {cfg.budget}/{B} < {GUARD_G_MIN}; set --prompts to at "
+                         f"most {cfg.budget // GUARD_G_MIN} or pass --is-guard false")
     gen = torch.Generator().manual_seed(cfg.seed)
     pred, hist, history = predicted_stats(env, cfg, gen)
     rng = np.random.default_rng([cfg.seed, 2])

@@ -134,6 +134,13 @@ class LMMSEConfig:
         from ugrpo.stats.prompt_is import check_lambda
 
         check_lambda(self.is_lambda, "--is-lambda")
+        from ugrpo.stats.allocation import IS_RULES
+
+        thin = [G for G in allocation_groups(self.groups, g_max) if G < 3]
+        if self.is_guard and thin and any(r in IS_RULES for r in self.allocation):
+            raise ValueError(f"--allocation uniform-is/ustat-is with --is-guard true needs G >= 3 (the guard's "
+                             f"held-out U-statistics), but --groups has G = {thin[0]}; drop it or pass --is-guard "
+                             "false")
         low = [G for G in self.groups if G < self.g_min]
         if low:
             raise ValueError(f"budget N = B x G = {self.batch} x {low[0]} = {self.batch * low[0]} is below "
