@@ -32,6 +32,7 @@ import numpy as np
 from scipy.special import ndtri
 
 from .allocation import PromptStats
+from .exact_mse import prompt_error
 from .predict import Posterior, posterior, posterior_means
 from .prompt_is import PromptLaw, is_law
 
@@ -48,13 +49,15 @@ GUARD_G_MIN = 3
 
 
 def coefficients(G) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(c0, c1, c2) with a_x(G) = c0 E T0 + c1 E T1 + c2 E T2 (M75): 1 - 1/G + 1/(G(G-1)), 1/G, 1/(G(G-1)).
+    """(c0, c1, c2) with a_x(G) = c0 E T0 + c1 E T1 + c2 E T2 (M75): ||g||^2 + f(G) with c2(x) = E T1 - E T0 and
+    c3(x) = E T2 + E T0 (M16) in :func:`ugrpo.stats.exact_mse.prompt_error`, i.e. 1 - 1/G + 1/(G(G-1)), 1/G, 1/(G(G-1)).
 
     >>> [float(c) for c in coefficients(2)]  # a(2) = T0 (1 - 1/2 + 1/2) + T1/2 + T2/2
     [1.0, 0.5, 0.5]
     """
     G = np.asarray(G, dtype=np.float64)
-    return 1.0 - 1.0 / G + 1.0 / (G * (G - 1.0)), 1.0 / G, 1.0 / (G * (G - 1.0))
+    c1, c2 = prompt_error(1.0, 0.0, G), prompt_error(0.0, 1.0, G)
+    return 1.0 - c1 + c2, c1, c2
 
 
 @dataclass(frozen=True)
