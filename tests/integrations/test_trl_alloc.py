@@ -467,9 +467,9 @@ def test_two_processes_give_the_sizes_and_parameters_of_one(tmp_path, rule):
         proc = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     sizes_one, sizes_two = (json.loads((d / "sizes.json").read_text()) for d in (one, two))
-    if rule == "uniform-is":  # the weights agree to the rounding of the gathered score norms
-        w_one, w_two = sizes_one[-1].pop("weights"), sizes_two[-1].pop("weights")
-        np.testing.assert_allclose(w_two, w_one, rtol=1e-9)
+    if rule == "uniform-is":  # the weights agree to the float32 rounding of the score norms (groups are measured by
+        w_one, w_two = sizes_one[-1].pop("weights"), sizes_two[-1].pop("weights")  # the process holding them)
+        np.testing.assert_allclose(w_two, w_one, rtol=1e-6)
         assert max(w_one) != min(w_one)  # the law is not uniform
     assert sizes_one == sizes_two and len(sizes_one) == 6
     if rule == "ustat":
