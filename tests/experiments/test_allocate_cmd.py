@@ -169,6 +169,11 @@ def test_allocate_command_end_to_end(tmp_path, capsys):
                   == ("samples", moments, "ustat-is", "ustat"))
         assert vs["ci_low"] <= vs["ratio"] <= vs["ci_high"] and "exact numerator" in vs["interval"]
     assert not any(r["rule"].endswith("-is") for r in res["token_rows"])
+    for rule in ("uniform-is", "ustat-is"):  # predicted moments: the trainer's guarded law (M78)
+        row = next(r for r in rows if (r["rule"], r["moments"]) == (rule, "predicted"))
+        assert row["guard"] and row["guard_choice"] in (rule, "uniform-is", "own", "uniform") and row["guard_checks"]
+        assert min(int(g) for g in row["sizes_hist"]) >= 3
+    assert "held-out visits" in (run / "report.md").read_text()
 
 
 def test_prompt_is_row_is_the_closed_form_at_the_law_of_the_true_moments():
@@ -194,6 +199,8 @@ def test_prompt_is_row_is_the_closed_form_at_the_law_of_the_true_moments():
     (["--rules", "uniform,dapo"], "unknown rule"),
     (["--prompts", 30], "exceeds the budget"),
     (["--g-min", 5, "--g-max", 4], "g_min <= g_max"),
+    (["--is-guard", "yes"], "--is-guard 'yes': give true or false"),
+    (["--rules", "uniform,ustat-is", "--prompts", 24], "N / B = 48/24 < 3"),
 ])
 def test_allocate_bad_input(tmp_path, capsys, extra, msg):
     rc, out, err = run_cli(["allocate", "--env", "builtin:demo", "--budget", 48, "--out", tmp_path / "r", *extra],
