@@ -28,6 +28,7 @@ from ugrpo.integrations.trl_alloc import HISTORY_FILE, TrlAllocation  # noqa: E4
 from ugrpo.lm.logprobs import completion_logprobs  # noqa: E402
 from ugrpo.lm.tiny import build_tiny_model  # noqa: E402
 from ugrpo.lm.tokenizer import build_char_tokenizer  # noqa: E402
+from ugrpo.stats.history import PromptHistory  # noqa: E402
 
 G = 4  # num_generations = Gbar
 SMALL = VARIED  # 8 prompts, 4 per step: every prompt is revisited, so the history tells them apart
@@ -245,6 +246,14 @@ def test_uniform_is_resume_continues_the_law_and_its_draws(tok, tmp_path):
     assert [x.prompts.tolist() for x in b] == [x.prompts.tolist() for x in a]
     np.testing.assert_allclose(resumed.ugrpo_allocation.allocator.history.sums["visits"],
                                full.ugrpo_allocation.allocator.history.sums["visits"])
+    # guarded (the default): the checkpoint carries the guard's folds and step count, and restore reads them back
+    guarded = TrlAllocation(full.args, AllocationSpec(rule="uniform-is"), AdvantageSpec(), len(SMALL))
+    guarded.allocator.history = PromptHistory(len(SMALL), held_out=True)
+    guarded.allocator.history.update(np.arange(4), np.full(4, 4), np.tile([1.0, 0.0, 0.0, 1.0], 4), np.eye(16)[:, :3])
+    guarded.save(tmp_path)
+    back = TrlAllocation(full.args, AllocationSpec(rule="uniform-is"), AdvantageSpec(), len(SMALL))
+    back.restore(tmp_path)
+    assert back.allocator.history.to_json() == guarded.allocator.history.to_json() and back.allocator.history.steps == 1
 
 
 def test_resume_from_a_trl_checkpoint_keeps_the_history(tok, tmp_path):

@@ -332,7 +332,8 @@ class TrlAllocation:
             raise ValueError(f"{path} is unreadable ({e}); restore it from a copy or start a new run") from None
         if not isinstance(data, dict) or not isinstance(data.get("history"), dict):
             raise ValueError(f"{path} holds no 'history' object; it was not written by UGRPOTrainer")
-        self.allocator.history = PromptHistory.from_json(data["history"], self.allocator.history.P, str(path))
+        self.allocator.history = PromptHistory.from_json(data["history"], self.allocator.history.P, str(path),
+                                                         held_out=self.allocator.held_out)
         c1 = data.get("c1")
         self.allocator.c1 = tuple(float(x) for x in c1) if isinstance(c1, list) and len(c1) == 3 else None
 
