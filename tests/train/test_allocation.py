@@ -179,6 +179,8 @@ def ustat_run(tiny_model_dir, task_files, tmp_path_factory):
 
 
 def test_ustat_run_metrics(ustat_run):
+    from ugrpo.stats.certificate import WIDEN
+
     cfg, out, result = ustat_run
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert rows[0]["samples_cum"] == 0
@@ -190,6 +192,7 @@ def test_ustat_run_metrics(ustat_run):
         assert r["alloc_predicted_ratio"] > 0 and 0 < r["reward_var_predicted"] <= 0.25
         assert r["alloc_predicted_ratio_low"] <= r["alloc_predicted_ratio"] <= r["alloc_predicted_ratio_high"]
         assert r["alloc_predicted_ratio_plugin"] > 0 and "alloc_predicted_ratio_gstar" not in r  # no monitor
+        assert r["alloc_predicted_ratio_widen"] == WIDEN[0][1]    # at most 16 samples per visited prompt (M61)
         assert r["reward_var_realised"] >= 0 and r["s_alloc_sketch"] > 0 and r["samples_zero_std"] >= 0
     assert len({json.dumps(r["alloc_g_hist"], sort_keys=True) for r in rows[2:]}) >= 1
     assert (out / "checkpoints/step-2/history.json").exists()

@@ -64,8 +64,9 @@ def p_basis(knots: int = P_KNOTS) -> np.ndarray:
 
 
 def _log_post(delta: np.ndarray, L: np.ndarray, c: np.ndarray, lb: np.ndarray, Q: np.ndarray,
-              tau: float) -> tuple[float, np.ndarray, np.ndarray]:
-    """(value, gradient, Hessian) of the perturbation's log-posterior (M60), up to a constant.
+              tau: float, value_only: bool = False) -> tuple[float, np.ndarray, np.ndarray] | float:
+    """(value, gradient, Hessian) of the perturbation's log-posterior (M60), up to a constant; the value alone with
+    ``value_only``.
 
     f(delta) = sum_u c_u log sum_k L_uk pi_k(delta) - |delta|^2 / (2 tau^2), pi(delta) ~ exp(lb + Q delta)
     normalised; gradient sum_u c_u (E_rho_u q - E_pi q) - delta / tau^2, Hessian sum_u c_u (Cov_rho_u q -
@@ -77,9 +78,11 @@ def _log_post(delta: np.ndarray, L: np.ndarray, c: np.ndarray, lb: np.ndarray, Q
     w /= w.sum()
     rho = L * w[None]                                                                    # (U, K)
     m = rho.sum(1)
+    f = float((c * np.log(m)).sum()) - 0.5 * float(delta @ delta) / tau**2
+    if value_only:
+        return f
     rho /= m[:, None]
     eq_pi, eq_r = w @ Q, rho @ Q                                                         # (d,), (U, d)
-    f = float((c * np.log(m)).sum()) - 0.5 * float(delta @ delta) / tau**2
     g = c @ eq_r - n * eq_pi - delta / tau**2
     cov_pi = (Q * w[:, None]).T @ Q - np.outer(eq_pi, eq_pi)
     cov_r = (Q * (c @ rho)[:, None]).T @ Q - (eq_r * c[:, None]).T @ eq_r
@@ -151,7 +154,7 @@ def p_population_draws(successes: np.ndarray, samples: np.ndarray, prior: np.nda
     R = int(replicates)
     z = rng.standard_normal((oversample * R, len(delta)))           # proposals from N(delta_hat, Lambda^-1)
     cand = delta[None] + (z / np.sqrt(ev)[None]) @ V.T
-    logw = np.array([_log_post(d, L, c, lb, Q, tau)[0] for d in cand]) + 0.5 * (z**2).sum(1)
+    logw = np.array([_log_post(d, L, c, lb, Q, tau, value_only=True) for d in cand]) + 0.5 * (z**2).sum(1)
     prob = np.exp(logw - logw.max())
     pick = cand[_systematic(prob / prob.sum(), R, rng)]                                 # (R, d)
     lw = lb[None] + pick @ Q.T                                                            # (R, K)
@@ -194,8 +197,7 @@ def population_posteriors(history, prompts: np.ndarray, hyper: Hyper, *, rng: np
             sb = {k: v[pick] for k, v in s.items()}
             y, v, cv2 = _log_means(sb, True)
             mu, cov = _bivariate(y, v)
-            pb = {k: (v[0][pick], v[1][pick]) if k == "pp" else v[pick] for k, v in parts.items()}
-            eta_mu, eta_tau2, kappa = _fit_eta(sb, pb)
+            eta_mu, eta_tau2, kappa = _fit_eta(sb, {k: parts[k][pick] for k in ("d_hat", "u_hat")})  # M48's inputs
             h = replace(h, mu=mu, cov=cov, cv2=cv2, eta_mu=eta_mu, eta_tau2=eta_tau2, kappa=kappa)
         donors = seen if len(seen) <= pool else rng.choice(seen, size=pool, replace=False)
         rows = np.concatenate([donors, prompts])
