@@ -149,21 +149,21 @@ Samples on groups whose rewards were all equal: {zero} of {spent} ({zero / max(s
 
 
 def _certificate_text(al: list[dict]) -> str:
-    """The certificate (docs/allocation.md A6): mean posterior median and the last step's posterior interval of
-    the within-batch MSE ratio chosen / uniform G, and against uniform G* where the monitor gave c1."""
+    """The certificate (docs/allocation.md A6): mean posterior median and the last step's interval (nominal 95%,
+    M60-M61) of the within-batch MSE ratio chosen / uniform G, and against uniform G* where the monitor gave c1."""
     ratios = [r["alloc_predicted_ratio"] for r in al if r.get("alloc_predicted_ratio") is not None]
     last = next((r for r in reversed(al) if r.get("alloc_predicted_ratio_low") is not None), None)
     text = (f"Certificate: predicted within-batch MSE of the chosen G_b relative to uniform G at the same N "
             f"(`alloc_predicted_ratio`, posterior median from the history, M33/M45): mean "
             f"{_f(sum(ratios) / max(len(ratios), 1))} over {len(ratios)} steps (a prediction, not a measurement).")
     if last is not None:
-        text += (f" Step {last.get('step')}: {_f(last['alloc_predicted_ratio'])}, posterior interval "
+        text += (f" Step {last.get('step')}: {_f(last['alloc_predicted_ratio'])}, interval "
                  f"[{_f(last['alloc_predicted_ratio_low'])}, {_f(last['alloc_predicted_ratio_high'])}] (nominal 95%; "
                  f"{coverage_phrase()}).")
     gs = next((r for r in reversed(al) if r.get("alloc_predicted_ratio_gstar") is not None), None)
     if gs is not None:
         text += (f" Full MSE (c1 from the G* monitor) against the best single G* = {gs['alloc_gstar']} at the same N, "
-                 f"step {gs.get('step')}: {_f(gs['alloc_predicted_ratio_gstar'])}, posterior interval "
+                 f"step {gs.get('step')}: {_f(gs['alloc_predicted_ratio_gstar'])}, interval "
                  f"[{_f(gs['alloc_predicted_ratio_gstar_low'])}, {_f(gs['alloc_predicted_ratio_gstar_high'])}] "
                  "(coverage of this one not measured).")
     return text

@@ -29,10 +29,11 @@ import torch
 from torch import Tensor
 
 from ugrpo.stats.allocation import IS_RULES
-from ugrpo.stats.certificate import certificate
+from ugrpo.stats.certificate import certificate, widening
 from ugrpo.stats.history import FIELDS, SECOND, PromptHistory, ScoreNorms, check_unit_rewards
 from ugrpo.stats.is_certificate import is_certificate
 from ugrpo.stats.is_guard import GUARD_G_MIN, GuardedLaw, guarded_law
+from ugrpo.stats.population import population_posteriors
 from ugrpo.stats.predict import Posterior, posterior_means, reward_variance
 from ugrpo.stats.prompt_is import step_metrics
 from ugrpo.stats.ragged import compute_ragged_advantages, ragged_reward_spread
@@ -153,16 +154,21 @@ class Allocator:
         """True when every group has G samples and no history is kept (``uniform``, ``dynamic``)."""
         return self.al.rule in ("uniform", "dynamic")
 
-    def certify(self, post: Posterior, sizes: np.ndarray, st, step: int) -> dict:
-        """The certificate (docs/allocation.md A6, M45): posterior median and 95% posterior interval of the
-        within-batch MSE ratio chosen / uniform G, the plug-in ratio, and with the monitor's latest c1 (``ustat``
-        with ``scores: sketch`` only: c1 is of the score over all trainable parameters, so in the history's units
-        only then) the full-MSE ratio against the best single G* at the same N."""
+    def certify(self, post: Posterior, prompts: np.ndarray, sizes: np.ndarray, st, step: int) -> dict:
+        """The certificate (docs/allocation.md A6, M45, M60, M61): posterior median and interval (nominal 95%) of
+        the within-batch MSE ratio chosen / uniform G from the predictor's posterior under draws of its population
+        model, widened by the history's factor; the plug-in ratio; and with the monitor's latest c1 (``ustat`` with
+        ``scores: sketch`` only: c1 is of the score over all trainable parameters, so in the history's units only
+        then) the full-MSE ratio against the best single G* at the same N."""
         c1 = self.c1 if self.uses_scores and self.al.scores == "sketch" else None  # the monitor sketches all params
+        sums = self.history.sums_for_prediction()
         seed = int(np.random.SeedSequence([int(self.cfg.seed), int(step), 0x636572]).generate_state(1)[0])
-        c = certificate(post, sizes, self.G, st.c2, st.c3, c1=c1, g_min=self.g_min, g_max=self.g_max, seed=seed)
+        posts = population_posteriors(sums, prompts, post.hyper, rng=np.random.default_rng([seed, 0x706f70]))
+        c = certificate(posts, sizes, self.G, st.c2, st.c3, c1=c1, g_min=self.g_min, g_max=self.g_max, seed=seed,
+                        widen=widening(sums))
         row = {"alloc_predicted_ratio": c.ratio, "alloc_predicted_ratio_low": c.ratio_low,
-               "alloc_predicted_ratio_high": c.ratio_high, "alloc_predicted_ratio_plugin": c.plugin}
+               "alloc_predicted_ratio_high": c.ratio_high, "alloc_predicted_ratio_plugin": c.plugin,
+               "alloc_predicted_ratio_widen": c.widen}
         if c.full_ratio is not None:
             row.update(alloc_predicted_ratio_gstar=c.full_ratio, alloc_predicted_ratio_gstar_low=c.full_ratio_low,
                        alloc_predicted_ratio_gstar_high=c.full_ratio_high, alloc_gstar=c.g_star)
@@ -232,7 +238,7 @@ class Allocator:
         row = {
             "alloc_g_min": int(sizes.min()), "alloc_g_max": int(sizes.max()),
             "alloc_g_hist": {str(g): int(c) for g, c in enumerate(hist) if c},
-            **self.certify(post, sizes, st, step),
+            **self.certify(post, prompts, sizes, st, step),
             "reward_var_predicted": float(reward_variance(post).mean()),
         }
         if choice is not None:  # ustat's guard (M50): the blend weight chosen (None: uniform G) and its quantile

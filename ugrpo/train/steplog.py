@@ -153,7 +153,7 @@ def line(row: dict) -> str:
     elif "alloc_g_hist" in row:  # per-prompt group sizes (docs/allocation.md)
         parts.append(f"G_b={row['alloc_g_min']}..{row['alloc_g_max']} "
                      f"predicted_mse_ratio={row['alloc_predicted_ratio']:.3g}"
-                     + (f" (posterior {row['alloc_predicted_ratio_low']:.3g}-"
+                     + (f" (95% interval {row['alloc_predicted_ratio_low']:.3g}-"
                         f"{row['alloc_predicted_ratio_high']:.3g}, {coverage_phrase(short=True)})"
                         if row.get("alloc_predicted_ratio_low") is not None else ""))
     if "dynamic_rounds" in row:
