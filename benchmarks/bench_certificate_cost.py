@@ -3,9 +3,11 @@
 Times, side by side in one process on a synthetic ``PromptHistory`` of 50 steps (Bernoulli rewards, 16-dim
 sketched scores), what ``ugrpo train``'s Allocator does per ``ustat`` step (ugrpo/train/alloc.py): the predictor's
 posterior (``history.posterior``: the fitted population of p, M46, and the score moments, M47-M49), the safe rule
-(``safe.choose_sizes``, M50), the plug-in ratio (two ``predicted_mse``) and the certificate (1000 draws and the G*
-part, M45), for P train prompts and B prompts per step. The step time it is compared with is
-``ustat``'s median ``s_per_step`` in benchmarks/results/train_allocation.json (the tiny arithmetic model on this
+(``safe.choose_sizes``, M50), the plug-in ratio (two ``predicted_mse``) and the certificate: the draws of the
+population model (``population.population_posteriors``, M60) and the certificate over them (1000 draws, the widening
+of M61 and the G* part, M45), for P train prompts and B prompts per step; side by side, the certificate on the one
+posterior as before M60 (``certificate_single``). The step times it is compared with are ``ustat``'s and
+``uniform``'s median ``s_per_step`` in benchmarks/results/train_allocation.json (the tiny arithmetic model on this
 machine; a real model's step is far longer).
 
 Run: ``python benchmarks/bench_certificate_cost.py [OUT_DIR]`` -> benchmarks/results/local/certificate_cost.json
@@ -27,8 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import REFERENCE_DIR, write_result  # noqa: E402
 
 from ugrpo.stats.allocation import predicted_mse  # noqa: E402
-from ugrpo.stats.certificate import certificate  # noqa: E402
+from ugrpo.stats.certificate import certificate, widening  # noqa: E402
 from ugrpo.stats.history import PromptHistory  # noqa: E402
+from ugrpo.stats.population import population_posteriors  # noqa: E402
 from ugrpo.stats.predict import posterior_means  # noqa: E402
 from ugrpo.stats.safe import choose_sizes  # noqa: E402
 
@@ -57,11 +60,22 @@ def _case(P: int, B: int, G: int) -> dict:
     def plugin() -> None:
         predicted_mse(sizes, st) / predicted_mse(np.full(B, G), st)
 
+    sums = h.sums_for_prediction()
+    posts = population_posteriors(sums, idx, post.hyper, rng=np.random.default_rng(2))
+
+    def population() -> None:
+        population_posteriors(sums, idx, post.hyper, rng=np.random.default_rng(2))
+
     def cert() -> None:
+        certificate(posts, sizes, G, st.c2, st.c3, c1=(0.01, 0.005, 0.02), g_min=2, g_max=4 * G, seed=1,
+                    widen=widening(sums))
+
+    def cert_single() -> None:
         certificate(post, sizes, G, st.c2, st.c3, c1=(0.01, 0.005, 0.02), g_min=2, g_max=4 * G, seed=1)
 
     out = {}
-    for name, fn in (("predictor", predictor), ("safe_rule", safe_rule), ("plugin", plugin), ("certificate", cert)):
+    for name, fn in (("predictor", predictor), ("safe_rule", safe_rule), ("plugin", plugin),
+                     ("population", population), ("certificate", cert), ("certificate_single", cert_single)):
         fn()
         t = []
         for _ in range(REPEATS):
@@ -74,16 +88,19 @@ def _case(P: int, B: int, G: int) -> dict:
 
 def main() -> None:
     rows = [_case(*c) for c in CASES]
-    step = None
+    step = uni = None
     ta = REFERENCE_DIR / "train_allocation.json"
     if ta.exists():
-        step = json.loads(ta.read_text())["rules"]["ustat"]["median_s_per_step"]
+        rules = json.loads(ta.read_text())["rules"]
+        step, uni = rules["ustat"]["median_s_per_step"], rules["uniform"]["median_s_per_step"]
     for r in rows:
         if step:
-            r["ustat_step_s"] = step
-            r["certificate_over_step"] = r["certificate_median_s"] / step
-            r["allocator_over_step"] = (r["predictor_median_s"] + r["safe_rule_median_s"] + r["plugin_median_s"]
-                                        + r["certificate_median_s"]) / step
+            cert = r["population_median_s"] + r["certificate_median_s"]
+            r.update(ustat_step_s=step, uniform_step_s=uni, certificate_over_step=cert / step,
+                     certificate_over_uniform_step=cert / uni,
+                     certificate_single_over_step=r["certificate_single_median_s"] / step,
+                     allocator_over_step=(r["predictor_median_s"] + r["safe_rule_median_s"] + r["plugin_median_s"]
+                                          + cert) / step)
         print(r, flush=True)
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else None
     print(f"wrote {write_result('certificate_cost', {'repeats': REPEATS, 'rows': rows}, out)}")

@@ -11,13 +11,15 @@ For each instance the exact constants c1, c2, c3 at theta0 give the exact bound 
 with B = N/G), the exact best G and the exact 5% band. Independent pilots of B0 x 8 (B0 = 16, 64, 256) are
 drawn at theta0; each is estimated twice from the same bootstrap resamples (the default intervals, symmetric
 bootstrap-t with c1's on the log(c1 + s) scale, docs/math.md M39), with c1's terms on the raw rewards
-(``c1_baseline="none"``, M17) and centred within each prompt (the default, M67), and planned three times:
+(``c1_baseline="none"``, M17) and centred within each prompt (the default, M67), and planned four times:
 
 * before: the recommendation before issue 22 (argmin of the bootstrap expected MSE ratio over the
   replicates with c1* > 0; minimax over c1 in [0, max(c1_hi, 2 se)] when fewer than 5% have c1* > 0),
   re-implemented here from its definition, on the raw estimate;
-* raw: the planner (:func:`ugrpo.stats.planner.plan_group_size`, docs/math.md M41) on the raw estimate;
-* after: the planner on the centred estimate (the default since M67).
+* raw: the planner (:func:`ugrpo.stats.planner.plan_group_size`, docs/math.md M41, M80) on the raw estimate;
+* joint: M41 as it was before M80, re-implemented here from its definition, on the centred estimate: the expected
+  ratio over the joint draws of (c1, c2, c3) (each clipped at 0), among the G that decide when there are some;
+* after: the planner on the centred estimate (the default: M67's c1, M80's c2 and c3 at their estimates).
 
 Reported per pilot size, pooled and per family: coverage of each constant's 95% interval; coverage of the band
 (the exact band inside [g_band_low, g_band_high]); how often the chosen G is inside the exact band; mean and
@@ -50,7 +52,7 @@ from common import write_result  # noqa: E402
 
 from ugrpo.envs.generate import random_env  # noqa: E402
 from ugrpo.envs.policies import LinearSoftmax  # noqa: E402
-from ugrpo.stats.band import bound_table, near_optimal_band  # noqa: E402
+from ugrpo.stats.band import bound_table, near_optimal_band, ratio_table  # noqa: E402
 from ugrpo.stats.components import estimate_components  # noqa: E402
 from ugrpo.stats.planner import bound, candidate_groups, plan_group_size  # noqa: E402
 
@@ -151,6 +153,19 @@ def before_rule(vc, cands: list[int]) -> int:
     return cands[int(np.argmin(ratio.mean(axis=0)))]
 
 
+def joint_rule(vc, plan) -> int:
+    """M41 before M80: among the G that decide (worst ratio over c1's range within the tolerance), else all, the G
+    with the smallest mean ratio over the joint confidence draws of (c1, c2, c3), each clipped at 0."""
+    draws = vc.confidence_draws()
+    rows = np.clip(draws[~np.isnan(draws).any(axis=1)], 0.0, None)
+    rows = np.minimum(rows, np.where(np.isfinite(rows), rows, 0.0).max(initial=1.0) * 1e6)
+    expected = ratio_table(rows, N, [g for g, _, _ in plan.candidates]).mean(axis=0)
+    worst = np.asarray(plan.worst_case)
+    pool = np.flatnonzero(worst <= 1 + TOL)
+    pool = pool if pool.size else np.arange(len(worst))
+    return plan.candidates[int(pool[np.argmin(expected[pool])])][0]
+
+
 def _scored(chosen: int | None, truth: dict) -> dict:
     return {"chosen": chosen, "in_band": chosen in truth["band"],
             "regret": None if chosen is None else truth["mse"][chosen] / truth["mse"][truth["g_best"]]}
@@ -167,9 +182,9 @@ def _common(vc, plan, truth) -> dict:
 
 def one_pilot(rewards, scores, truth, n_boot: int, seed: int, interval_methods: bool = False,
               rare_seen: bool | None = None) -> dict:
-    """The three rules on one pilot (the same bootstrap resamples): before and raw on the raw c1 terms, after on
-    the reward-centred ones (docs/math.md M67). ``rare_seen``: whether the pilot holds a success of a rare hard
-    prompt (None for the families without them), recorded for M69's coverage split."""
+    """The four rules on one pilot (the same bootstrap resamples): before and raw on the raw c1 terms, joint and
+    after on the reward-centred ones (docs/math.md M67, M80). ``rare_seen``: whether the pilot holds a success of a
+    rare hard prompt (None for the families without them), recorded for M69's coverage split."""
     vc_raw = estimate_components(rewards, scores=scores, n_boot=n_boot, method=METHOD,
                                  generator=torch.Generator().manual_seed(seed), c1_baseline="none")
     vc = estimate_components(rewards, scores=scores, n_boot=n_boot, method=METHOD,
@@ -186,6 +201,7 @@ def one_pilot(rewards, scores, truth, n_boot: int, seed: int, interval_methods: 
                                          for e, t in zip((other.c1, other.c2, other.c3), truth["c"])]
     return {"before": {**common_raw, **_scored(before_rule(vc_raw, cands), truth), "decided": True},
             "raw": {**common_raw, **_scored(plan_raw.g_recommended, truth), "decided": bool(plan_raw.decided)},
+            "joint": {**common, **_scored(joint_rule(vc, plan), truth), "decided": bool(plan.decided)},
             "after": {**common, **_scored(plan.g_recommended, truth), "decided": bool(plan.decided)}}
 
 
@@ -243,7 +259,7 @@ def rare_prompts(env, settings: dict) -> torch.Tensor | None:
 
 def run(pilots: int, n_boot: int, sizes=SIZES, seed_offset: int = 0, families: set[str] | None = None,
         interval_methods: bool = False) -> dict:
-    keys = ("before", "raw", "after")
+    keys = ("before", "raw", "joint", "after")
     per_instance = []
     pooled = {(B0, m): [] for B0 in sizes for m in keys}
     per_family: dict = {}
@@ -270,9 +286,10 @@ def run(pilots: int, n_boot: int, sizes=SIZES, seed_offset: int = 0, families: s
             s = inst["sizes"][str(B0)]
             print(f"{name:22s} band {str(truth['band']):18s} B0={B0:4d}  cov {s['after']['coverage_c1']:.2f}/"
                   f"{s['after']['coverage_c2']:.2f}/{s['after']['coverage_c3']:.2f}  in-band before "
-                  f"{s['before']['chosen_in_exact_band']:.2f} raw {s['raw']['chosen_in_exact_band']:.2f} after "
-                  f"{s['after']['chosen_in_exact_band']:.2f}  regret {s['before']['mean_regret']:.3f} / "
-                  f"{s['raw']['mean_regret']:.3f} / {s['after']['mean_regret']:.3f}  undecided "
+                  f"{s['before']['chosen_in_exact_band']:.2f} raw {s['raw']['chosen_in_exact_band']:.2f} joint "
+                  f"{s['joint']['chosen_in_exact_band']:.2f} after {s['after']['chosen_in_exact_band']:.2f}  regret "
+                  f"{s['before']['mean_regret']:.3f} / {s['raw']['mean_regret']:.3f} / {s['joint']['mean_regret']:.3f}"
+                  f" / {s['after']['mean_regret']:.3f}  undecided "
                   f"{s['after']['undecided']:.2f}", flush=True)
         per_instance.append(inst)
     table = {str(B0): {m: summarise(pooled[(B0, m)]) for m in keys} for B0 in sizes}
@@ -283,7 +300,10 @@ def run(pilots: int, n_boot: int, sizes=SIZES, seed_offset: int = 0, families: s
             "before": "the recommendation before issue 22: expected MSE ratio over the replicates with c1* > 0 "
                       "(minimax fallback), on the raw c1 terms",
             "raw": "plan_group_size's g_recommended (docs/math.md M41) on the raw c1 terms (c1_baseline='none')",
-            "after": "plan_group_size's g_recommended (docs/math.md M41) on the reward-centred c1 terms (M67)",
+            "joint": "M41 before M80: the expected ratio over the joint draws of (c1, c2, c3), on the reward-centred "
+                     "c1 terms (M67)",
+            "after": "plan_group_size's g_recommended (docs/math.md M41, M80: c2, c3 at their estimates) on the "
+                     "reward-centred c1 terms (M67)",
             "table": table, "families": fams, "instances": per_instance}
 
 
@@ -294,12 +314,13 @@ def print_table(res: dict) -> None:
     for B0, d in res["table"].items():
         for m, s in d.items():
             print(f"{B0:>6}  {m:6s}  " + "  ".join("   -  " if s[c] is None else f"{s[c]:6.3f}" for c in cols))
-    print("\nper family: G in the exact 5% band, before / raw / after (mean regret)")
+    print("\nper family: G in the exact 5% band, before / raw / joint / after (mean regret joint -> after; worst)")
     for fam, d in res["families"].items():
         print(f"{fam:22s} " + "  ".join(
             f"{B0}x8 {s['before']['chosen_in_exact_band']:.2f}/{s['raw']['chosen_in_exact_band']:.2f}/"
-            f"{s['after']['chosen_in_exact_band']:.2f} ({s['raw']['mean_regret']:.3f} -> "
-            f"{s['after']['mean_regret']:.3f})"
+            f"{s['joint']['chosen_in_exact_band']:.2f}/{s['after']['chosen_in_exact_band']:.2f} "
+            f"({s['joint']['mean_regret']:.3f} -> {s['after']['mean_regret']:.3f}; {s['joint']['worst_regret']:.2f}"
+            f" -> {s['after']['worst_regret']:.2f})"
             for B0, s in d.items()))
 
 

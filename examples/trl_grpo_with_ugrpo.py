@@ -10,7 +10,7 @@ Runs offline on a CPU in seconds (one torch thread, as the ``ugrpo`` commands) w
     python examples/trl_grpo_with_ugrpo.py --model ./my-model --baseline grpo_mean --scale std --allocation uniform
 
 Only the lines marked ``# ugrpo`` differ from a plain TRL script. At the end it prints, per step, the group sizes
-the rule chose and the certificate (the predicted MSE ratio against uniform G with its 95% posterior interval), or
+the rule chose and the certificate (the predicted MSE ratio against uniform G with its nominal-95% interval), or
 the monitor's measurements (c1, c3, G* at N = completions per step) and its share of the step time.
 """
 

@@ -47,7 +47,7 @@ def test_bernoulli_stats_with_a_point_mass_are_the_exact_moments():
 def test_predicted_stats_keep_unsolved_prompts_alive():
     env = _hetero()
     cfg = AllocateConfig(budget=48, history_steps=2)
-    post, hist = predicted_stats(env, cfg, torch.Generator().manual_seed(0))
+    post, hist, _ = predicted_stats(env, cfg, torch.Generator().manual_seed(0))
     pred = posterior_means(post)
     assert hist["history_samples"] == 2 * 12 * 4
     assert (pred.value > 0).all() and (pred.value < 1).all() and (pred.c3 > 0).all()
@@ -71,7 +71,7 @@ def test_the_lab_uses_the_safe_rule_with_predicted_moments():
     safe rule, M50) with the lab's seed for the guard's draws."""
     env = _hetero()
     cfg = AllocateConfig(budget=48, history_steps=2)
-    post, _ = predicted_stats(env, cfg, torch.Generator().manual_seed(0))
+    post, _, _ = predicted_stats(env, cfg, torch.Generator().manual_seed(0))
     lab = build_lab(env, 0)
     G_u, _ = best_uniform(lab.c1, lab.c2, lab.c3, 48)
     idx = np.random.default_rng(1).integers(12, size=48 // G_u)
@@ -169,6 +169,11 @@ def test_allocate_command_end_to_end(tmp_path, capsys):
                   == ("samples", moments, "ustat-is", "ustat"))
         assert vs["ci_low"] <= vs["ratio"] <= vs["ci_high"] and "exact numerator" in vs["interval"]
     assert not any(r["rule"].endswith("-is") for r in res["token_rows"])
+    for rule in ("uniform-is", "ustat-is"):  # predicted moments: the trainer's guarded law (M78)
+        row = next(r for r in rows if (r["rule"], r["moments"]) == (rule, "predicted"))
+        assert row["guard"] and row["guard_choice"] in (rule, "uniform-is", "own", "uniform") and row["guard_checks"]
+        assert min(int(g) for g in row["sizes_hist"]) >= 3
+    assert "held-out visits" in (run / "report.md").read_text()
 
 
 def test_prompt_is_row_is_the_closed_form_at_the_law_of_the_true_moments():
@@ -194,6 +199,8 @@ def test_prompt_is_row_is_the_closed_form_at_the_law_of_the_true_moments():
     (["--rules", "uniform,dapo"], "unknown rule"),
     (["--prompts", 30], "exceeds the budget"),
     (["--g-min", 5, "--g-max", 4], "g_min <= g_max"),
+    (["--is-guard", "yes"], "--is-guard 'yes': give true or false"),
+    (["--rules", "uniform,ustat-is", "--prompts", 24], "N / B = 48/24 < 3"),
 ])
 def test_allocate_bad_input(tmp_path, capsys, extra, msg):
     rc, out, err = run_cli(["allocate", "--env", "builtin:demo", "--budget", 48, "--out", tmp_path / "r", *extra],

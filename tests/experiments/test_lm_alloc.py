@@ -34,7 +34,11 @@ def test_allocation_end_to_end(tmp_path, capsys, tiny_model_dir, task_args):
     # the prompt-IS rows (R11): their own list, at N = B G in expectation, a paired ratio to uniform's single draws
     assert [(r["G"], r["moments"], r["rule"]) for r in al["is_rows"]] == [(3, m, r) for m in ("true", "predicted")
                                                                          for r in IS_RULES]
-    for r in al["is_rows"]:
+    for r in al["is_rows"]:  # predicted moments: the trainer's guarded law (M78); true moments: unguarded
+        assert (r.get("guard_choice") is None) == (r["moments"] == "true")
+        if r["moments"] == "predicted":
+            assert r["guard_choice"] in ("uniform-is", "ustat-is", "own", "uniform") and r["guard_checks"]
+            assert r["sizes"]["min"] >= 3
         assert r["expected_samples"] == pytest.approx(9, rel=1e-6) and 1 <= r["weight_max"] <= 10 + 1e-9
         assert 0 <= r["ci_low"] <= r["mse"] <= r["ci_high"] or r["mse"] < 0 <= r["ci_high"]
         assert r["ratio_ci"][0] <= r["ratio"] <= r["ratio_ci"][1] and math.isfinite(r["predicted_ratio"])
@@ -100,6 +104,9 @@ def test_uniform_rule_equals_grpo_row_when_one_group_per_block(tmp_path, capsys,
     (["--g-max", 3], "--allocation needs a uniform G in --groups below g_max = 3"),
     (["--g-min", 5, "--g-max", 4], "--g-max = 4 is below --g-min = 5"),
     (["--history-group", 2], "--history-group = 2 must be an integer >= 3"),
+    (["--is-lambda", 0], "--is-lambda=0.0 must be a number in (0, 1]"),
+    (["--is-guard", "maybe"], "--is-guard 'maybe': give true or false"),
+    (["--groups", "2,8"], "with --is-guard true needs G >= 3"),
 ])
 def test_allocation_bad_inputs_before_sampling(tmp_path, capsys, tiny_model_dir, task_args, extra, msg):
     argv = _args(tiny_model_dir, task_args, tmp_path / "o")

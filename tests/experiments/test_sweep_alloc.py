@@ -131,3 +131,9 @@ def test_prompt_is_rules_in_the_env_sweep(tmp_path, capsys):
     rc, _, err = run_cli(["sweep", "--env", "builtin:demo", "--budget", 64, "--allocation", "ustat-is",
                           "--is-lambda", 0, *FAST, "--out", tmp_path / "bad"], capsys)
     assert rc == 2 and "--is-lambda=0.0 must be a number in (0, 1]" in err
+    rc, _, err = run_cli(["sweep", "--env", "builtin:demo", "--budget", 64, "--allocation", "ustat-is",
+                          "--is-guard", "maybe", *FAST, "--out", tmp_path / "bad2"], capsys)
+    assert rc == 2 and "--is-guard 'maybe': give true or false" in err
+    rc, _, err = run_cli(["sweep", "--env", "builtin:demo", "--budget", 64, "--groups", 8, "--allocation",
+                          "uniform-is", "--is-guard", "false", *FAST, "--out", tmp_path / "off"], capsys)
+    assert rc == 0 and results(tmp_path / "off")["config"]["is_guard"] is False

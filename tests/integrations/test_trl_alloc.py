@@ -28,6 +28,7 @@ from ugrpo.integrations.trl_alloc import HISTORY_FILE, TrlAllocation  # noqa: E4
 from ugrpo.lm.logprobs import completion_logprobs  # noqa: E402
 from ugrpo.lm.tiny import build_tiny_model  # noqa: E402
 from ugrpo.lm.tokenizer import build_char_tokenizer  # noqa: E402
+from ugrpo.stats.history import PromptHistory  # noqa: E402
 
 G = 4  # num_generations = Gbar
 SMALL = VARIED  # 8 prompts, 4 per step: every prompt is revisited, so the history tells them apart
@@ -38,7 +39,8 @@ def tok():
     return build_char_tokenizer()
 
 
-def _trainer(tok, tmp_path, rule="vip", *, prompts=SMALL, reward=any_digit_reward, spec=None, **config):
+def _trainer(tok, tmp_path, rule="vip", *, prompts=SMALL, reward=any_digit_reward, spec=None, allocation=None,
+             **config):
     kw = dict(max_steps=6, num_generations=G, per_device_train_batch_size=16)
     kw.update(config)
     rec = Recorder(reward)
@@ -47,7 +49,7 @@ def _trainer(tok, tmp_path, rule="vip", *, prompts=SMALL, reward=any_digit_rewar
         trainer = UGRPOTrainer(model=build_tiny_model(tok, size="1m", seed=0), reward_funcs=rec,
                                args=grpo_config(tmp_path, **kw), train_dataset=Dataset.from_dict({"prompt": prompts}),
                                processing_class=tok, advantages=spec or AdvantageSpec(),
-                               allocation=AllocationSpec(rule=rule))
+                               allocation=allocation or AllocationSpec(rule=rule))
     return rec.attach(trainer), rec
 
 
@@ -186,6 +188,74 @@ def test_update_is_the_ragged_estimate_row_by_row(tok, tmp_path, loss_type):
         torch.testing.assert_close(p - q, e, rtol=1e-4, atol=1e-6)
 
 
+def test_uniform_is_draws_from_the_law_and_weights_the_update_row_by_row(tok, tmp_path):
+    """uniform-is (unguarded: the law of the seeded history): the batch's prompts are the Allocator's draw from the law
+    q at that step (not TRL's sampler's), each with num_generations rows, and one SGD step (lr 1, dr_grpo) moves theta
+    by (1/B) sum_b w_b (1/G) sum_g A_bg W_bg with w_b = 1/(P q(x_b)) (M52), computed row by row."""
+    from ugrpo.train.rollout import prompt_generator
+
+    L = 8
+    spec = AllocationSpec(rule="uniform-is", is_guard=False)
+    trainer, rec = _trainer(tok, tmp_path, allocation=spec, max_steps=1, optim="sgd", learning_rate=1.0,
+                            lr_scheduler_type="constant", max_grad_norm=0.0, weight_decay=0.0, loss_type="dr_grpo",
+                            max_completion_length=L)
+    _seed_all(trainer)
+    start = build_tiny_model(tok, size="1m", seed=0).eval()
+    start.load_state_dict(trainer.model.state_dict())
+    params = [p for p in start.parameters() if p.requires_grad]
+    before = [p.detach().clone() for p in params]
+    _train(trainer)
+    (alloc,) = trainer.ugrpo_allocation.log
+    law = trainer.ugrpo_allocation.allocator.law(0).law
+    assert alloc.prompts.tolist() == law.draw(prompt_generator(trainer.args.seed, 0)).tolist()
+    assert (alloc.sizes == G).all() and law.q.max() > 1.5 * law.q.min()
+    batch, z = rec.batches[0], torch.tensor(rec.rewards[0], dtype=torch.float64)
+    text = trainer.processing_class.batch_decode(batch["prompt_ids"], skip_special_tokens=True)
+    assert text == [SMALL[p] for p in np.repeat(alloc.prompts, G)]
+    w = 1.0 / (len(SMALL) * law.q[alloc.prompts])
+    brute = [torch.zeros_like(p) for p in params]
+    for b in range(4):
+        group = z[b * G:(b + 1) * G]
+        for g in range(G):
+            r = b * G + g
+            adv = float(group[g] - (group.sum() - group[g]) / (G - 1))
+            lp = completion_logprobs(start, batch["prompt_ids"][r:r + 1], batch["prompt_mask"][r:r + 1],
+                                     batch["completion_ids"][r:r + 1], batch["completion_mask"][r:r + 1])
+            for acc, gr in zip(brute, torch.autograd.grad(lp.sum(), params, allow_unused=True)):
+                if gr is not None:
+                    acc += w[b] * adv / (4 * G * L) * gr
+    after = [p.detach() for p in trainer.model.parameters() if p.requires_grad]
+    assert max(float((p - q).abs().max()) for p, q in zip(after, before)) > 1e-4
+    for p, q, e in zip(after, before, brute):
+        torch.testing.assert_close(p - q, e, rtol=1e-4, atol=1e-6)
+    row = next(r for r in trainer.state.log_history if "ugrpo/is_ess" in r)
+    assert row["ugrpo/is_weight_max"] == pytest.approx(w.max()) and 1 <= row["ugrpo/is_ess"] <= 4
+
+
+def test_uniform_is_resume_continues_the_law_and_its_draws(tok, tmp_path):
+    """A run checkpointed at step 4 and resumed from there draws at steps 4 and 5 the prompts the uninterrupted run
+    drew (the law of the restored history, the draw seeded by (seed, step)), unlike TRL's own sampler."""
+    spec = AllocationSpec(rule="uniform-is", is_guard=False)
+    full, _ = _trainer(tok, tmp_path, allocation=spec, max_steps=6, save_strategy="steps", save_steps=4)
+    _seed_all(full)
+    _train(full)
+    resumed, _ = _trainer(tok, tmp_path, allocation=spec, max_steps=6)
+    _train(resumed, resume_from_checkpoint=str(tmp_path / "trl" / "checkpoint-4"))
+    a, b = full.ugrpo_allocation.log[4:], resumed.ugrpo_allocation.log
+    assert [x.step for x in b] == [4, 5]
+    assert [x.prompts.tolist() for x in b] == [x.prompts.tolist() for x in a]
+    np.testing.assert_allclose(resumed.ugrpo_allocation.allocator.history.sums["visits"],
+                               full.ugrpo_allocation.allocator.history.sums["visits"])
+    # guarded (the default): the checkpoint carries the guard's folds and step count, and restore reads them back
+    guarded = TrlAllocation(full.args, AllocationSpec(rule="uniform-is"), AdvantageSpec(), len(SMALL))
+    guarded.allocator.history = PromptHistory(len(SMALL), held_out=True)
+    guarded.allocator.history.update(np.arange(4), np.full(4, 4), np.tile([1.0, 0.0, 0.0, 1.0], 4), np.eye(16)[:, :3])
+    guarded.save(tmp_path)
+    back = TrlAllocation(full.args, AllocationSpec(rule="uniform-is"), AdvantageSpec(), len(SMALL))
+    back.restore(tmp_path)
+    assert back.allocator.history.to_json() == guarded.allocator.history.to_json() and back.allocator.history.steps == 1
+
+
 def test_resume_from_a_trl_checkpoint_keeps_the_history(tok, tmp_path):
     """Stop after step 4 (a checkpoint every 4 steps), resume to step 6: the checkpoint holds the history, the resumed
     run starts from it (its sizes are those the saved history gives, not the uniform ones of an empty history) and
@@ -255,8 +325,8 @@ def _build(tok, tmp_path, *, data=None, config=None, **kw):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return UGRPOTrainer(model=build_tiny_model(tok, size="1m", seed=0), reward_funcs=any_digit_reward,
-                            args=grpo_config(tmp_path, num_generations=G, per_device_train_batch_size=16,
-                                             **(config or {})),
+                            args=grpo_config(tmp_path, **{"num_generations": G, "per_device_train_batch_size": 16,
+                                                          **(config or {})}),
                             train_dataset=Dataset.from_dict({"prompt": SMALL}) if data is None else data,
                             processing_class=tok, **kw)
 
@@ -276,6 +346,10 @@ def _rollout(prompts, trainer):
     (dict(allocation=AllocationSpec(rule="vip", g_max=3)), r"allocation g_max=3 is below num_generations=4: .* "
                                                            "cannot spend the N = 16 samples; raise allocation_g_max"),
     (dict(allocation=AllocationSpec(rule="ustat", g_min=5)), r"allocation g_min=5 is above num_generations=4"),
+    (dict(allocation=AllocationSpec(rule="uniform-is"), config=dict(beta=0.1)),
+     r"allocation rule uniform-is with beta=0.1: TRL's KL term .* set beta=0.0"),
+    (dict(allocation=AllocationSpec(rule="uniform-is"), config=dict(num_generations=2, per_device_train_batch_size=8)),
+     r"is_guard=True needs num_generations >= 3 .* got 2"),
     (dict(callbacks=[None]), "GroupSizeMonitor with a non-uniform allocation is not supported"),
 ])
 def test_refused_settings_are_errors_naming_the_option(tok, tmp_path, kw, match):
@@ -303,10 +377,9 @@ def test_rewards_outside_the_unit_interval_are_an_error_naming_the_sample(tok, t
 def test_refused_rules():
     with pytest.raises(ValueError, match="allocation rule dynamic is not supported in the TRL adapter yet"):
         AllocationSpec(rule="dynamic")
-    for rule in ("uniform-is", "ustat-is"):
-        with pytest.raises(ValueError, match=f"allocation rule {rule} is not supported in the TRL adapter yet .*"
-                                             f"RepeatSampler.*ugrpo train --allocation {rule}"):
-            AllocationSpec(rule=rule)
+    with pytest.raises(ValueError, match="allocation rule ustat-is is not supported in the TRL adapter yet .*"
+                                         "only in expectation.*exactly generation_batch_size rows.*use uniform-is"):
+        AllocationSpec(rule="ustat-is")
     with pytest.raises(ValueError, match=r"allocation rule 'nope' is not valid; choose one of \['uniform', 'vip'"):
         AllocationSpec(rule="nope")
     with pytest.raises(ValueError, match="allocation.g_min=1 must be >= 2"):
@@ -364,12 +437,14 @@ def test_bad_ugrpo_config_fields_are_errors_naming_the_field(tmp_path, field, va
 # ---------------------------------------------------------------------- two processes
 
 
-@pytest.mark.slow  # ~40 s: a 1-process and a 2-process TRL run of 6 steps, each its own interpreter
-def test_two_processes_give_the_sizes_and_parameters_of_one(tmp_path):
-    """torchrun with 2 gloo processes (8 rows each) against 1 process (16 rows), same global batch, same seeds,
-    rule ustat (gathered rewards and score norms; ``scores: output`` measures whole groups per process): the same G_b
-    at every step, including a step whose group is split between the processes, and the same parameters after 6 SGD
-    steps (tests/integrations/trl_alloc_driver.py)."""
+@pytest.mark.slow  # ~40 s each: a 1-process and a 2-process TRL run of 6 steps, each its own interpreter
+@pytest.mark.parametrize("rule", ["ustat", "uniform-is"])
+def test_two_processes_give_the_sizes_and_parameters_of_one(tmp_path, rule):
+    """torchrun with 2 gloo processes (8 rows each) against 1 process (16 rows), same global batch, same seeds:
+    ``ustat`` (gathered rewards and score norms; ``scores: output`` measures whole groups per process): the same G_b
+    at every step, including a step whose group is split between the processes; ``uniform-is`` (unguarded, so the law
+    moves from the first step): the same drawn prompts and weights; both: the same parameters after 6 SGD steps
+    (tests/integrations/trl_alloc_driver.py)."""
     import os
     import socket
     import subprocess
@@ -393,16 +468,22 @@ def test_two_processes_give_the_sizes_and_parameters_of_one(tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
     # safe_tol 0.2: the thin history's plug-in sizes pass the guard, so some step's sizes split a group between the
     # processes (with exact norms of a random model's prompts the sizes vary little)
-    for cmd, out in (([sys.executable, driver, str(one), "16", "ustat", "0.2"], one),
+    extra = ["0.2"] if rule == "ustat" else ["0.0", "false"]
+    for cmd, out in (([sys.executable, driver, str(one), "16", rule, *extra], one),
                      ([str(torchrun), "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port",
-                       str(port), driver, str(two), "8", "ustat", "0.2"], two)):
+                       str(port), driver, str(two), "8", rule, *extra], two)):
         out.mkdir()
         proc = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     sizes_one, sizes_two = (json.loads((d / "sizes.json").read_text()) for d in (one, two))
+    if rule == "uniform-is":  # the weights agree to the float32 rounding of the score norms (groups are measured by
+        w_one, w_two = sizes_one[-1].pop("weights"), sizes_two[-1].pop("weights")  # the process holding them)
+        np.testing.assert_allclose(w_two, w_one, rtol=1e-6)
+        assert max(w_one) != min(w_one)  # the law is not uniform
     assert sizes_one == sizes_two and len(sizes_one) == 6
-    split = [s for s in sizes_one if 8 not in np.cumsum(s["sizes"]).tolist()]
-    assert split, sizes_one  # some step has a group whose rows sit on both processes
+    if rule == "ustat":
+        split = [s for s in sizes_one if 8 not in np.cumsum(s["sizes"]).tolist()]
+        assert split, sizes_one  # some step has a group whose rows sit on both processes
     a, b = (load_file(str(d / "model.safetensors")) for d in (one, two))
     start = {k: v.detach() for k, v in build_tiny_model(build_char_tokenizer(), size="1m", seed=0).named_parameters()}
     assert max(float((a[k] - start[k]).abs().max()) for k in a) > 1e-4  # the runs moved the parameters

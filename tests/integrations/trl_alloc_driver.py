@@ -1,9 +1,10 @@
 """A UGRPOTrainer run with per-prompt group sizes, for 1 process or under ``torchrun`` (tests/integrations).
 
-``python trl_alloc_driver.py OUT PER_DEVICE_BATCH RULE [SAFE_TOL]``: 6 steps of SGD on the tiny model (random
-weights), the prompts of :data:`trl_helpers.VARIED`, the {0, 1} reward :func:`trl_helpers.any_digit_reward`, the
-allocation's ``safe_tol`` (default 0). Rank 0 writes ``OUT/model.safetensors`` and ``OUT/sizes.json`` (prompts and
-G_b of every step).
+``python trl_alloc_driver.py OUT PER_DEVICE_BATCH RULE [SAFE_TOL [IS_GUARD]]``: 6 steps of SGD on the tiny model
+(random weights), the prompts of :data:`trl_helpers.VARIED`, the {0, 1} reward :func:`trl_helpers.any_digit_reward`,
+the allocation's ``safe_tol`` (default 0) and ``is_guard`` (``true``/``false``, default true; prompt IS only). Rank 0
+writes ``OUT/model.safetensors`` and ``OUT/sizes.json`` (prompts and G_b of every step; prompt IS: the last step's
+weights).
 
 Generation is the one part replaced: TRL's HF ``generate`` draws from each process's global torch RNG, so 1 and 2
 processes would sample different completions. Here row g of prompt x at step s gets a completion drawn from
@@ -40,7 +41,7 @@ def seeded_completions(trainer, eos: int, vocab: int):
     return generate
 
 
-def main(out: Path, per_device: int, rule: str, safe_tol: float = 0.0) -> None:
+def main(out: Path, per_device: int, rule: str, safe_tol: float = 0.0, is_guard: bool = True) -> None:
     import torch
     from datasets import Dataset
     from safetensors.torch import save_file
@@ -57,7 +58,8 @@ def main(out: Path, per_device: int, rule: str, safe_tol: float = 0.0) -> None:
                        max_completion_length=8)
     trainer = UGRPOTrainer(model=build_tiny_model(tok, size="1m", seed=0), reward_funcs=any_digit_reward, args=args,
                            train_dataset=Dataset.from_dict({"prompt": VARIED}), processing_class=tok,
-                           advantages=AdvantageSpec(), allocation=AllocationSpec(rule=rule, safe_tol=safe_tol))
+                           advantages=AdvantageSpec(),
+                           allocation=AllocationSpec(rule=rule, safe_tol=safe_tol, is_guard=is_guard))
     trainer._generate_single_turn = seeded_completions(trainer, tok.eos_token_id, len(tok))
     trainer.train()
     if trainer.accelerator.is_main_process:
@@ -65,8 +67,12 @@ def main(out: Path, per_device: int, rule: str, safe_tol: float = 0.0) -> None:
         save_file({k: v.detach().clone() for k, v in model.named_parameters()}, str(out / "model.safetensors"))
         log = [{"step": a.step, "prompts": a.prompts.tolist(), "sizes": a.sizes.tolist()}
                for a in trainer.ugrpo_allocation.log]
+        if trainer.ugrpo_allocation.allocator.is_rule:  # prompt IS: the weights of the last step too
+            log[-1]["weights"] = trainer.ugrpo_allocation.allocator.prompt_weights(
+                torch.arange(len(log[-1]["sizes"]))).tolist()
         (out / "sizes.json").write_text(json.dumps(log))
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3], *(float(x) for x in sys.argv[4:5]))
+    main(Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3], *(float(x) for x in sys.argv[4:5]),
+         *(x == "true" for x in sys.argv[5:6]))

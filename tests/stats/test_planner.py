@@ -148,16 +148,17 @@ def _ratios(rows, cands):
 
 
 def test_band_probabilities_recommendation_and_band_by_brute_force():
-    """Probabilities and expected ratios over the draws; the worst ratio over c1's range on a grid; the G to use is
-    the robust G with the smallest expected ratio; the band is every G near-optimal for some c1 in the range."""
+    """Probabilities and expected ratios over the draws of c1, c2 and c3 at the estimates (M80); the worst ratio over
+    c1's range on a grid; the G to use is the robust G with the smallest expected ratio; the band is every G
+    near-optimal for some c1 in the range."""
     rng = np.random.default_rng(1)
-    draws = np.column_stack([rng.uniform(-0.02, 0.2, 300), rng.uniform(0.9, 1.1, 300), rng.uniform(0.8, 1.2, 300)])
+    c1_draws = rng.uniform(-0.02, 0.2, 300)
     cands = candidate_groups(1024)
     for c1_range in [(0.0, 0.2), (0.04, 0.06), (0.01, 0.03)]:
-        r = bootstrap_band((0.05, 1.0, 1.0), draws, 1024, cands, c1_range=c1_range)
-        ratios = _ratios(draws, cands)
+        r = bootstrap_band((0.05, 1.0, 1.2), c1_draws, 1024, cands, c1_range=c1_range)
+        ratios = _ratios([[c, 1.0, 1.2] for c in c1_draws], cands)
         assert np.allclose(r.probability, (ratios <= 1.05).mean(0)) and np.allclose(r.expected_ratio, ratios.mean(0))
-        grid = _ratios([[c, 1.0, 1.0] for c in np.linspace(*c1_range, 401)], cands)
+        grid = _ratios([[c, 1.0, 1.2] for c in np.linspace(*c1_range, 401)], cands)
         assert np.allclose(r.worst_case, grid.max(0), rtol=1e-9)  # the maximum is at an end (quasi-convexity)
         robust = [k for k, g in enumerate(cands) if grid[:, k].max() <= 1.05]
         pool = robust or list(range(len(cands)))
@@ -171,10 +172,37 @@ def test_recommendation_uses_every_draw_not_only_those_with_positive_c1():
     says; conditioning on c1 > 0 (the previous rule) would give the G* of c1 = 0.01."""
     draws = np.array([[0.01, 1.0, 1.0]] * 50 + [[-0.01, 1.0, 1.0]] * 50)
     cands = candidate_groups(1024)
-    r = bootstrap_band((0.0, 1.0, 1.0), draws, 1024, cands, c1_range=(0.0, 0.02))
+    r = bootstrap_band((0.0, 1.0, 1.0), draws[:, 0], 1024, cands, c1_range=(0.0, 0.02))
     ratios = _ratios(draws, cands)
     assert r.recommended == cands[int(np.argmin(ratios.mean(0)))] != plan_group_size((0.01, 1.0, 1.0), 1024).g_star
     assert r.probability[-1] == pytest.approx(0.5) and r.high == 1024 and r.open_ended
+
+
+def test_ratio_has_a_pole_where_c1_and_c2_are_0():
+    """M80: at c1 = c2 = 0 the bound is c3/(N(G-1)), so every G's ratio to the best is (G_max - 1)/(G - 1) (146 at
+    G = 8 of the divisors of 1024), whatever c3 > 0; at c1 = 0 alone it stays below (c2 + c3)/c2."""
+    cands = candidate_groups(1024)
+    r = bootstrap_band((0.0, 0.0, 0.3), np.zeros(4), 1024, cands, c1_range=(0.0, 0.0))
+    assert np.allclose(r.expected_ratio, [1023 / (g - 1) for g in cands])
+    r = bootstrap_band((0.0, 0.2, 0.3), np.zeros(4), 1024, cands, c1_range=(0.0, 0.0))
+    assert max(r.expected_ratio) <= (0.2 + 0.3) / 0.2
+
+
+def test_recommendation_reads_c1_draws_with_c2_c3_at_their_estimates():
+    """M80: 5 of 100 replicates with c2 and c1 below 0 (a resample that drops a pilot's rare heavy prompt) do not
+    move the G to use: it is the argmin of the expected ratio over c1's draws with c2, c3 at the estimates (brute
+    force). Over the joint draws, clipped at 0, those 5 rows sit on the pole at c1 = c2 = 0 and carry the mean to
+    G = 64 (as on a bandit-rare-hard pilot of the planner benchmark)."""
+    rng = np.random.default_rng(3)
+    reps = [[c, 1.0 + 0.05 * rng.standard_normal(), 1.0] for c in rng.uniform(0.0, 0.03, 95)]
+    reps += [[-0.002, -0.05, 0.9]] * 5
+    vc = _vc((0.012, 0.0, 0.03), (1.0, 0.9, 1.1), reps, n_prompts=64)
+    plan = plan_group_size(vc, 1024)
+    cands = candidate_groups(1024)
+    mine = _ratios([[c, 1.0, 1.0] for c, _, _ in reps], cands).mean(0)
+    joint = _ratios(reps, cands).mean(0)
+    assert plan.g_recommended == cands[int(np.argmin(mine))] and np.allclose(plan.expected_ratio, mine)
+    assert 8 <= plan.g_recommended <= 16 and cands[int(np.argmin(joint))] == 64
 
 
 def test_pilot_size_needed_decides_wherever_c1_lies_in_its_interval():

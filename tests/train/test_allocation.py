@@ -179,6 +179,8 @@ def ustat_run(tiny_model_dir, task_files, tmp_path_factory):
 
 
 def test_ustat_run_metrics(ustat_run):
+    from ugrpo.stats.certificate import WIDEN
+
     cfg, out, result = ustat_run
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert rows[0]["samples_cum"] == 0
@@ -190,6 +192,7 @@ def test_ustat_run_metrics(ustat_run):
         assert r["alloc_predicted_ratio"] > 0 and 0 < r["reward_var_predicted"] <= 0.25
         assert r["alloc_predicted_ratio_low"] <= r["alloc_predicted_ratio"] <= r["alloc_predicted_ratio_high"]
         assert r["alloc_predicted_ratio_plugin"] > 0 and "alloc_predicted_ratio_gstar" not in r  # no monitor
+        assert r["alloc_predicted_ratio_widen"] == WIDEN[0][1]    # at most 16 samples per visited prompt (M61)
         assert r["reward_var_realised"] >= 0 and r["s_alloc_scores"] > 0 and r["samples_zero_std"] >= 0
     assert len({json.dumps(r["alloc_g_hist"], sort_keys=True) for r in rows[2:]}) >= 1
     assert (out / "checkpoints/step-2/history.json").exists()
@@ -197,7 +200,7 @@ def test_ustat_run_metrics(ustat_run):
     assert sum(hist["samples"]) == 64 and sum(hist["visits"]) == 16
     report = (out / "report.md").read_text()
     assert "allocation" in report.lower()
-    assert "posterior interval [" in report and "measured coverage" in report  # never shown without its coverage
+    assert "interval [" in report and "measured coverage" in report  # never shown without its coverage
 
 
 def test_ustat_killed_and_resumed_reaches_the_same_parameters(ustat_run, tmp_path):
@@ -357,15 +360,18 @@ def test_console_line_carries_the_measured_coverage_read_from_the_shipped_table(
            "alloc_predicted_ratio": 0.849, "alloc_predicted_ratio_low": 0.792, "alloc_predicted_ratio_high": 0.939}
     table = {"level": 0.95, "source": "benchmarks/bench_certificate_calibration.py",
              "cells": [{"instance": "a", "history_steps": 2, "coverage": 0.71, "se": 0.03, "reps": 200},
-                       {"instance": "b", "history_steps": 10, "coverage": 0.965, "se": 0.01, "reps": 200}]}
+                       {"instance": "b", "history_steps": 10, "coverage": 0.965, "se": 0.01, "reps": 200},
+                       {"instance": "a", "seed_offset": 9000, "history_steps": 2, "coverage": 0.85, "se": 0.03,
+                        "reps": 100, "miss_overstated": 0.12, "miss_understated": 0.03}]}
     (tmp_path / "c.json").write_text(json.dumps(table))
     monkeypatch.setattr(cov, "COVERAGE_FILE", tmp_path / "c.json")
     cov.certificate_coverage.cache_clear()
     try:
-        assert "G_b=3..12 predicted_mse_ratio=0.849 (posterior 0.792-0.939, measured coverage 0.71-0.96, below 95% " \
-            "in 1 of 2 cells)" in line(row)
+        assert "G_b=3..12 predicted_mse_ratio=0.849 (95% interval 0.792-0.939, measured coverage 0.71-0.96, " \
+            "below 95% in 2 of 3 cells)" in line(row)
         long = cov.coverage_phrase()
-        assert "0.71-0.965 over 2 cells" in long and "below 0.90 in 1: a at 2 steps 0.71;" in long
+        assert "0.71-0.965 over 3 cells" in long and "below 0.90 in 2: a at 2 steps 0.71, a (new instance, " \
+            "offset 9000) at 2 steps 0.85 (true ratio above 0.12, below 0.03);" in long
         monkeypatch.setattr(cov, "COVERAGE_FILE", tmp_path / "absent.json")
         cov.certificate_coverage.cache_clear()
         assert "coverage not measured" in line(row)  # no table: it says so, it never invents a number
@@ -381,9 +387,15 @@ def test_shipped_coverage_table_is_the_committed_benchmark_result_of_what_the_tr
     root = Path(__file__).resolve().parents[2]
     bench = json.loads((root / "benchmarks/results/certificate_calibration.json").read_text())
     table = json.loads(cov.COVERAGE_FILE.read_text())
-    assert bench["boot"] == table["boot"] == 0  # the trainer's certificate takes no bootstrap refits (M51)
-    assert [(c["instance"], c["history_steps"], c["coverage"], c["reps"]) for c in table["cells"]] == \
-        [(r["instance"], r["history_steps"], r["coverage"], r["reps"]) for r in bench["rows"]]
+    from ugrpo.stats.certificate import WIDEN
+    from ugrpo.stats.population import REPLICATES
+
+    # what the trainer does: its population draws (M60) and its widening factors (M61), no --no-widen
+    assert bench["replicates"] == table["replicates"] == REPLICATES
+    assert bench["widening"] == table["widening"] == [[None if hi == float("inf") else hi, k] for hi, k in WIDEN]
+    assert 0 in bench["seed_offsets"] and len(bench["seed_offsets"]) > 1   # the fixed instances and new ones
+    keys = ("instance", "seed_offset", "history_steps", "coverage", "reps", "miss_overstated", "miss_understated")
+    assert [tuple(c[k] for k in keys) for c in table["cells"]] == [tuple(r[k] for k in keys) for r in bench["rows"]]
     cov.certificate_coverage.cache_clear()
     try:
         low = sum(r["coverage"] < 0.95 for r in bench["rows"])

@@ -14,7 +14,8 @@ from train_helpers import small_config
 
 from ugrpo.lm.logprobs import completion_logprobs
 from ugrpo.lm.sampling import sample_groups
-from ugrpo.stats.history import PromptHistory
+from ugrpo.stats.history import PromptHistory, ScoreNorms
+from ugrpo.stats.is_guard import guarded_law
 from ugrpo.stats.prompt_is import is_law
 from ugrpo.stats.ragged import ragged_advantages
 from ugrpo.train.alloc import Allocator, step_advantages
@@ -30,6 +31,8 @@ from ugrpo.train.update import update_on_rows
     ({"allocation__rule": "uniform-is", "allocation__is_lambda": 1.5}, r"allocation.is_lambda=1.5"),
     ({"allocation__rule": "ustat-is", "monitor_every": 1}, "drawn from the law q rather than uniformly"),
     ({"allocation__rule": "uniform-is", "loss__kl_coef": 0.1}, r"loss.kl_coef=0.1: the KL term .* without the weights"),
+    ({"allocation__rule": "uniform-is", "budget__group_size": 2, "budget__samples_per_step": 8},
+     r"is_guard=true needs budget.group_size >= 3 .* got 2"),
 ])
 def test_bad_prompt_is_configs_name_the_field(over, match):
     with pytest.raises(ValueError, match=match):
@@ -69,10 +72,10 @@ def test_weighted_update_is_the_importance_sampled_estimate_row_by_row(model, to
 
 
 def test_allocator_draws_from_the_law_of_the_history():
-    """The step's prompts are iid from q with the uniform draw's generator; sizes and weights follow the law; the law
-    is the predictor's posterior means through is_law (one predictor, M49)."""
+    """The step's prompts are iid from q with the uniform draw's generator; sizes and weights follow the law; unguarded,
+    the law is the predictor's posterior means through is_law (one predictor, M49)."""
     cfg = config_from_dict({"budget": {"samples_per_step": 32, "group_size": 8},
-                            "allocation": {"rule": "ustat-is", "is_lambda": 0.2}})
+                            "allocation": {"rule": "ustat-is", "is_lambda": 0.2, "is_guard": False}})
     al = Allocator(cfg, 12)
     rng = np.random.default_rng(0)
     for _ in range(6):  # a history in which prompts 0-5 always succeed and the others vary
@@ -81,7 +84,7 @@ def test_allocator_draws_from_the_law_of_the_history():
         al.history.update(idx, np.full(4, 8), z, rng.standard_normal((32, 3)))
     idx = al.prompts(7)
     law = is_law("ustat-is", al.history.stats(None, scores=True), 4, 32, lam=0.2, g_max=32)
-    np.testing.assert_allclose(al.law(7)[0].q, law.q)
+    np.testing.assert_allclose(al.law(7).law.q, law.q)
     assert idx.tolist() == law.draw(prompt_generator(cfg.seed, 7)).tolist()
     sizes, row = al.choose(idx, 7)
     assert sizes.tolist() == law.sizes[idx].tolist()
@@ -91,7 +94,33 @@ def test_allocator_draws_from_the_law_of_the_history():
     assert row["is_q_entropy"] <= np.log(12) and row["is_expected_samples"] == pytest.approx(law.expected_samples)
     assert row["is_predicted_ratio_low"] <= row["is_predicted_ratio"] <= row["is_predicted_ratio_high"]
     empty = Allocator(cfg, 12)  # no history: every prompt has the population's prediction, q uniform
-    np.testing.assert_allclose(empty.law(1)[0].q, 1 / 12, rtol=1e-6)
+    np.testing.assert_allclose(empty.law(1).law.q, 1 / 12, rtol=1e-6)
+
+
+def test_guarded_allocator_uses_the_held_out_guard_and_feeds_its_folds():
+    """With allocation.is_guard (the default) the step's law is guarded_law's of the history (M78), every size is at
+    least 3, and observe() puts the draw's weights 1/(P q(x_b)) into the held-out sums of the step's fold (M76)."""
+    cfg = config_from_dict({"budget": {"samples_per_step": 32, "group_size": 8}, "allocation": {"rule": "ustat-is"}})
+    al = Allocator(cfg, 12)
+    assert al.g_min == 3 and al.history.folds is not None
+    rng = np.random.default_rng(1)
+    for step in range(6):
+        idx = al.prompts(step)
+        sizes, row = al.choose(idx, step)
+        gl = al.law(step)
+        assert sizes.min() >= 3 and row["is_guard_choice"] == gl.choice
+        n = int(sizes.sum())
+        z = rng.integers(0, 2, n).astype(float)
+        scores = rng.standard_normal((n, 3)) * (1 + np.repeat(idx, sizes)[:, None] % 3)
+        before = {k: al.history.folds[step % 2][k].copy() for k in ("ht_t0", "t0_sum")}
+        al.observe(idx, sizes, z, ScoreNorms.from_scores(z, scores, sizes))
+        after = al.history.folds[step % 2]
+        w = 1.0 / (12 * gl.law.q)  # the weight depends on the prompt only
+        np.testing.assert_allclose(after["ht_t0"] - before["ht_t0"], w * (after["t0_sum"] - before["t0_sum"]),
+                                   rtol=1e-9, atol=1e-12)
+    want = guarded_law("ustat-is", al.history, 4, 32, lam=0.1, g_min=3, g_max=32)
+    got = al.law(6)
+    assert got.choice == want.choice and np.allclose(got.law.q, want.law.q) and (got.law.sizes == want.law.sizes).all()
 
 
 @pytest.fixture(scope="module")
@@ -114,10 +143,15 @@ def test_prompt_is_run_metrics_and_report(is_run):
         assert 0 < r["is_q_entropy"] <= r["is_q_entropy_max"] + 1e-12 and r["is_expected_samples"] > 0
         assert r["is_predicted_ratio_low"] <= r["is_predicted_ratio"] <= r["is_predicted_ratio_high"]
         assert r["samples_zero_std"] >= 0 and r["s_alloc_scores"] > 0
+        assert r["is_guard_choice"] in ("ustat-is", "uniform-is", "own", "uniform") and r["is_guard_fallback"] >= 0
+        assert r["alloc_g_min"] >= 3  # the guard's held-out U-statistics (M78)
+    assert [r["is_guard_choice"] for r in rows[:2]] == ["uniform", "uniform"]  # no held-out visits yet
     history = json.loads((out / "checkpoints/step-4/history.json").read_text())
     assert sum(history["visits"]) == 16 and sum(history["samples"]) == result.samples
+    assert history["steps"] == 4 and [sum(f["visits"]) for f in history["folds"]] == [8, 8]
     report = (out / "report.md").read_text()
     assert "Prompt importance sampling" in report and "effective sample size" in report
+    assert "held-out guard (M78) used" in report
 
 
 def test_prompt_is_killed_and_resumed_equals_the_unkilled_run(is_run, tmp_path):
@@ -134,10 +168,11 @@ def test_prompt_is_killed_and_resumed_equals_the_unkilled_run(is_run, tmp_path):
     b = load_file(str(tmp_path / "checkpoints/step-4/model.safetensors"))
     for k in a:
         torch.testing.assert_close(b[k], a[k], rtol=0, atol=1e-6)
-    keys = ("alloc_g_hist", "samples_cum", "is_weight_max", "is_ess")
+    keys = ("alloc_g_hist", "samples_cum", "is_weight_max", "is_ess", "is_guard_choice", "is_guard_ratio")
     rows_a = [json.loads(x) for x in (full_out / "metrics.jsonl").read_text().splitlines()]
     rows_b = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [[r.get(k) for k in keys] for r in rows_b] == [[r.get(k) for k in keys] for r in rows_a]
     assert (json.loads((tmp_path / "checkpoints/step-4/history.json").read_text())
             == json.loads((full_out / "checkpoints/step-4/history.json").read_text()))
-    assert PromptHistory.from_json(json.loads((tmp_path / "checkpoints/step-4/history.json").read_text()), 10, "x")
+    assert PromptHistory.from_json(json.loads((tmp_path / "checkpoints/step-4/history.json").read_text()), 10, "x",
+                                   held_out=True).folds is not None

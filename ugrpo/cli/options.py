@@ -30,6 +30,20 @@ def config_default(cls: type, name: str) -> Any:
     return f.default
 
 
+def parse_bool(value: Any, flag: str) -> bool:
+    """``true``/``false`` (any case) of a flag as a bool; a ValueError naming the flag otherwise.
+
+    >>> parse_bool("False", "--is-guard")
+    False
+    """
+    if isinstance(value, bool):
+        return value
+    v = str(value).strip().lower()
+    if v not in ("true", "false"):
+        raise ValueError(f"{flag} {value!r}: give true or false")
+    return v == "true"
+
+
 def given(args: argparse.Namespace, **fields: str) -> dict[str, Any]:
     """``{field: args.<flag>}`` for each flag given (not None), so that the config's defaults fill in the rest;
     ``fields`` maps a config field to its flag's dest."""

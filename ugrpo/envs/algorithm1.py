@@ -52,6 +52,7 @@ from ..stats.budget import check_divides
 from ..stats.estimator import prompt_gradients
 from ..stats.estimators import GROUP_BASELINES
 from ..stats.history import PromptHistory
+from ..stats.is_guard import GUARD_G_MIN, guarded_law
 from ..stats.predict import Posterior, posterior_means
 from ..stats.prompt_is import IS_LAMBDA, check_lambda, is_law
 from ..stats.ragged import compute_ragged_advantages, ragged_prompt_gradients
@@ -154,7 +155,8 @@ class AllocRunResult:
 
 @dataclass(frozen=True)
 class Safety:
-    """``ustat``'s safe rule with history-based predictions (docs/math.md M50): tolerance and posterior quantile."""
+    """``ustat``'s safe rule with history-based predictions (docs/math.md M50): tolerance and posterior quantile; the
+    prompt-IS guard (M78) reads the same two as its tolerance and the level of its held-out interval."""
 
     tol: float = SAFE_TOL
     level: float = SAFE_LEVEL
@@ -237,7 +239,7 @@ def _loop(env: SyntheticPolicy, seeds: tuple[int, ...], theta0: Tensor | None, B
         rewards, scores = sample_ragged(env, theta, prompts, sizes, gens)
         ghat, zero = estimate(rewards, scores, sizes, prompts, theta, weights)    # (S, D), (S, B)
         if observe is not None:
-            observe(prompts, sizes, rewards, scores)
+            observe(prompts, sizes, rewards, scores, weights)
         n_zero += zero.sum(1)
         s_zero += (sizes * zero).sum(1)
         max_g += sizes.max(1).values
@@ -389,7 +391,7 @@ def run_algorithm1_alloc(
     env: SyntheticPolicy, *, rule: str, N: int, B: int, steps: int, lr: float, seeds: Sequence[int],
     moments: Literal["history", "exact"] = "history", g_min: int = 2, g_max: int = 64,
     lr_schedule: Literal["constant", "inverse"] = "constant", checkpoints: Sequence[int] | None = None,
-    safety: Safety = Safety(), threads: int | None = 1, is_lambda: float = IS_LAMBDA,
+    safety: Safety = Safety(), threads: int | None = 1, is_lambda: float = IS_LAMBDA, is_guard: bool = True,
 ) -> AllocRunResult:
     """Algorithm 1 at N samples per step over B prompts, G_b by ``rule``, for S = len(seeds) seeds (module doc).
 
@@ -402,12 +404,21 @@ def run_algorithm1_alloc(
     safety : ``ustat``'s safe rule with history-based predictions (M50; with B dividing N, else plug-in sizes)
     threads : torch intra-op threads during the run (restored afterwards)
     is_lambda : the prompt-IS rules' defensive floor q >= lambda / P (M55)
+    is_guard : the prompt-IS rules with history moments use the held-out guard (M78; ``safety`` gives its level and
+        tolerance, and every size is at least 3); False: the posterior's law unchecked
     """
     cps = _validate_alloc(env, rule, moments, N, B, g_min, g_max, steps, lr, lr_schedule, checkpoints)
     is_lambda = check_lambda(is_lambda, "is_lambda")
     seeds = _seeds(seeds)
     S = len(seeds)
-    hist = [PromptHistory(env.n_prompts) for _ in seeds] if rule != "uniform" and moments == "history" else None
+    guarded = rule in IS_RULES and is_guard and moments == "history"
+    if guarded:
+        if N // B < GUARD_G_MIN:
+            raise ValueError(f"{rule} with the held-out guard needs N / B >= {GUARD_G_MIN} samples per prompt, got "
+                             f"{N}/{B}; raise N or turn the guard off")
+        g_min = max(g_min, GUARD_G_MIN)
+    hist = [PromptHistory(env.n_prompts, held_out=guarded) for _ in seeds] \
+        if rule != "uniform" and moments == "history" else None
 
     def known(s: int, idx: np.ndarray, theta: Tensor):
         if hist is not None:  # the one predictor's posterior (M46-M49)
@@ -430,10 +441,11 @@ def run_algorithm1_alloc(
         step[0] += 1
         return torch.stack([torch.from_numpy(one(s, prompts[s].numpy(), theta)) for s in range(S)])
 
-    def observe(prompts: Tensor, sizes: Tensor, rewards: Tensor, scores: Tensor) -> None:
+    def observe(prompts: Tensor, sizes: Tensor, rewards: Tensor, scores: Tensor, weights: Tensor | None) -> None:
         ends = sizes.sum(1).cumsum(0).tolist()  # seed s's samples are rows ends[s-1] .. ends[s] of the ragged batch
         for s, (a, b) in enumerate(zip([0] + ends[:-1], ends)):
-            hist[s].update(prompts[s].numpy(), sizes[s].numpy(), rewards[a:b].numpy(), scores[a:b].numpy())
+            hist[s].update(prompts[s].numpy(), sizes[s].numpy(), rewards[a:b].numpy(), scores[a:b].numpy(),
+                           None if weights is None else weights[s].numpy())
 
     def estimate(rewards: Tensor, scores: Tensor, sizes: Tensor, prompts, theta, weights=None
                  ) -> tuple[Tensor, Tensor]:
@@ -443,8 +455,9 @@ def run_algorithm1_alloc(
     laws: dict[bytes, object] = {}  # exact moments: one law per distinct theta (every seed at theta0 on step 1)
 
     def law_of(s: int, theta: Tensor):
-        if hist is not None:
-            return is_law(rule, hist[s].stats(None, scores=True), B, N, lam=is_lambda, g_min=g_min, g_max=g_max)
+        if hist is not None:  # the one function of a law from a history (M78)
+            return guarded_law(rule, hist[s], B, N, lam=is_lambda, g_min=g_min, g_max=g_max, level=safety.level,
+                               tol=safety.tol, guard=is_guard).law
         key = theta[s].numpy().tobytes()
         if key not in laws:
             laws.clear()

@@ -31,6 +31,7 @@ from ugrpo.stats.allocation import IS_RULES, RULES, PromptStats, allocate, best_
 from ugrpo.stats.exact_mse import prompt_error, uniform_mse
 from ugrpo.stats.history import PromptHistory, bernoulli_stats
 from ugrpo.stats.intervals import RATIO_KEYS, Interval, normal_interval, ratio_interval
+from ugrpo.stats.is_guard import GUARD_G_MIN, guarded_law
 from ugrpo.stats.predict import Posterior, posterior, posterior_means
 from ugrpo.stats.prompt_is import IS_LAMBDA, check_lambda, entropy, is_law, is_mse
 from ugrpo.stats.safe import SAFE_LEVEL, SAFE_TOL, check_safety, choose_sizes
@@ -56,6 +57,8 @@ class AllocateConfig:
     safe_tol, safe_level : the safe rule's tolerance and posterior quantile (M50)
     screen : also run ``ustat+screen`` (G_b = 0 allowed; biased, M32), measured with the exact vector formula
     is_lambda : the prompt-IS rules' defensive floor q >= lambda / P (M55)
+    is_guard : predicted moments: the prompt-IS rules' law goes through the held-out guard (M78; level and tolerance
+        ``safe_level``, ``safe_tol``; sizes >= 3); False: the posterior's law unchecked
     """
 
     budget: int
@@ -72,6 +75,7 @@ class AllocateConfig:
     safe_level: float = SAFE_LEVEL
     screen: bool = False
     is_lambda: float = IS_LAMBDA
+    is_guard: bool = True
 
     def __post_init__(self) -> None:
         for name in ("budget", "batches", "token_batches", "g_min", "g_max", "history_steps", "history_group"):
@@ -122,27 +126,36 @@ def _sample_prompts(env, prompts: torch.Tensor, G: int, gen: torch.Generator) ->
     return rewards, W[prompts.unsqueeze(1), act]                               # (n, G), (n, G, D)
 
 
-def history_sums(env, cfg: AllocateConfig, gen: torch.Generator) -> dict:
-    """The sums (P,) a simulated history of ``cfg.history_steps`` uniform steps keeps per prompt: the
-    :class:`ugrpo.stats.history.PromptHistory` of those steps (its M38 sums and the certificate's second-moment
-    sums, docs/math.md M45)."""
+def simulated_history(env, cfg: AllocateConfig, gen: torch.Generator) -> PromptHistory:
+    """The :class:`ugrpo.stats.history.PromptHistory` of ``cfg.history_steps`` simulated uniform steps of N /
+    history_group prompts x history_group samples (its M38 sums, the certificate's second-moment sums, docs/math.md
+    M45, and the prompt-IS guard's held-out folds, M76, when ``cfg.is_guard`` and a prompt-IS rule is run)."""
     P, Gh = env.n_prompts, cfg.history_group
-    n_hist = max(1, cfg.budget // Gh) * cfg.history_steps
+    per = max(1, cfg.budget // Gh)
+    n_hist = per * cfg.history_steps
     prompts = torch.randint(P, (n_hist,), generator=gen)
     z, W = _sample_prompts(env, prompts, Gh, gen)
-    h = PromptHistory(P)
-    h.update(prompts.numpy(), np.full(n_hist, Gh), z.reshape(-1).numpy(), W.reshape(n_hist * Gh, -1).numpy())
-    return h.sums
+    h = PromptHistory(P, held_out=cfg.is_guard and any(r in IS_RULES for r in cfg.rules))
+    for t in range(cfg.history_steps):  # one update per step: the held-out folds split by step
+        part = slice(t * per, (t + 1) * per)
+        h.update(prompts[part].numpy(), np.full(per, Gh), z[part].reshape(-1).numpy(),
+                 W[part].reshape(per * Gh, -1).numpy())
+    return h
 
 
-def predicted_stats(env, cfg: AllocateConfig, gen: torch.Generator) -> tuple[Posterior, dict]:
-    """The predictor's posterior of all P prompts from a simulated history (docs/math.md M46-M49) and what the
-    history holds."""
-    h = history_sums(env, cfg, gen)
-    visits = h["visits"]
+def history_sums(env, cfg: AllocateConfig, gen: torch.Generator) -> dict:
+    """The sums (P,) of :func:`simulated_history`."""
+    return simulated_history(env, cfg, gen).sums
+
+
+def predicted_stats(env, cfg: AllocateConfig, gen: torch.Generator) -> tuple[Posterior, dict, PromptHistory]:
+    """The predictor's posterior of all P prompts from a simulated history (docs/math.md M46-M49), what the history
+    holds, and the history itself (the prompt-IS rules' guard reads its folds)."""
+    h = simulated_history(env, cfg, gen)
+    visits = h.sums["visits"]
     hist = {"history_samples": int(visits.sum()) * cfg.history_group,
             "prompts_never_visited": int((visits == 0).sum()), "mean_visits": float(visits.mean())}
-    return posterior(h), hist
+    return posterior(h.sums), hist, h
 
 
 def _sizes(known: Posterior | PromptStats, rule: str, idx: np.ndarray, cfg: AllocateConfig, unit: str, G_u: int,
@@ -186,11 +199,19 @@ def _batch_errors(lab: Lab, known: Posterior | PromptStats, rule: str, batches: 
     return out, cost, guarded / len(batches)
 
 
-def _is_row(lab: Lab, known: Posterior | PromptStats, rule: str, cfg: AllocateConfig, B: int) -> dict:
-    """The row of a prompt-IS rule: its law from ``known`` (all P prompts), its exact MSE with the true moments
+def _is_row(lab: Lab, known: PromptHistory | PromptStats, rule: str, cfg: AllocateConfig, B: int) -> dict:
+    """The row of a prompt-IS rule: its law from ``known`` (the true moments of all P prompts, or the simulated
+    history through :func:`ugrpo.stats.is_guard.guarded_law`, the trainer's law), its exact MSE with the true moments
     (M53) and what the law looks like."""
-    st = posterior_means(known) if isinstance(known, Posterior) else known
-    law = is_law(rule, st, B, cfg.budget, lam=cfg.is_lambda, g_min=cfg.g_min, g_max=cfg.g_max)
+    guard = {}
+    if isinstance(known, PromptHistory):
+        gl = guarded_law(rule, known, B, cfg.budget, lam=cfg.is_lambda, g_min=_is_g_min(cfg), g_max=cfg.g_max,
+                         level=cfg.safe_level, tol=cfg.safe_tol, guard=cfg.is_guard)
+        law = gl.law
+        guard = {"guard": cfg.is_guard, "guard_choice": gl.choice,
+                 "guard_checks": [asdict(c) for c in gl.checks]}
+    else:
+        law = is_law(rule, known, B, cfg.budget, lam=cfg.is_lambda, g_min=cfg.g_min, g_max=cfg.g_max)
     g2 = float((lab.g_x.mean(0) ** 2).sum())
     mse = is_mse(law.q, law.sizes, B, lab.true, g2)
     hist = np.bincount(law.sizes)
@@ -198,7 +219,12 @@ def _is_row(lab: Lab, known: Posterior | PromptStats, rule: str, cfg: AllocateCo
             "exact": True, "mean_cost": law.expected_samples, "lambda": cfg.is_lambda,
             "weight_max": float(1.0 / (law.P * law.q.min())), "q_entropy": entropy(law.q),
             "q_entropy_max": math.log(law.P), "solver_gap": law.second_moment / law.bound - 1 if law.bound > 0 else 0.0,
-            "sizes_hist": {str(g): int(c) for g, c in enumerate(hist) if c}}
+            "sizes_hist": {str(g): int(c) for g, c in enumerate(hist) if c}, **guard}
+
+
+def _is_g_min(cfg: AllocateConfig) -> int:
+    """The prompt-IS rules' smallest size with predicted moments: >= 3 under the guard (its U-statistics, M78)."""
+    return max(cfg.g_min, GUARD_G_MIN) if cfg.is_guard else cfg.g_min
 
 
 def _exact_over(a: float, b: np.ndarray | float) -> Interval:
@@ -237,8 +263,12 @@ def run_allocate(env, cfg: AllocateConfig, progress: bool = False) -> dict:
     lab = build_lab(env, cfg.seed)
     G_u, mse_u = best_uniform(lab.c1, lab.c2, lab.c3, cfg.budget, g_min=cfg.g_min, g_max=cfg.g_max)
     B = cfg.prompts if cfg.prompts is not None else cfg.budget // G_u
+    if cfg.is_guard and "ustat-is" in cfg.rules and cfg.budget < GUARD_G_MIN * B:
+        raise ValueError(f"ustat-is with --is-guard true gives every prompt >= {GUARD_G_MIN} samples (the guard's "
+                         f"held-out U-statistics), but N / B = {cfg.budget}/{B} < {GUARD_G_MIN}; set --prompts to at "
+                         f"most {cfg.budget // GUARD_G_MIN} or pass --is-guard false")
     gen = torch.Generator().manual_seed(cfg.seed)
-    pred, hist = predicted_stats(env, cfg, gen)
+    pred, hist, history = predicted_stats(env, cfg, gen)
     rng = np.random.default_rng([cfg.seed, 2])
     batches = rng.integers(env.n_prompts, size=(cfg.batches, B))
     curve = [{"G": G, "B": cfg.budget // G, "mse": uniform_mse(lab.c1, lab.c2, lab.c3, cfg.budget, G)}
@@ -252,7 +282,7 @@ def run_allocate(env, cfg: AllocateConfig, progress: bool = False) -> dict:
             for rule in cfg.rules + (("ustat+screen",) if cfg.screen else ()):
                 if rule in IS_RULES:
                     if unit == "samples":
-                        row = _is_row(lab, known, rule, cfg, B)
+                        row = _is_row(lab, history if moments == "predicted" else known, rule, cfg, B)
                         table.append({"moments": moments, **row})
                         per_batch[(unit, moments, rule)] = row["mse"]
                         if progress:

@@ -14,6 +14,13 @@ processes are unchanged). Before TRL generates, :meth:`TrlAllocation.layout`
    completion per row with HF ``generate`` or vLLM colocate, rewards, shuffling, accumulation, the loss and its
    normaliser, DDP) is unchanged, and only the rows that are used are generated.
 
+Prompt importance sampling (``uniform-is``, docs/allocation.md A8): step 1 takes the batch's B prompts not from the
+sampler but from the Allocator's law q of that step (:meth:`ugrpo.train.alloc.Allocator.prompts`: drawn with the
+generator seeded by (seed, global_step), from the history only, guarded, M78), reading their rows from the train
+dataset; TRL's sampler still sets how many rows each process holds (its own prompts are not used), so the
+generation batch keeps its ``generation_batch_size`` rows, and a resumed run draws what an uninterrupted one would.
+The loss carries each prompt's weight 1/(P q(x_b)) (M52).
+
 After TRL has scored the rows, :meth:`TrlAllocation.finish` replaces TRL's advantages (computed on the wrong
 (B, G) view) by ``ugrpo.train.alloc.step_advantages``: each prompt's own G_b in its leave-one-out mean (and std),
 times the row weight Gbar/G_b, so that TRL's per-row average over the N rows is
@@ -36,6 +43,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ugrpo.stats.allocation import IS_RULES
 from ugrpo.stats.history import PromptHistory, ScoreNorms
 from ugrpo.train.alloc import Allocator, step_advantages
 from ugrpo.train.config import BudgetConfig, SamplingConfig, TrainConfig
@@ -69,6 +77,16 @@ def adapter_config(args, spec: AllocationSpec, adv: AdvantageSpec) -> TrainConfi
         raise ValueError(f"allocation g_min={spec.g_min} is above num_generations={G}: the B = generation_batch_size "
                          f"/ num_generations = {N // G} prompts cannot each get g_min of the N = {N} samples; lower "
                          "allocation_g_min or raise num_generations")
+    if spec.rule in IS_RULES:
+        where = f"allocation rule {spec.rule}"
+        if float(getattr(args, "beta", 0.0)) > 0:
+            raise ValueError(f"{where} with beta={args.beta}: TRL's KL term is averaged over the drawn prompts without "
+                             "the weights 1/(P q), so it would regularise toward the law q's prompts; set beta=0.0 or "
+                             "choose another rule")
+        if spec.is_guard and G < 3:
+            raise ValueError(f"{where} with allocation is_guard=True needs num_generations >= 3 (the guard's held-out "
+                             f"U-statistics need three samples per prompt), got {G}; raise num_generations or set "
+                             "is_guard=False")
     if spec.g_max and spec.g_max < G:  # 0 is the default 4 G
         raise ValueError(f"allocation g_max={spec.g_max} is below num_generations={G}: the B = generation_batch_size "
                          f"/ num_generations = {N // G} prompts of at most g_max samples each cannot spend the N = {N} "
@@ -179,12 +197,17 @@ class TrlAllocation:
         if len(rows) != self.N:
             raise RuntimeError(f"UGRPOTrainer: the generation batch has {len(rows)} rows, expected "
                                f"generation_batch_size = {self.N}")
-        idx = np.array([int(r[INDEX_COLUMN]) for r in rows], dtype=np.int64).reshape(-1, self.G)
-        if (idx != idx[:, :1]).any():
-            raise RuntimeError("UGRPOTrainer(allocation=...) expects each prompt's num_generations rows next to each "
-                               "other (TRL's RepeatSampler); a custom sampler or dataloader broke that layout")
-        prompts = idx[:, 0]
         step = int(trainer.state.global_step)
+        if self.allocator.is_rule:  # prompt IS: the law's draw replaces the sampler's prompts (module docstring)
+            prompts = self.allocator.prompts(step)
+            first = {int(x): _dataset_row(trainer.train_dataset, int(x)) for x in np.unique(prompts)}
+        else:
+            idx = np.array([int(r[INDEX_COLUMN]) for r in rows], dtype=np.int64).reshape(-1, self.G)
+            if (idx != idx[:, :1]).any():
+                raise RuntimeError("UGRPOTrainer(allocation=...) expects each prompt's num_generations rows next to "
+                                   "each other (TRL's RepeatSampler); a custom sampler or dataloader broke that layout")
+            prompts = idx[:, 0]
+            first = {int(x): rows[b * self.G] for b, x in enumerate(prompts)}
         sizes, row = self.allocator.choose(prompts, step)
         group = np.repeat(np.arange(len(prompts)), sizes)
         rank_in = np.concatenate([np.arange(g) for g in sizes])
@@ -192,7 +215,7 @@ class TrlAllocation:
         part = slice(r * n, (r + 1) * n)
         alloc = StepAllocation(step, prompts, sizes, group[part], rank_in[part])
         self._pending = (alloc, row)
-        return [{k: v for k, v in rows[b * self.G].items() if k != INDEX_COLUMN} for b in alloc.local_groups]
+        return [{k: v for k, v in first[int(prompts[b])].items() if k != INDEX_COLUMN} for b in alloc.local_groups]
 
     # -- after scoring ----------------------------------------------------------------------------
 
@@ -213,7 +236,9 @@ class TrlAllocation:
                              + str(e).replace("--allocation.rule uniform", "allocation rule 'uniform'")) from None
         sizes = torch.as_tensor(alloc.sizes)
         values = self._values(trainer, inputs, value_fn, sizes) if self.advantages.baseline == "oracle" else None
-        adv, n_zero = step_advantages(self.cfg, SimpleNamespace(group_sizes=sizes), z, values)  # (N,) * Gbar/G_b
+        weights = self.allocator.prompt_weights(torch.arange(len(sizes)))  # prompt IS: 1/(P q(x_b)); else None
+        adv, n_zero = step_advantages(self.cfg, SimpleNamespace(group_sizes=sizes), z, values,
+                                      weights)  # (N,) * Gbar/G_b (* w_b)
         n, r = len(inputs), trainer.accelerator.process_index
         old = out["advantages"]
         out["advantages"] = adv[r * n:(r + 1) * n].to(device=old.device, dtype=old.dtype)
@@ -307,9 +332,19 @@ class TrlAllocation:
             raise ValueError(f"{path} is unreadable ({e}); restore it from a copy or start a new run") from None
         if not isinstance(data, dict) or not isinstance(data.get("history"), dict):
             raise ValueError(f"{path} holds no 'history' object; it was not written by UGRPOTrainer")
-        self.allocator.history = PromptHistory.from_json(data["history"], self.allocator.history.P, str(path))
+        self.allocator.history = PromptHistory.from_json(data["history"], self.allocator.history.P, str(path),
+                                                         held_out=self.allocator.held_out)
         c1 = data.get("c1")
         self.allocator.c1 = tuple(float(x) for x in c1) if isinstance(c1, list) and len(c1) == 3 else None
+
+
+def _dataset_row(dataset, x: int) -> dict:
+    """Row ``x`` of the train dataset (with :data:`INDEX_COLUMN`, which must be ``x``)."""
+    row = dict(dataset[x])
+    if int(row.get(INDEX_COLUMN, -1)) != x:
+        raise RuntimeError(f"UGRPOTrainer: train_dataset row {x} carries {INDEX_COLUMN}={row.get(INDEX_COLUMN)!r}; the "
+                           "dataset was reordered after the adapter indexed it")
+    return row
 
 
 def _stack(rows: list[Tensor], *, left: bool) -> Tensor:

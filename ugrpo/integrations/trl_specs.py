@@ -16,7 +16,7 @@ from ugrpo.train.config import ALLOCATION_RULES, AllocationConfig
 
 __all__ = ["AdvantageSpec", "AllocationSpec", "TRL_RULES"]
 
-TRL_RULES: tuple[str, ...] = ("uniform", "vip", "knapsack", "ustat")
+TRL_RULES: tuple[str, ...] = ("uniform", "vip", "knapsack", "ustat", "uniform-is")
 """the allocation rules of ``ugrpo train`` the TRL adapter runs (the others are refused with a message)"""
 
 
@@ -57,9 +57,10 @@ class AllocationSpec(AllocationConfig):
     """Per-prompt group sizes G_b in a TRL run (docs/trl.md, "Per-prompt group sizes"; docs/allocation.md).
 
     The fields are those of ``ugrpo train``'s ``allocation:`` section (:class:`~ugrpo.train.config.AllocationConfig`:
-    ``rule``, ``g_min``, ``g_max``, ``safe_tol``, ``safe_level``, ``scores``, ``sketch_dim``) with the same meaning; the
-    budget N is TRL's ``generation_batch_size`` and the mean size Gbar its ``num_generations``. ``rule`` is one of
-    :data:`TRL_RULES`; ``dynamic`` (several generation rounds per step) and any rule not in that list are refused.
+    ``rule``, ``g_min``, ``g_max``, ``safe_tol``, ``safe_level``, ``scores``, ``sketch_dim``, ``is_lambda``,
+    ``is_guard``) with the same meaning; the budget N is TRL's ``generation_batch_size`` and the mean size Gbar its
+    ``num_generations``. ``rule`` is one of :data:`TRL_RULES`; ``dynamic`` (several generation rounds per step),
+    ``ustat-is`` (N only in expectation) and any rule not in that list are refused.
 
     >>> AllocationSpec(rule="vip", g_min=2).bounds(64, 8)
     (2, 32)
@@ -71,9 +72,11 @@ class AllocationSpec(AllocationConfig):
                 raise ValueError(f"allocation rule {self.rule!r} is not valid; choose one of {list(TRL_RULES)}")
             why = (" (DAPO dynamic sampling draws several rounds per step; `ugrpo train --allocation dynamic` has it)"
                    if self.rule == "dynamic" else
-                   " (prompt importance sampling draws each step's prompts from a law q recomputed from the history, "
-                   "which TRL's fixed-order RepeatSampler does not do, and ustat-is spends generation_batch_size only "
-                   f"in expectation; `ugrpo train --allocation {self.rule}` has it)" if self.rule in IS_RULES else "")
+                   " (ustat-is gives each drawn prompt its own G_x and spends generation_batch_size only in "
+                   "expectation, B sum_x q(x) G_x, while TRL generates exactly generation_batch_size rows per batch; "
+                   "sizes chosen within the drawn batch would be another rule than M56's joint law; use uniform-is "
+                   f"(the law q, num_generations each), or `ugrpo train --allocation {self.rule}`)"
+                   if self.rule in IS_RULES else "")
             raise ValueError(f"allocation rule {self.rule} is not supported in the TRL adapter yet{why}; choose one "
                              f"of {list(TRL_RULES)}")
         super().__post_init__()

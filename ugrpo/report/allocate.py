@@ -66,7 +66,10 @@ def write_report(rd, results: dict[str, Any], argv: Sequence[str] | None = None)
         "uniform-prompt gradient. Their MSE is the closed form (1/B)(sum_x a_x(G_x)/(P^2 q(x)) - ||g||^2) with the "
         "true a_x (M53), exact (no batches, so no interval); `mean cost` is their EXPECTED samples per step "
         "(`ustat-is` spends N only on average). Against a rule measured on drawn batches their ratio's interval is "
-        "that of the other rule's mean.",
+        "that of the other rule's mean. With the `predicted` moments their law is the trainer's: the rule's law from "
+        "the history's posterior, judged on held-out visits of the history and replaced when they refute it "
+        f"(docs/math.md M78; guard {'on' if cfg.get('is_guard', True) else 'off'}): "
+        + _guard_choices(results["rows"]) + ".",
         "## Samples as the unit (sum_b G_b = N)", table(results["rows"]),
         image("allocation.png", "MSE of each rule against uniform G"),
         "## Tokens as the unit (sum_b L_b G_b <= the tokens uniform G = N/B spends on the same batch)",
@@ -85,3 +88,10 @@ def write_report(rd, results: dict[str, Any], argv: Sequence[str] | None = None)
         f"batch). Run time {seconds:.1f} s.",
     ]
     return rd.write_report("\n\n".join(parts) + "\n")
+
+
+def _guard_choices(rows: list[dict]) -> str:
+    """Which law the guard used for each prompt-IS rule with predicted moments (docs/math.md M78)."""
+    got = [f"`{r['rule']}` used `{r['guard_choice']}`" for r in rows
+           if r.get("moments") == "predicted" and r.get("guard_choice")]
+    return ", ".join(got) if got else "no guarded rule in this run"

@@ -299,11 +299,13 @@ def allocation_table(alloc: dict[str, Any], part: str = "total") -> tuple[list[s
 
 
 def is_table(alloc: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
-    """(headers, rows) of the prompt importance-sampling rows (docs/lm-mse.md R11): realised total MSE and the paired
-    ratio to uniform with 95% intervals, next to the predicted ratio."""
-    headers = ["G", "moments", "rule", "G_x range", "expected N", "max weight", "MSE", "95% CI", "uniform MSE",
-               "ratio", "95% CI", "predicted ratio", "inside", "pred. ratio, true moments"]
-    out = [[r["G"], r["moments"], r["rule"], f"{r['sizes']['min']}-{r['sizes']['max']}", r["expected_samples"],
+    """(headers, rows) of the prompt importance-sampling rows (docs/lm-mse.md R11): the law the guard chose (predicted
+    moments, docs/math.md M78; ``-``: the true moments, unguarded), realised total MSE and the paired ratio to uniform
+    with 95% intervals, next to the predicted ratio."""
+    headers = ["G", "moments", "rule", "law (guard)", "G_x range", "expected N", "max weight", "MSE", "95% CI",
+               "uniform MSE", "ratio", "95% CI", "predicted ratio", "inside", "pred. ratio, true moments"]
+    out = [[r["G"], r["moments"], r["rule"], r.get("guard_choice") or "-", f"{r['sizes']['min']}-{r['sizes']['max']}",
+            r["expected_samples"],
             r["weight_max"], r["mse"], fmt_ci(r["ci_low"], r["ci_high"]), r["uniform_mse"], r["ratio"],
             fmt_ci(*r["ratio_ci"]), r["predicted_ratio"],
             "-" if r["predicted_inside"] is None else ("yes" if r["predicted_inside"] else "no"),
@@ -408,7 +410,10 @@ def allocation_section(run: RunDir, results: dict[str, Any]) -> list[str]:
             "estimated on the same uniformly drawn blocks, each weighted by P q(x) (the draws of a step are iid, so "
             "this is the MSE of B draws from q), against uniform's single-draw error on the same blocks (the ratio "
             "is paired; `uniform MSE` is that denominator, which has the expectation of the uniform row above). "
-            "The prediction is (S(q, G) - ||g||^2) / (S_u - ||g||^2) (M53) with ||g||^2 = ||g_ref||^2 - ref_err.",
+            "The prediction is (S(q, G) - ||g||^2) / (S_u - ||g||^2) (M53) with ||g||^2 = ||g_ref||^2 - ref_err, at "
+            "the moments the law was fitted with. With the predicted moments the law is the trainer's: the rule's "
+            "law from the history's posterior, judged on held-out visits and replaced when they refute it "
+            "(`law (guard)`: the candidate used, `own` = the history's own per-prompt estimates, docs/math.md M78).",
             "", md_table(*is_table(alloc)), ""]),
         f"History predictions against the reference moments: Spearman of f_x(4) {fmt(pq.get('spearman_f4'))}, "
         f"median |log(predicted / reference)| {fmt(pq.get('median_abs_log_ratio_f4'))}; "

@@ -16,8 +16,9 @@ concave one), so over c1's 95% interval [lo, hi] a candidate's ratio to the best
   least 2 bootstrap SEs of c1 first (the upper limit an estimate at 0 would give: an interval cut to
   [0, ~0] from an estimate below 0 is not evidence that c1 = 0);
 * the G to use: among the G that decide, else among all, the one with the smallest expected ratio
-  bound(c, G) / min bound(c, .) over draws c of the constants' confidence distribution
-  (:func:`ugrpo.stats.bootstrap_ci.confidence_draws`, clipped at 0, all of them: no conditioning on c1 > 0);
+  bound(c, G) / min bound(c, .) over draws of c1's confidence distribution
+  (:func:`ugrpo.stats.bootstrap_ci.confidence_draws`, clipped at 0, all of them: no conditioning on c1 > 0), c2 and
+  c3 at their estimates like the band (M80: draws of c2 or c3 at 0, outside their range, put a pole in the ratio);
 * ``probability[G]``: the share of those draws whose band holds G.
 
 How many prompts would decide (M42, M68): the interval's half-widths shrink like 1/sqrt(B0), so a pilot of f B0
@@ -118,8 +119,9 @@ class BandResult:
     ----------
     candidates : the group sizes, ascending
     point_band : the band of the point estimates (clipped at 0)
-    probability : per candidate, the share of the confidence distribution's draws whose band holds it
-    expected_ratio : per candidate, the mean of bound(c, G) / min bound(c, .) over those draws
+    probability : per candidate, the share of the draws of c1's confidence distribution (c2, c3 at the estimates)
+        whose band holds it
+    expected_ratio : per candidate, the mean of bound(c, G) / min bound(c, .) over those draws (M41, M80)
     worst_case : per candidate, the largest ratio to the best over c1 in ``c1_range`` (c2, c3 at the estimates)
     recommended : the G to use (M41)
     decided : True when ``worst_case`` of the recommendation is within the tolerance: the pilot pins it down
@@ -162,37 +164,42 @@ class BandResult:
         return self.worst_case[self.candidates.index(self.recommended)]
 
 
-def _draw_rows(draws) -> np.ndarray:
-    """Draws as (R, 3), clipped to [0, inf) (the constants' range); +inf (an extreme c1) stays finite and large."""
-    d = np.asarray(draws, dtype=float).reshape(-1, 3)
-    d = d[~np.isnan(d).any(axis=1)]
+def _c1_rows(c1_draws, c2: float, c3: float) -> np.ndarray:
+    """Rows (R, 3) of (c1 draw, c2, c3): the draws clipped to [0, inf) (c1's range; +inf, an extreme, stays finite
+    and large, NaN dropped), c2 and c3 fixed (docs/math.md M80)."""
+    d = np.asarray(c1_draws, dtype=float)
+    if d.ndim != 1:
+        raise ValueError(f"c1_draws must be a 1-D array of draws of c1 (c2 and c3 enter at their estimates, "
+                         f"docs/math.md M80), got shape {d.shape}")
+    d = d[~np.isnan(d)]
     big = np.where(np.isfinite(d), np.abs(d), 0.0).max(initial=1.0) * 1e6
-    return np.clip(d, 0.0, big)
+    d = np.clip(d, 0.0, big)
+    return np.column_stack([d, np.full(d.size, c2), np.full(d.size, c3)])
 
 
-def bootstrap_band(point: Sequence[float], draws, N: int, cands: Sequence[int], *, c1_range: tuple[float, float],
-                   tol: float = DEFAULT_TOLERANCE, level: float = 0.95) -> BandResult:
-    """Band, the G to use and whether the pilot decides, from c1's interval and draws (R, 3) of the constants'
-    confidence distribution (docs/math.md M40-M41).
+def bootstrap_band(point: Sequence[float], c1_draws, N: int, cands: Sequence[int], *,
+                   c1_range: tuple[float, float], tol: float = DEFAULT_TOLERANCE, level: float = 0.95) -> BandResult:
+    """Band, the G to use and whether the pilot decides, from c1's interval and draws (R,) of c1's confidence
+    distribution, c2 and c3 at their estimates ``point[1:]`` (docs/math.md M40, M41, M80).
 
     Examples
     --------
-    >>> draws = np.array([[1.0, 5.0, 49.0], [0.5, 5.0, 49.0], [2.0, 5.0, 49.0]])
-    >>> r = bootstrap_band((1.0, 5.0, 49.0), draws, 1024, [2, 4, 8, 16, 32], c1_range=(0.8, 1.25))
+    >>> c1_draws = np.array([1.0, 0.5, 2.0])
+    >>> r = bootstrap_band((1.0, 5.0, 49.0), c1_draws, 1024, [2, 4, 8, 16, 32], c1_range=(0.8, 1.25))
     >>> r.point_band, r.recommended, r.decided, r.confidence_band
     ((8,), 8, True, (8,))
-    >>> r = bootstrap_band((1.0, 5.0, 49.0), draws, 1024, [2, 4, 8, 16, 32], c1_range=(0.0, 4.0))
+    >>> r = bootstrap_band((1.0, 5.0, 49.0), c1_draws, 1024, [2, 4, 8, 16, 32], c1_range=(0.0, 4.0))
     >>> r.recommended, r.decided, r.confidence_band, r.g_range, r.open_ended
     (8, False, (4, 8, 16, 32), (4, 32), True)
     """
     if not tol > 0:
         raise ValueError(f"band tolerance must be > 0 (e.g. 0.05 for 5%), got {tol}")
     cands = sorted(int(g) for g in cands)
-    rows = _draw_rows(draws)
-    if rows.shape[0] < 2:
-        raise ValueError("the band needs >= 2 finite bootstrap replicates; estimate the constants with n_boot >= 200")
     lo, hi = (max(float(v), 0.0) for v in c1_range)
     c2, c3 = max(float(point[1]), 0.0), max(float(point[2]), 0.0)
+    rows = _c1_rows(c1_draws, c2, c3)
+    if rows.shape[0] < 2:
+        raise ValueError("the band needs >= 2 finite bootstrap replicates; estimate the constants with n_boot >= 200")
     ratio = ratio_table(rows, N, cands)
     prob, expected = (ratio <= 1 + tol).mean(axis=0), ratio.mean(axis=0)
     worst = worst_ratio((lo, hi), c2, c3, N, cands)

@@ -9,7 +9,7 @@ already computed by :mod:`ugrpo.stats.components`.
 
 Every interval is clipped to [0, inf), the range of c1, c2, c3. :func:`confidence_draws` turns the same
 studentised replicates into draws of a confidence distribution of (c1, c2, c3) whose central intervals are those
-intervals (docs/math.md M41): what the planner decides on.
+intervals (docs/math.md M41); the planner decides on c1's draws, c2 and c3 at their estimates (M80).
 """
 
 from __future__ import annotations

@@ -12,6 +12,12 @@ For each of the P prompts, sums over its earlier visits (numpy float64 arrays of
   measure no scores, so these stay 0)
 * ``t0_sum``      sum over visits of the unbiased per-visit estimate of ||g(x)||^2 (M14)
 
+With ``held_out=True`` (the prompt-IS rules' guard, docs/math.md M75-M78) the history also keeps every one of these
+sums twice more, split by the parity of the step (``folds[0]``: steps 0, 2, 4, ...; ``folds[1]``: steps 1, 3, ...),
+and per fold the held-out sums :data:`HELD_OUT` of the per-visit U-statistics T0, T1, T2 (M14-M16), plain and
+weighted by the visit's importance weight w = 1/(P q(x)) of the law that drew it (1 for a uniform draw), with their
+weighted second moments: what :mod:`ugrpo.stats.is_guard` needs to judge a law fitted on one fold by the other.
+
 A step's scores come as :class:`ScoreNorms` (||W_n||^2 per sample and ||sum_{n in b} Z_n W_n||^2 per group: all the
 sums need, M72; the trainer's exact output-projection statistics, :mod:`ugrpo.lm.output_scores`) or as score vectors
 (N, k) (exact, or sketched with unbiased inner products), from which the same two are taken.
@@ -35,9 +41,9 @@ import torch
 
 from ugrpo.stats.allocation import PromptStats
 from ugrpo.stats.predict import REQUIRED, SECOND_MOMENTS, Posterior, posterior, posterior_means
-from ugrpo.stats.ragged import ragged_t0_from_norms, segment_sum
+from ugrpo.stats.ragged import ragged_t0_from_norms, ragged_terms_from_norms, segment_sum
 
-__all__ = ["FIELDS", "SECOND", "PromptHistory", "ScoreNorms", "check_unit_rewards", "bernoulli_stats",
+__all__ = ["FIELDS", "SECOND", "HELD_OUT", "PromptHistory", "ScoreNorms", "check_unit_rewards", "bernoulli_stats",
            "beta_moments"]
 
 FIELDS: tuple[str, ...] = REQUIRED
@@ -46,6 +52,10 @@ FIELDS: tuple[str, ...] = REQUIRED
 # and of the squared per-visit T0; absent from older history.json files (then they would cover only the steps
 # after the resume, so the predictor uses its defaults for the spreads for the rest of that run)
 SECOND: tuple[str, ...] = SECOND_MOMENTS
+HELD_OUT: tuple[str, ...] = ("t1_sum", "t2_sum", "ht_t0", "ht_t1", "ht_t2", "ht_00", "ht_01", "ht_02", "ht_11",
+                             "ht_12", "ht_22")
+"""per fold (``held_out=True``): sums over visits of T1 and T2 (T0's is ``t0_sum``), of w T_i and of w^2 T_i T_j
+(i <= j), w = 1/(P q(x)) the visit's importance weight (docs/math.md M76)"""
 
 
 def check_unit_rewards(rewards: np.ndarray, rule: str) -> None:
@@ -99,19 +109,25 @@ class ScoreNorms:
 class PromptHistory:
     """Sums over earlier visits of each of P prompts (module docstring); pure numpy."""
 
-    def __init__(self, n_prompts: int) -> None:
+    def __init__(self, n_prompts: int, *, held_out: bool = False) -> None:
         self.P = int(n_prompts)
         self.sums = {k: np.zeros(self.P) for k in FIELDS + SECOND}
         self.second = True  # the SECOND sums cover the whole history
+        self.steps = 0  # updates so far; step t goes to fold t % 2
+        self.folds = [{k: np.zeros(self.P) for k in FIELDS + SECOND + HELD_OUT} for _ in range(2)] \
+            if held_out else None
 
     def update(self, prompts: np.ndarray, sizes: np.ndarray, rewards: np.ndarray,
-               scores: ScoreNorms | np.ndarray | None = None) -> None:
+               scores: ScoreNorms | np.ndarray | None = None, weights: np.ndarray | None = None) -> None:
         """Add one step: prompt indices and G_b (B,), flat rewards (N,) and optionally the step's scores, as
-        :class:`ScoreNorms` or as score vectors (N, k) (exact or sketched)."""
+        :class:`ScoreNorms` or as score vectors (N, k) (exact or sketched). ``weights`` (B,): the importance weights
+        1/(P q(x_b)) of the law the prompts were drawn from (prompt IS, M52; None: a uniform draw, all 1); only the
+        held-out sums use them."""
         z = torch.as_tensor(np.asarray(rewards, dtype=np.float64))
         g = torch.as_tensor(np.asarray(sizes, dtype=np.int64))
         per_visit = {"visits": np.ones(len(g)), "samples": g.double().numpy(),
                      "successes": segment_sum(z, g).numpy()}
+        norms = None
         if scores is not None:
             norms = scores if isinstance(scores, ScoreNorms) else ScoreNorms.from_scores(rewards, scores, sizes)
             if norms.w2.shape != z.shape or norms.zw2.shape != g.shape:
@@ -124,8 +140,14 @@ class PromptHistory:
             per_visit["t0_sum"], per_visit["t0_sq"] = t0, t0**2
             per_visit["w4_success"] = segment_sum(z * w2**2, g).numpy()
             per_visit["w4_failure"] = segment_sum((1 - z) * w2**2, g).numpy()
+        idx = np.asarray(prompts, dtype=np.int64)
         for k, v in per_visit.items():
-            np.add.at(self.sums[k], np.asarray(prompts, dtype=np.int64), v)  # a prompt drawn twice counts twice
+            np.add.at(self.sums[k], idx, v)  # a prompt drawn twice counts twice
+        if self.folds is not None:
+            fold = self.folds[self.steps % 2]
+            for k, v in {**per_visit, **_held_out_terms(z, g, norms, weights)}.items():
+                np.add.at(fold[k], idx, v)
+        self.steps += 1
 
     def sums_for_prediction(self) -> dict[str, np.ndarray]:
         """The sums the predictor reads (the second-moment ones only when they cover the whole history)."""
@@ -146,26 +168,61 @@ class PromptHistory:
 
     def to_json(self) -> dict:
         """A JSON-safe dict (lists of floats); float64 round-trips exactly through JSON's repr."""
-        return {"n_prompts": self.P, "second_moments": self.second, **{k: v.tolist() for k, v in self.sums.items()}}
+        out = {"n_prompts": self.P, "second_moments": self.second, "steps": self.steps,
+               **{k: v.tolist() for k, v in self.sums.items()}}
+        if self.folds is not None:
+            out["folds"] = [{k: v.tolist() for k, v in f.items()} for f in self.folds]
+        return out
 
     @classmethod
-    def from_json(cls, data: dict, n_prompts: int, where: str) -> PromptHistory:
+    def from_json(cls, data: dict, n_prompts: int, where: str, *, held_out: bool = False) -> PromptHistory:
         """The inverse of :meth:`to_json`; a ValueError naming ``where`` if it does not fit ``n_prompts`` (the file
-        is read by the trainer, :meth:`ugrpo.train.alloc.Allocator.restore`)."""
+        is read by the trainer, :meth:`ugrpo.train.alloc.Allocator.restore`) or, with ``held_out``, has no folds."""
         saved = data.get("n_prompts") if isinstance(data, dict) else None
         if saved != n_prompts:
             raise ValueError(f"{where}: the allocation history is for {saved} train prompts but this run has "
                              f"{n_prompts}; resume with the same task settings")
-        h = cls(n_prompts)
+        h = cls(n_prompts, held_out=held_out)
         h.second = bool(data.get("second_moments", True)) and all(k in data for k in SECOND)
-        for k in FIELDS + SECOND:
-            if k in SECOND and k not in data:
-                continue
-            v = np.asarray(data.get(k, []), dtype=np.float64)
-            if v.shape != (n_prompts,) or not np.isfinite(v).all():
-                raise ValueError(f"{where}: field {k!r} of the allocation history is not {n_prompts} finite numbers")
-            h.sums[k] = v
+        h.steps = int(data.get("steps", 0))
+        # (target, source, fields, name prefix): the sums (SECOND optional there), then each fold (all required)
+        parts = [(h.sums, data, FIELDS + tuple(k for k in SECOND if k in data), "")]
+        if held_out:
+            folds = data.get("folds")
+            if not isinstance(folds, list) or len(folds) != 2 or not all(isinstance(f, dict) for f in folds):
+                raise ValueError(f"{where}: the allocation history has no held-out folds, which the prompt-IS "
+                                 "guard needs (it was written by an older version or without the guard); start a new "
+                                 "run, or set allocation.is_guard false")
+            parts += [(h.folds[i], f, FIELDS + SECOND + HELD_OUT, f"folds[{i}].") for i, f in enumerate(folds)]
+        for target, src, fields, name in parts:
+            for k in fields:
+                v = np.asarray(src.get(k, []), dtype=np.float64)
+                if v.shape != (n_prompts,) or not np.isfinite(v).all():
+                    raise ValueError(f"{where}: field {name}{k!r} of the allocation history is not {n_prompts} "
+                                     "finite numbers")
+                target[k] = v
         return h
+
+
+def _held_out_terms(z: torch.Tensor, g: torch.Tensor, norms: ScoreNorms | None,
+                    weights: np.ndarray | None) -> dict[str, np.ndarray]:
+    """Per visit (B,): T1, T2 and the importance-weighted w T_i, w^2 T_i T_j of :data:`HELD_OUT` (M76)."""
+    if norms is None:
+        raise ValueError("the held-out sums of the prompt-IS guard need the step's score norms (scores=None)")
+    if int(g.min()) < 3:
+        b = int((g < 3).nonzero()[0])
+        raise ValueError(f"the prompt-IS guard's held-out check needs at least 3 samples per visit (the U-statistics "
+                         f"T1, T2 of M15-M16), but prompt {b} of this step has {int(g[b])}; raise allocation.g_min to "
+                         "3 or set allocation.is_guard false")
+    t0, t1, t2 = (t.numpy() for t in ragged_terms_from_norms(z, torch.as_tensor(norms.w2),
+                                                             torch.as_tensor(norms.zw2), g))
+    w = np.ones(len(t0)) if weights is None else np.asarray(weights, dtype=np.float64)
+    if w.shape != t0.shape or not np.isfinite(w).all() or (w <= 0).any():
+        raise ValueError(f"weights must be {len(t0)} finite positive importance weights 1/(P q(x)), got {weights!r}")
+    t = (t0, t1, t2)
+    out = {"t1_sum": t1, "t2_sum": t2, **{f"ht_t{i}": w * t[i] for i in range(3)}}
+    out.update({f"ht_{i}{j}": w * w * t[i] * t[j] for i in range(3) for j in range(i, 3)})
+    return out
 
 
 def bernoulli_stats(p_moments: tuple[np.ndarray, np.ndarray, np.ndarray], m1: np.ndarray, m0: np.ndarray,

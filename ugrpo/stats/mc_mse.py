@@ -18,13 +18,14 @@ from ugrpo.stats.advantages import compute_advantages
 from ugrpo.stats.allocation import PromptStats
 from ugrpo.stats.components import prompt_terms, reduce_scores
 from ugrpo.stats.estimators import ESTIMATORS
+from ugrpo.stats.history import PromptHistory
 from ugrpo.stats.intervals import clip_interval, satterthwaite_df, t_quantile
 from ugrpo.stats.predict import Posterior, posterior
-from ugrpo.stats.ragged import ragged_advantages, ragged_prompt_gradients, ragged_t0
+from ugrpo.stats.ragged import ragged_advantages, ragged_prompt_gradients
 
 __all__ = ["ReferenceMoments", "reference_moments", "block_squared_errors", "corrected_row", "ragged_block_errors",
            "ragged_block_gradients", "is_block_errors",
-           "sample_prompt_stats", "history_prompt_sums", "history_prompt_posterior"]
+           "sample_prompt_stats", "visit_history", "history_prompt_sums", "history_prompt_posterior"]
 
 DT = torch.float64
 
@@ -268,28 +269,31 @@ def sample_prompt_stats(scores: Tensor, rewards: Tensor) -> PromptStats:
                        c3=(t2 + t0).clamp_min(0).numpy(), g_norm2=t0.clamp_min(0).numpy())
 
 
-def history_prompt_sums(scores: Tensor, rewards: Tensor) -> dict[str, np.ndarray]:
-    """The per-prompt history sums (:class:`ugrpo.stats.history.PromptHistory`'s fields, second moments included)
-    of V earlier visits of h samples each (docs/math.md M46-M49; R9).
+def visit_history(scores: Tensor, rewards: Tensor, *, held_out: bool = False) -> PromptHistory:
+    """The :class:`ugrpo.stats.history.PromptHistory` of V earlier visits of h samples to each of the P prompts, one
+    step per visit (step v visits every prompt once; docs/math.md M46-M49, R9); ``held_out``: with the prompt-IS
+    guard's folds (step v in fold v % 2, M76).
 
     Parameters
     ----------
-    scores : (P, V, h, k) sketched scores of the history samples (h >= 2)
+    scores : (P, V, h, k) sketched scores of the history samples (h >= 2; h >= 3 with ``held_out``)
     rewards : (P, V, h) rewards in [0, 1]
     """
     if scores.ndim != 4 or rewards.shape != scores.shape[:3] or scores.shape[2] < 2:
         raise ValueError(f"need history scores (P, V, h, k) and rewards (P, V, h) with h >= 2; got "
                          f"{tuple(scores.shape)}, {tuple(rewards.shape)}")
-    P, V, h, _ = scores.shape
-    s, z = scores.to(DT), rewards.to(DT)
-    w2 = (s**2).sum(-1)                                                   # (P, V, h) ||S W||^2
-    t0 = ragged_t0(z.reshape(-1), s.reshape(P * V * h, -1),
-                   torch.full((P * V,), h)).view(P, V)                    # (P, V) unbiased ||g(x)||^2 (M14)
-    out = {"visits": torch.full((P,), float(V)), "samples": torch.full((P,), float(V * h)),
-           "successes": z.sum((1, 2)), "w2_success": (z * w2).sum((1, 2)), "w2_failure": ((1 - z) * w2).sum((1, 2)),
-           "t0_sum": t0.sum(1), "w4_success": (z * w2**2).sum((1, 2)), "w4_failure": ((1 - z) * w2**2).sum((1, 2)),
-           "t0_sq": (t0**2).sum(1)}
-    return {k: v.numpy() for k, v in out.items()}
+    P, V, h, k = scores.shape
+    hist = PromptHistory(P, held_out=held_out)
+    for v in range(V):
+        hist.update(np.arange(P), np.full(P, h), rewards[:, v].reshape(-1).to(DT).numpy(),
+                    scores[:, v].reshape(P * h, k).to(DT).numpy())
+    return hist
+
+
+def history_prompt_sums(scores: Tensor, rewards: Tensor) -> dict[str, np.ndarray]:
+    """The per-prompt history sums (:class:`ugrpo.stats.history.PromptHistory`'s fields, second moments included)
+    of V earlier visits of h samples each: :func:`visit_history`'s."""
+    return visit_history(scores, rewards).sums
 
 
 def history_prompt_posterior(scores: Tensor, rewards: Tensor) -> Posterior:

@@ -13,9 +13,9 @@ claim of Thm 7).
 With constants estimated from a pilot (:class:`~ugrpo.stats.components.VarianceComponents`),
 the answer is a band (:mod:`ugrpo.stats.band`, M40-M42): the candidates within a tolerance (5%)
 of the smallest predicted MSE for some c1 in its interval, the G to use (one within the tolerance for every
-such c1 when there is one: the pilot *decides*; else the smallest expected excess under the constants'
-confidence distribution, with "the pilot cannot tell" said), how much it can cost, and the pilot size that
-would decide. A pilot that says nothing (every reward equal, a degenerate bootstrap) gets no G.
+such c1 when there is one: the pilot *decides*; else the smallest expected excess under c1's confidence
+distribution with c2, c3 at their estimates (M80), with "the pilot cannot tell" said), how much it can cost, and
+the pilot size that would decide. A pilot that says nothing (every reward equal, a degenerate bootstrap) gets no G.
 ``g_star`` is the argmin at the point estimates, kept for compatibility, and None when c1's interval reaches 0;
 then the data bound G* from below (M24), at the stated level when the intervals are calibrated.
 
@@ -96,18 +96,18 @@ class GroupSizePlan:
     c1_distinguishable_from_zero : True for exact constants with c1 > 0, or when c1's ci_low > 0
     level : confidence level of the intervals (None for exact constants)
     message : plain sentences for the user (the G to use first)
-    g_recommended : the G to use (M41): a G within ``tolerance`` of the best for every c1 in its interval when
-        there is one, else the smallest expected ratio to the best under the constants' confidence
-        distribution; G* for exact constants; None when the pilot cannot tell anything (``cannot_tell``)
+    g_recommended : the G to use (M41, M80): a G within ``tolerance`` of the best for every c1 in its interval when
+        there is one, else the smallest expected ratio to the best under c1's confidence distribution (c2, c3 at
+        the estimates); G* for exact constants; None when the pilot cannot tell anything (``cannot_tell``)
     band : the candidates within ``tolerance`` of the smallest predicted MSE at the point estimates (M40)
-    band_probability : per candidate (as ``candidates``), the share of the confidence distribution's draws whose
-        band holds it (1.0 / 0.0 for exact constants)
+    band_probability : per candidate (as ``candidates``), the share of the draws of c1's confidence distribution
+        (c2, c3 at the estimates) whose band holds it (1.0 / 0.0 for exact constants)
     g_band : (low, high) of the confidence band: the G within ``tolerance`` of the best for some c1 in its
         interval (M40; the exact band's range for exact constants)
     worst : (G, ratio): the candidate with the largest ratio to the best (estimated constants: the largest over
         c1's interval)
-    expected_ratio : per candidate, the expected ratio of its MSE to the best's under the confidence
-        distribution (M41); the exact ratio for exact constants
+    expected_ratio : per candidate, the expected ratio of its MSE to the best's under c1's confidence
+        distribution, c2 and c3 at the estimates (M41, M80); the exact ratio for exact constants
     pilot_prompts_needed : prompts a pilot needs to decide wherever c1 lies in its interval (M42, M68); None when for
         some c1 in it even 64 B0 would not
     tolerance : the band's tolerance
@@ -348,7 +348,7 @@ def _plan_estimated(vc: VarianceComponents, c1, c2, c3, N, cands, tol) -> GroupS
     if why is not None:
         return GroupSizePlan(message=f"the pilot cannot tell which G to use: {why}", cannot_tell=why, **common)
     c1_range = _c1_range(vc)
-    br = bootstrap_band((c1, c2, c3), draws, N, cands, c1_range=c1_range, tol=tol, level=vc.level)
+    br = bootstrap_band((c1, c2, c3), draws[:, 0], N, cands, c1_range=c1_range, tol=tol, level=vc.level)
     need = pilot_size_needed(c1, c1_range, c2, c3, vc.n_prompts, N, cands, tol=tol)
     k = int(np.argmax(br.worst_case))
     plan = GroupSizePlan(

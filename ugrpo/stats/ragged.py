@@ -32,6 +32,7 @@ __all__ = [
     "dense_to_ragged",
     "ragged_t0",
     "ragged_t0_from_norms",
+    "ragged_terms_from_norms",
     "ragged_reward_spread",
 ]
 
@@ -343,6 +344,35 @@ def ragged_t0_from_norms(rewards: Tensor, w2: Tensor, zw2: Tensor, sizes: Tensor
         raise ValueError(f"w2 must have shape {tuple(rewards.shape)} (one per sample) and zw2 {tuple(sizes.shape)} "
                          f"(one per group); got {tuple(w2.shape)} and {tuple(zw2.shape)}")
     return _t0(rewards, w2, zw2, sizes)
+
+
+def ragged_terms_from_norms(rewards: Tensor, w2: Tensor, zw2: Tensor, sizes: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """(B,) each: the unbiased per-group T0, T1, T2 of docs/math.md M14-M16 from ||W_i||^2 (n,) and
+    ||sum_{i in b} Z_i W_i||^2 (B,) alone (M18, M72): E T0 = ||g(x)||^2, E T1 = E||W||^2 (Z - V)^2,
+    E T2 = E||W||^2 Var(Z). The ragged form of :func:`ugrpo.stats.components.prompt_terms`; needs G_b >= 3.
+
+    Every group's second moment with G samples, a(G) = E||ghat_G||^2 = ||g||^2 + c2/G + c3/(G(G-1)) (M9), is then
+    estimated without bias by T0 + (T1 - T0)/G + (T2 + T0)/(G(G-1)) (docs/math.md M75).
+
+    >>> t = ragged_terms_from_norms(torch.tensor([1.0, 0.0, 0.0]), torch.tensor([6.0, 1.0, 1.0]), torch.tensor([6.0]),
+    ...                             torch.tensor([3]))
+    >>> [round(float(x), 4) for x in t]  # T1 = 2 K_00 / 6 (i = 0, both orders of j, k); T2 = (K_11 + K_22) / 6
+    [0.0, 2.0, 0.3333]
+    """
+    t0 = ragged_t0_from_norms(rewards, w2, zw2, sizes)
+    sizes = _check_sizes(sizes, rewards.numel(), min_group=3)
+    z, k = rewards.to(w2.dtype), w2
+    ids = segment_ids(sizes)
+    g = sizes.to(w2.dtype)
+    s1, s2 = segment_sum(z, sizes)[ids], segment_sum(z * z, sizes)[ids]              # (n,) group sums per sample
+    gi = g[ids]
+    a = gi * z - s1                                                                   # sum_{j != i} (Z_i - Z_j)
+    q = gi * z * z - 2 * z * s1 + s2                                                  # sum_{j != i} (Z_i - Z_j)^2
+    o1, o2 = s1 - z, s2 - z * z                                                       # the others' sums
+    n3 = g * (g - 1) * (g - 2)
+    t1 = segment_sum(k * (a * a - q), sizes) / n3
+    t2 = segment_sum(k * ((gi - 1) * o2 - o1 * o1), sizes) / n3
+    return t0, t1, t2
 
 
 def ragged_reward_spread(rewards: Tensor, sizes: Tensor) -> tuple[Tensor, Tensor]:

@@ -12,9 +12,11 @@ estimate (1/B) sum_b (1/G_b) sum_g A_bg W_bg (M32-M33).
 
 The prompt importance-sampling rules (``uniform-is``, ``ustat-is``; docs/math.md M52-M59, docs/allocation.md A8)
 also choose WHICH prompts a step draws: :meth:`Allocator.prompts` draws the B prompts iid from the law q that
-:func:`ugrpo.stats.prompt_is.is_law` computes from the predictor's posterior means of every train prompt (the history
-only), with the generator :func:`ugrpo.train.rollout.choose_prompts` uses; :meth:`Allocator.choose` gives each its G_x
-and keeps the weights 1/(P q(x_b)), which :meth:`Allocator.prompt_weights` hands to :func:`step_advantages`.
+:func:`ugrpo.stats.is_guard.guarded_law` computes from the history only (the rule's law from the predictor's posterior,
+judged on held-out visits and replaced when they refute it, docs/math.md M78), with the generator
+:func:`ugrpo.train.rollout.choose_prompts` uses; :meth:`Allocator.choose` gives each its G_x and keeps the weights
+1/(P q(x_b)), which :meth:`Allocator.prompt_weights` hands to :func:`step_advantages` and :meth:`Allocator.observe` to
+the history's held-out sums.
 """
 
 from __future__ import annotations
@@ -27,17 +29,19 @@ import torch
 from torch import Tensor
 
 from ugrpo.stats.allocation import IS_RULES
-from ugrpo.stats.certificate import certificate
+from ugrpo.stats.certificate import certificate, widening
 from ugrpo.stats.history import FIELDS, SECOND, PromptHistory, ScoreNorms, check_unit_rewards
 from ugrpo.stats.is_certificate import is_certificate
+from ugrpo.stats.is_guard import GUARD_G_MIN, GuardedLaw, guarded_law
+from ugrpo.stats.population import population_posteriors
 from ugrpo.stats.predict import Posterior, posterior_means, reward_variance
-from ugrpo.stats.prompt_is import PromptLaw, is_law, step_metrics
+from ugrpo.stats.prompt_is import step_metrics
 from ugrpo.stats.ragged import compute_ragged_advantages, ragged_reward_spread
 from ugrpo.stats.safe import choose_sizes
 from ugrpo.train.config import TrainConfig
 from ugrpo.train.rollout import choose_prompts, prompt_generator
 
-__all__ = ["Allocator", "StepScores", "row_weights", "step_advantages"]
+__all__ = ["Allocator", "StepScores", "guard_metrics", "row_weights", "step_advantages"]
 
 
 def row_weights(sizes: Tensor, mean_size: int) -> Tensor:
@@ -67,6 +71,16 @@ def step_advantages(cfg: TrainConfig, rollout, rewards: Tensor, values,
     if weights is not None:
         w = w * torch.as_tensor(weights, dtype=torch.float64).repeat_interleave(sizes)
     return (adv.advantages * w).float(), adv.n_zero_std
+
+
+def guard_metrics(gl: GuardedLaw) -> dict:
+    """The prompt-IS guard's per-step metrics (docs/allocation.md A8, M78): the candidate used, how far down the list
+    it is, and the held-out ratio with its interval of the rule's own law (the first check; none when unguarded)."""
+    row = {"is_guard_choice": gl.choice, "is_guard_fallback": gl.fallback}
+    if gl.checks:
+        c = gl.checks[0]
+        row.update(is_guard_ratio=c.ratio, is_guard_ratio_low=c.low, is_guard_ratio_high=c.high)
+    return row
 
 
 class StepScores:
@@ -111,11 +125,14 @@ class Allocator:
         self.N, self.G = cfg.budget.samples_per_step, cfg.budget.group_size
         self.B = self.N // self.G
         self.g_min, self.g_max = self.al.bounds(self.N, self.G)
-        self.history = PromptHistory(n_prompts)
         self.is_rule = self.al.rule in IS_RULES
+        self.held_out = self.is_rule and self.al.is_guard  # the prompt-IS guard's folds (M76)
+        if self.held_out:
+            self.g_min = max(self.g_min, GUARD_G_MIN)
+        self.history = PromptHistory(n_prompts, held_out=self.held_out)
         self.uses_scores = self.al.rule == "ustat" or self.is_rule
         self.c1: tuple[float, float, float] | None = None  # the G* monitor's latest c1 (estimate, low, high)
-        self._law: tuple[int, PromptLaw, Posterior] | None = None  # prompt IS: (step, law, posterior of all prompts)
+        self._law: tuple[int, GuardedLaw] | None = None  # prompt IS: (step, the guarded law and its posterior)
         self._weights: np.ndarray | None = None  # prompt IS: this step's (B,) weights 1/(P q(x_b))
 
     def restore(self, ckpt) -> None:
@@ -130,23 +147,28 @@ class Allocator:
             raise ResumeError(f"--resume: checkpoint {ckpt} has no history.json, but allocation.rule needs the "
                               "per-prompt history; start a new run with a new --out")
         check_history_json(data, self.history.P, Path(ckpt) / "history.json", FIELDS, SECOND)  # names file, field, fix
-        self.history = PromptHistory.from_json(data, self.history.P, f"{ckpt}/history.json")
+        self.history = PromptHistory.from_json(data, self.history.P, f"{ckpt}/history.json", held_out=self.held_out)
 
     @property
     def uniform(self) -> bool:
         """True when every group has G samples and no history is kept (``uniform``, ``dynamic``)."""
         return self.al.rule in ("uniform", "dynamic")
 
-    def certify(self, post: Posterior, sizes: np.ndarray, st, step: int) -> dict:
-        """The certificate (docs/allocation.md A6, M45): posterior median and 95% posterior interval of the
-        within-batch MSE ratio chosen / uniform G, the plug-in ratio, and with the monitor's latest c1 (``ustat``
-        with ``scores: sketch`` only: c1 is of the score over all trainable parameters, so in the history's units
-        only then) the full-MSE ratio against the best single G* at the same N."""
+    def certify(self, post: Posterior, prompts: np.ndarray, sizes: np.ndarray, st, step: int) -> dict:
+        """The certificate (docs/allocation.md A6, M45, M60, M61): posterior median and interval (nominal 95%) of
+        the within-batch MSE ratio chosen / uniform G from the predictor's posterior under draws of its population
+        model, widened by the history's factor; the plug-in ratio; and with the monitor's latest c1 (``ustat`` with
+        ``scores: sketch`` only: c1 is of the score over all trainable parameters, so in the history's units only
+        then) the full-MSE ratio against the best single G* at the same N."""
         c1 = self.c1 if self.uses_scores and self.al.scores == "sketch" else None  # the monitor sketches all params
+        sums = self.history.sums_for_prediction()
         seed = int(np.random.SeedSequence([int(self.cfg.seed), int(step), 0x636572]).generate_state(1)[0])
-        c = certificate(post, sizes, self.G, st.c2, st.c3, c1=c1, g_min=self.g_min, g_max=self.g_max, seed=seed)
+        posts = population_posteriors(sums, prompts, post.hyper, rng=np.random.default_rng([seed, 0x706f70]))
+        c = certificate(posts, sizes, self.G, st.c2, st.c3, c1=c1, g_min=self.g_min, g_max=self.g_max, seed=seed,
+                        widen=widening(sums))
         row = {"alloc_predicted_ratio": c.ratio, "alloc_predicted_ratio_low": c.ratio_low,
-               "alloc_predicted_ratio_high": c.ratio_high, "alloc_predicted_ratio_plugin": c.plugin}
+               "alloc_predicted_ratio_high": c.ratio_high, "alloc_predicted_ratio_plugin": c.plugin,
+               "alloc_predicted_ratio_widen": c.widen}
         if c.full_ratio is not None:
             row.update(alloc_predicted_ratio_gstar=c.full_ratio, alloc_predicted_ratio_gstar_low=c.full_ratio_low,
                        alloc_predicted_ratio_gstar_high=c.full_ratio_high, alloc_gstar=c.g_star)
@@ -158,22 +180,23 @@ class Allocator:
                 and row.get("monitor_c1_high") is not None:
             self.c1 = (row["monitor_c1"], row["monitor_c1_low"], row["monitor_c1_high"])
 
-    def law(self, step: int) -> tuple[PromptLaw, Posterior]:
-        """Prompt IS: the step's law (q, G_x) over every train prompt from the history only (M54-M56), with the
-        posterior it came from; computed once per step."""
+    def law(self, step: int) -> GuardedLaw:
+        """Prompt IS: the step's law (q, G_x) over every train prompt from the history only (M54-M56), through the
+        held-out guard (M78) unless ``allocation.is_guard`` is false, with the posterior of the whole history;
+        computed once per step."""
         if self._law is None or self._law[0] != step:
-            post = self.history.posterior(None, scores=True)
-            law = is_law(self.al.rule, posterior_means(post), self.B, self.N, lam=self.al.is_lambda,
-                         g_min=self.g_min, g_max=self.al.g_max or 4 * self.G)
-            self._law = (step, law, post)
-        return self._law[1], self._law[2]
+            al = self.al
+            self._law = (step, guarded_law(al.rule, self.history, self.B, self.N, lam=al.is_lambda, g_min=self.g_min,
+                                           g_max=al.g_max or 4 * self.G, level=al.safe_level, tol=al.safe_tol,
+                                           guard=al.is_guard))
+        return self._law[1]
 
     def prompts(self, step: int) -> np.ndarray:
         """(B,) train-prompt indices of ``step``: iid uniform (:func:`choose_prompts`) or, for the prompt-IS rules,
         iid from the step's law q (M52), with the same generator."""
         if not self.is_rule:
             return choose_prompts(self.history.P, self.B, self.cfg.seed, step)
-        return self.law(step)[0].draw(prompt_generator(self.cfg.seed, step))
+        return self.law(step).law.draw(prompt_generator(self.cfg.seed, step))
 
     def prompt_weights(self, position: Tensor) -> Tensor | None:
         """Prompt IS: the weights 1/(P q(x_b)) of the local groups at ``position`` (B_local,); else None."""
@@ -182,9 +205,10 @@ class Allocator:
         return torch.as_tensor(self._weights[position.numpy()], dtype=torch.float64)
 
     def _choose_is(self, prompts: np.ndarray, step: int) -> tuple[np.ndarray, dict]:
-        """Prompt IS: G_x of the drawn prompts, their weights (kept for the loss) and the step's metrics (M58) with
-        the certificate (M59)."""
-        law, post = self.law(step)
+        """Prompt IS: G_x of the drawn prompts, their weights (kept for the loss and the history) and the step's
+        metrics (M58) with the guard's choice (M78) and the certificate (M59)."""
+        gl = self.law(step)
+        law, post = gl.law, gl.posterior
         sizes = law.sizes[prompts].astype(np.int64)
         self._weights = law.weights(prompts)
         seed = int(np.random.SeedSequence([int(self.cfg.seed), int(step), 0x636572]).generate_state(1)[0])
@@ -195,7 +219,7 @@ class Allocator:
             "alloc_g_hist": {str(g): int(c) for g, c in enumerate(hist) if c}, **step_metrics(law, prompts),
             "is_predicted_ratio": cert.ratio, "is_predicted_ratio_low": cert.ratio_low,
             "is_predicted_ratio_high": cert.ratio_high, "is_predicted_ratio_plugin": cert.plugin,
-            "reward_var_predicted": float(reward_variance(post.take(prompts)).mean()),
+            "reward_var_predicted": float(reward_variance(post.take(prompts)).mean()), **guard_metrics(gl),
         }
 
     def choose(self, prompts: np.ndarray, step: int = 0) -> tuple[np.ndarray, dict]:
@@ -214,7 +238,7 @@ class Allocator:
         row = {
             "alloc_g_min": int(sizes.min()), "alloc_g_max": int(sizes.max()),
             "alloc_g_hist": {str(g): int(c) for g, c in enumerate(hist) if c},
-            **self.certify(post, sizes, st, step),
+            **self.certify(post, prompts, sizes, st, step),
             "reward_var_predicted": float(reward_variance(post).mean()),
         }
         if choice is not None:  # ustat's guard (M50): the blend weight chosen (None: uniform G) and its quantile
@@ -266,8 +290,8 @@ class Allocator:
                 scores: ScoreNorms | None) -> dict:
         """Add the step's GLOBAL rewards (N,) (and, for ``ustat``, its score norms) to the history; the
         realised-variance metrics."""
-        if not self.uniform:
-            self.history.update(prompts, sizes, rewards, scores)
+        if not self.uniform:  # prompt IS: the draw's weights 1/(P q(x_b)) enter the held-out sums (M76)
+            self.history.update(prompts, sizes, rewards, scores, self._weights if self.held_out else None)
         zero, var = (t.numpy() for t in ragged_reward_spread(torch.as_tensor(rewards), torch.as_tensor(sizes)))
         row = {"samples_zero_std": int(sizes[zero].sum())}
         if not self.uniform:

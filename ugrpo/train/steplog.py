@@ -147,13 +147,13 @@ def line(row: dict) -> str:
                      f"eval_pass1={fmt_value(row.get('eval_pass1'))}")
     parts += [c for c in [console_column(row)] if c]  # the G* monitor's column (steps it measured)
     if "is_ess" in row:  # prompt importance sampling (docs/allocation.md A8)
-        parts.append(f"G_b={row['alloc_g_min']}..{row['alloc_g_max']} samples={row['samples']} "
-                     f"ess={row['is_ess']:.3g} w_max={row['is_weight_max']:.3g} "
+        parts.append(f"law={row.get('is_guard_choice', '-')} G_b={row['alloc_g_min']}..{row['alloc_g_max']} "
+                     f"samples={row['samples']} ess={row['is_ess']:.3g} w_max={row['is_weight_max']:.3g} "
                      f"predicted_S_ratio={row['is_predicted_ratio']:.3g}")
     elif "alloc_g_hist" in row:  # per-prompt group sizes (docs/allocation.md)
         parts.append(f"G_b={row['alloc_g_min']}..{row['alloc_g_max']} "
                      f"predicted_mse_ratio={row['alloc_predicted_ratio']:.3g}"
-                     + (f" (posterior {row['alloc_predicted_ratio_low']:.3g}-"
+                     + (f" (95% interval {row['alloc_predicted_ratio_low']:.3g}-"
                         f"{row['alloc_predicted_ratio_high']:.3g}, {coverage_phrase(short=True)})"
                         if row.get("alloc_predicted_ratio_low") is not None else ""))
     if "dynamic_rounds" in row:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from ugrpo.cli.options import parse_bool
 from ugrpo.experiments.common import command_line
 
 
@@ -38,6 +39,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--is-lambda", type=float, default=0.1,
                    help="uniform-is/ustat-is: the defensive floor q(x) >= lambda/P, in (0, 1] (weights <= 1/lambda; "
                         "docs/math.md M55)")
+    p.add_argument("--is-guard", default="true", help="uniform-is/ustat-is with predicted moments: true = the held-out "
+                   "guard picks the law (docs/math.md M78; level and tolerance --safe-level, --safe-tol; sizes >= 3), "
+                   "false = the posterior's law unchecked")
     p.add_argument("--out", required=True, help="run folder")
     p.add_argument("--no-progress", action="store_true", help="print nothing while it runs")
 
@@ -51,7 +55,7 @@ def main(args: argparse.Namespace) -> int:
                          token_batches=args.token_batches, prompts=args.prompts, g_min=args.g_min, g_max=args.g_max,
                          history_steps=args.history_steps, history_group=args.history_group,
                          safe_tol=args.safe_tol, safe_level=args.safe_level, screen=args.screen,
-                         is_lambda=args.is_lambda)
+                         is_lambda=args.is_lambda, is_guard=parse_bool(args.is_guard, "--is-guard"))
     t0 = time.perf_counter()
     results = allocate_experiment(cfg, args.env, args.out, argv=command_line("allocate", args),
                                   progress=not args.no_progress)

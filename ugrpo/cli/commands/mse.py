@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 
+from ugrpo.cli.options import parse_bool
 from ugrpo.experiments.common import command_line, parse_float_list, parse_int_list
 
 
@@ -50,6 +51,11 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--history-visits", type=int, default=2, help="with --allocation: simulated earlier visits per "
                    "prompt for the predicted moments")
     p.add_argument("--history-group", type=int, default=4, help="with --allocation: samples per history visit")
+    p.add_argument("--is-lambda", type=float, default=0.1, help="with --allocation uniform-is/ustat-is: the defensive "
+                   "floor q(x) >= lambda/P, in (0, 1] (docs/math.md M55)")
+    p.add_argument("--is-guard", default="true", help="with --allocation uniform-is/ustat-is, predicted moments: "
+                   "true = the held-out guard picks the law (docs/math.md M78; sizes >= 3), false = the posterior's "
+                   "law unchecked")
     p.add_argument("--seed", type=int, default=0, help="seed of the Monte-Carlo samples (one stream per G)")
     p.add_argument("--theta", default=None, help="comma-separated parameters (length D); default: the env's theta0")
     p.add_argument("--out", required=True, help="run folder to write")
@@ -75,6 +81,7 @@ def _config(args: argparse.Namespace):
                            seed=args.seed, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
                            chat=args.chat, allocation=_rules(args.allocation), g_min=args.g_min, g_max=args.g_max,
                            history_visits=args.history_visits, history_group=args.history_group,
+                           is_lambda=args.is_lambda, is_guard=parse_bool(args.is_guard, "--is-guard"),
                            sampling_backend=args.sampling_backend)
     from ugrpo.experiments.mse.env import MSEConfig
 

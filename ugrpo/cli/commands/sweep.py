@@ -30,7 +30,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ugrpo.cli.options import add_override_flags, config_default, given, parse_overrides, ray_options
+from ugrpo.cli.options import add_override_flags, config_default, given, parse_bool, parse_overrides, ray_options
 from ugrpo.experiments.common import command_line, parse_float_list, parse_int_list
 from ugrpo.stats.estimators import ESTIMATORS
 
@@ -101,6 +101,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--is-lambda", type=float, default=None,
                    help=f"with --env --allocation uniform-is/ustat-is: the defensive floor q(x) >= lambda/P, in (0, 1] "
                         f"(default {alloc('is_lambda')}; with --config: --allocation.is-lambda)")
+    p.add_argument("--is-guard", default=None, help="with --env --allocation uniform-is/ustat-is and history moments: "
+                   "true (default) = the held-out guard picks the law (docs/math.md M78; sizes >= 3), false = the "
+                   "posterior's law unchecked (with --config: --allocation.is-guard)")
     # the sweep sets SWEEP_KEYS itself (--budget, --groups, --seed, --steps); --baseline is the synthetic sweep's
     add_override_flags(p, "with --config: training-config overrides", skip=(*SWEEP_KEYS, "baseline"))
 
@@ -216,7 +219,7 @@ def main(args: argparse.Namespace) -> int:
 
     if args.allocation is not None and args.config is None:
         return _main_alloc(args)
-    own = [f"--{n.replace('_', '-')}" for n in ("allocation_moments", "g_min", "g_max", "is_lambda")
+    own = [f"--{n.replace('_', '-')}" for n in ("allocation_moments", "g_min", "g_max", "is_lambda", "is_guard")
            if getattr(args, n, None) is not None]
     if own and args.config is not None:
         raise ValueError(f"{', '.join(own)} belong to the exact-env allocation sweep (--env); with --config set the "
@@ -259,6 +262,8 @@ def _alloc_config(args: argparse.Namespace):
     opt = given(args, steps="steps", lr_schedule="lr_schedule", g_min="g_min", g_max="g_max", is_lambda="is_lambda")
     if args.env:
         opt["env"] = args.env
+    if args.is_guard is not None:
+        opt["is_guard"] = parse_bool(args.is_guard, "--is-guard")
     if args.allocation_moments is not None:
         opt["moments"] = {"false": "history", "true": "exact"}.get(str(args.allocation_moments).lower())
         if opt["moments"] is None:

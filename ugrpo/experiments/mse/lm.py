@@ -85,6 +85,10 @@ class LMMSEConfig:
     """simulated history of the ``predicted`` moments: visits per prompt"""
     history_group: int = 4
     """samples per history visit"""
+    is_lambda: float = 0.1
+    """uniform-is/ustat-is: the defensive floor q(x) >= is_lambda / P (docs/math.md M55)"""
+    is_guard: bool = True
+    """uniform-is/ustat-is with the predicted moments: the held-out guard picks the law (docs/math.md M78)"""
     sampling_backend: str = "hf"
     """who draws every sample (reference, blocks, history): hf (Hugging Face generate) or vllm (one vLLM engine for
     the whole run; docs/vllm.md)"""
@@ -127,6 +131,16 @@ class LMMSEConfig:
                              f"at most the {block} samples of a block; add {g_max} to --groups or lower --g-max")
         if g_max < self.g_min:
             raise ValueError(f"--g-max = {g_max} is below --g-min = {self.g_min}; raise --g-max or lower --g-min")
+        from ugrpo.stats.prompt_is import check_lambda
+
+        check_lambda(self.is_lambda, "--is-lambda")
+        from ugrpo.stats.allocation import IS_RULES
+
+        thin = [G for G in allocation_groups(self.groups, g_max) if G < 3]
+        if self.is_guard and thin and any(r in IS_RULES for r in self.allocation):
+            raise ValueError(f"--allocation uniform-is/ustat-is with --is-guard true needs G >= 3 (the guard's "
+                             f"held-out U-statistics), but --groups has G = {thin[0]}; drop it or pass --is-guard "
+                             "false")
         low = [G for G in self.groups if G < self.g_min]
         if low:
             raise ValueError(f"budget N = B x G = {self.batch} x {low[0]} = {self.batch * low[0]} is below "

@@ -28,7 +28,7 @@ uniform row reads one group of G per block (the estimator rows of the same G ave
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -36,17 +36,19 @@ import torch
 from torch import Tensor
 
 from ugrpo.stats.allocation import IS_RULES, PromptStats, predicted_mse, prediction_quality
+from ugrpo.stats.history import PromptHistory
 from ugrpo.stats.intervals import Interval, ratio_interval
+from ugrpo.stats.is_guard import GUARD_G_MIN, guarded_law
 from ugrpo.stats.mc_mse import (
     ReferenceMoments,
     block_squared_errors,
     corrected_row,
-    history_prompt_posterior,
     is_block_errors,
     ragged_block_errors,
     sample_prompt_stats,
+    visit_history,
 )
-from ugrpo.stats.predict import Posterior, posterior_means
+from ugrpo.stats.predict import Posterior, posterior, posterior_means
 from ugrpo.stats.prompt_is import is_law, second_moment
 from ugrpo.stats.safe import choose_sizes
 
@@ -140,21 +142,28 @@ def _study(G: int, moments: str, known: PromptStats | Posterior, true: PromptSta
     return rows
 
 
-def _is_study(G: int, moments: str, known: PromptStats | Posterior, true: PromptStats, rules: tuple[str, ...],
+def _is_study(G: int, moments: str, known: PromptStats | PromptHistory, true: PromptStats, rules: tuple[str, ...],
               est_s: Tensor, est_z: Tensor, idx: Tensor, total: _Target, g_min: int, g_max: int,
-              gamma: float) -> list[dict[str, Any]]:
-    """The prompt-IS rows of one (G, moments) study (docs/lm-mse.md R11): per rule, its law from the pool's moments,
-    the corrected MSE of B iid draws from it, estimated on the uniformly drawn blocks reweighted by P q(x), and the
-    paired ratio to uniform's single-draw error on the same blocks; the predicted ratio (S - gamma)/(S_u - gamma)
-    with the rule's own and with the true moments (M53; gamma the estimate of ||g||^2)."""
+              gamma: float, cfg) -> list[dict[str, Any]]:
+    """The prompt-IS rows of one (G, moments) study (docs/lm-mse.md R11): per rule, its law from the pool's moments
+    (``true``) or from the history through the trainer's guard (``predicted``: :func:`ugrpo.stats.is_guard.guarded_law`,
+    M78), the corrected MSE of B iid draws from it, estimated on the uniformly drawn blocks reweighted by P q(x), and
+    the paired ratio to uniform's single-draw error on the same blocks; the predicted ratio (S - gamma)/(S_u - gamma)
+    with the moments the law was chosen with and with the true moments (M53; gamma the estimate of ||g||^2)."""
     R, B = idx.shape
-    means = posterior_means(known) if isinstance(known, Posterior) else known
-    P = len(means)
     uni = is_block_errors(est_s, est_z, torch.full((R, B), G), torch.ones(R, B), torch.ones(R, B), total.vec)
     u_row = corrected_row(uni, total.sub, total.sd)
     rows = []
     for rule in rules:
-        law = is_law(rule, means, B, B * G, g_min=g_min, g_max=g_max)
+        guard = {}
+        if isinstance(known, PromptHistory):
+            gl = guarded_law(rule, known, B, B * G, lam=cfg.is_lambda, g_min=max(g_min, GUARD_G_MIN)
+                             if cfg.is_guard else g_min, g_max=g_max, guard=cfg.is_guard)
+            law, means = gl.law, gl.moments
+            guard = {"guard": cfg.is_guard, "guard_choice": gl.choice, "guard_checks": [asdict(c) for c in gl.checks]}
+        else:
+            law, means = is_law(rule, known, B, B * G, lam=cfg.is_lambda, g_min=g_min, g_max=g_max), known
+        P = law.P
         i = idx.numpy()
         w, lr = torch.as_tensor(law.weights(i)), torch.as_tensor(P * law.q[i])
         e = is_block_errors(est_s, est_z, torch.as_tensor(law.sizes[i]), w, lr, total.vec)
@@ -167,7 +176,8 @@ def _is_study(G: int, moments: str, known: PromptStats | Posterior, true: Prompt
                      **{k: row[k] / B for k in ("mse", "se", "ci_low", "ci_high")},
                      "uniform_mse": u_row["mse"] / B, "ratio": r.estimate, "ratio_ci": [r.ci_low, r.ci_high],
                      "predicted_ratio": pr, "predicted_ratio_true_moments": _is_ratio(law, true, G, gamma),
-                     "predicted_inside": None if None in (pr, r.ci_low, r.ci_high) else r.ci_low <= pr <= r.ci_high})
+                     "predicted_inside": None if None in (pr, r.ci_low, r.ci_high) else r.ci_low <= pr <= r.ci_high,
+                     **guard})
     return rows
 
 
@@ -189,20 +199,21 @@ def run_allocation_study(cfg, ref_s: Tensor, ref_z: Tensor, est_s: Tensor, est_z
     Gmax = est_s.shape[2]
     g_max = cfg.g_max if cfg.g_max is not None else Gmax
     true = sample_prompt_stats(ref_s, ref_z)
-    pred = history_prompt_posterior(hist_s, hist_z)
+    is_rules = tuple(r for r in cfg.allocation if r in IS_RULES)
+    history = visit_history(hist_s, hist_z, held_out=bool(is_rules) and cfg.is_guard)
+    pred = posterior(history.sums)
     c1 = float(comp["c1"]["estimate"])
     total = _Target(ref.g_ref, ref.ref_err, sd_ref, c1)
     within = _Target(ref.g_x[idx].mean(1), float(ref.within_ref_err(idx).mean()), ref.spread(idx), 0.0)
     gamma = max(float((ref.g_ref.double() ** 2).sum()) - ref.ref_err, 0.0)  # ||g||^2: E||g_ref||^2 - E||g_ref - g||^2
-    is_rules = tuple(r for r in cfg.allocation if r in IS_RULES)
     rows, is_rows, checks = [], [], []
     for G in allocation_groups(cfg.groups, g_max):
         for moments, known in (("true", true), ("predicted", pred)):
             rows += _study(G, moments, known, true, cfg.allocation, est_s, est_z, idx, total, within, cfg.g_min,
                            g_max)
             if is_rules:
-                is_rows += _is_study(G, moments, known, true, is_rules, est_s, est_z, idx, total, cfg.g_min, g_max,
-                                     gamma)
+                is_rows += _is_study(G, moments, history if moments == "predicted" else known, true, is_rules,
+                                     est_s, est_z, idx, total, cfg.g_min, g_max, gamma, cfg)
         # the uniform rule is the grpo estimator on the first G samples of each block (block_squared_errors, m = 1)
         dense = block_squared_errors(est_s[:, :, :G], est_z[:, :, :G], ref.v_ref[idx], ref.g_ref, G)["grpo"]
         checks.append({"G": G, "grpo_first_group_mse": corrected_row(dense, ref.ref_err, sd_ref)["mse"],

@@ -225,6 +225,8 @@ class AllocSweepConfig:
     """the posterior quantile the safe rule bounds"""
     is_lambda: float = 0.1
     """``uniform-is``/``ustat-is``: the defensive floor q(x) >= lambda / P (docs/math.md M55)"""
+    is_guard: bool = True
+    """``uniform-is``/``ustat-is`` with history moments: the held-out guard (docs/math.md M78); False: unchecked"""
 
     def __post_init__(self) -> None:
         from ugrpo.envs.algorithm1 import MOMENTS, Safety
@@ -290,7 +292,7 @@ def run_alloc_sweep(env, cfg: AllocSweepConfig, run: RunDir, *, progress: bool =
         res = run_algorithm1_alloc(env, rule=rule, N=cfg.budget, B=B, steps=cfg.steps, lr=cfg.lr, seeds=todo,
                                    moments=cfg.moments, g_min=cfg.g_min, g_max=cfg.g_max,
                                    lr_schedule=cfg.lr_schedule, checkpoints=cfg.checkpoints, safety=safety,
-                                   is_lambda=cfg.is_lambda)
+                                   is_lambda=cfg.is_lambda, is_guard=cfg.is_guard)
         for i, s in enumerate(todo):
             row = {"rule": rule, "seed": s, "budget": cfg.budget, "B": B, "G_uniform": G_u,
                    "checkpoints": list(res.checkpoints), "gaps": res.gaps[i].tolist(),

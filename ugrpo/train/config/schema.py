@@ -270,9 +270,11 @@ class AllocationConfig:
     """largest G_b; 0 = 4 x budget.group_size, capped at N - (B - 1) g_min"""
     safe_tol: float = 0.0
     """ustat's safe rule (M50): the chosen sizes' posterior safe_level quantile of their MSE over uniform G's may
-    not exceed 1 + safe_tol (in [0, 1)); otherwise the sizes are blended toward uniform, down to uniform G"""
+    not exceed 1 + safe_tol (in [0, 1)); otherwise the sizes are blended toward uniform, down to uniform G. The
+    prompt-IS guard (is_guard, M78): a law whose held-out lower bound exceeds 1 + safe_tol is not used"""
     safe_level: float = 0.9
-    """ustat's safe rule: the posterior quantile it bounds (in [0.5, 1))"""
+    """ustat's safe rule: the posterior quantile it bounds (in [0.5, 1)); the prompt-IS guard: the normal quantile of
+    its held-out interval"""
     scores: str = "output"
     """ustat: which per-sample scores W the history measures (docs/allocation.md A3c): output (the output
     projection's score, exact, read off the step's own forward: a few % of a step) | sketch (the score over all
@@ -282,6 +284,9 @@ class AllocationConfig:
     is_lambda: float = 0.1
     """uniform-is/ustat-is: the defensive floor q(x) >= is_lambda / P, in (0, 1] (every weight 1/(P q) <= 1/is_lambda;
     1 = uniform prompts; docs/math.md M55)"""
+    is_guard: bool = True
+    """uniform-is/ustat-is: the law is judged on held-out history before use and replaced, down to uniform prompts, when
+    that history refutes it or cannot bound its loss (docs/math.md M78; every G_x >= 3); false: the posterior's law"""
     dynamic_max_rounds: int = 4
     """dynamic: most sampling rounds per step (round 0 = the step's B prompts; later rounds replace all-equal
     groups); after the last round the batch is filled with all-equal groups"""
@@ -427,6 +432,10 @@ class TrainConfig:
                 raise ValueError(f"{where} with loss.kl_coef={self.loss.kl_coef}: the KL term is averaged over the "
                                  "drawn prompts without the weights 1/(P q), so it would regularise toward the law q's "
                                  "prompts; set loss.kl_coef=0 or choose another rule")
+            if al.is_guard and G < 3:
+                raise ValueError(f"{where} with allocation.is_guard=true needs budget.group_size >= 3 (the guard's "
+                                 f"held-out U-statistics need three samples per visit), got {G}; raise group_size or "
+                                 "set allocation.is_guard=false")
         if al.rule in ("uniform", "dynamic"):  # every group has G samples
             return
         if N < B * al.g_min:
