@@ -5,7 +5,7 @@
 #
 # Parts, each under its own timeout (the smaller of its budget and what is left of UGRPO_GPU_CHECK_BUDGET seconds,
 # 470 by default), so one part that fails or hangs still leaves the others' results:
-#   preflight   versions, the GPU, whether vllm and trl import
+#   preflight   versions, the GPU, whether vllm and trl import; without CUDA or vllm the script stops here (exit 2)
 #   make-model  a random Qwen2.5-0.5B-shaped model + ugrpo's character tokenizer (benchmarks/gpu_parts.py)
 #   gen         tokens/s of sampling.backend hf vs vllm at N = 256 completions of 256 tokens; the seeds contract
 #               measured on the real engine
@@ -103,6 +103,23 @@ for pkg in ("transformers", "trl", "vllm", "flashinfer"):
 json.dump(info, open(sys.argv[1], "w"), indent=1)
 print(info)
 EOF
+
+if [ "$NO_VLLM" != 1 ]; then  # a machine without CUDA or vllm: say so now, not after minutes of failing parts
+  "$PY" - "$OUT/preflight.json" "$WORK/preflight.log" <<'EOF' || exit 2
+import json, sys
+try:
+    info = json.load(open(sys.argv[1]))
+except OSError:
+    sys.exit(f"gpu_check: error: the preflight failed (log: {sys.argv[2]})")
+missing = ["no CUDA GPU (torch.cuda.is_available() is False)"] if not info["cuda_available"] else []
+if str(info["vllm"]).startswith("not importable"):
+    missing.append(f"vllm is {info['vllm']}")
+if missing:
+    sys.exit("gpu_check: error: " + "; ".join(missing) + ". This check measures vLLM on a GPU: install it as README "
+             "section 'GPU' says, on a GPU machine. To run the script's own code on a CPU, use the UGRPO_GPU_CHECK_* "
+             "recipe at the top of benchmarks/gpu_check.sh.")
+EOF
+fi
 
 part make-model 60 "$PY" benchmarks/gpu_parts.py make-model --model "$MODEL" || {
   echo "no model: nothing else can run"

@@ -1,8 +1,8 @@
 """A TRL ``GRPOTrainer`` run with ugrpo's advantages, per-prompt group sizes or the G* monitor (docs/trl.md).
 
-Runs offline on a CPU in about half a minute with the shipped tiny model ``tiny:instruct`` (a 1 M-parameter
-arithmetic model, accuracy about 0.4) on the first 32 prompts of ``examples/data/arith-compact.jsonl`` with the 0/1
-reward ``examples/arith_reward.py:correct``::
+Runs offline on a CPU in seconds (one torch thread, as the ``ugrpo`` commands) with the shipped tiny model
+``tiny:instruct`` (a 1 M-parameter arithmetic model, accuracy about 0.4) on the first 32 prompts of
+``examples/data/arith-compact.jsonl`` with the 0/1 reward ``examples/arith_reward.py:correct``::
 
     python examples/trl_grpo_with_ugrpo.py --allocation ustat --steps 20      # G_b per prompt, sum = N
     python examples/trl_grpo_with_ugrpo.py --allocation uniform --every 5     # every prompt G; the G* monitor
@@ -103,6 +103,15 @@ def main() -> None:
     p.add_argument("--scale", default="none", choices=["none", "std"])
     p.add_argument("--sketch-dim", type=int, default=128)
     args = p.parse_args()
+
+    import torch
+
+    from ugrpo.cli.main import choose_threads  # ugrpo
+
+    threads, why = choose_threads(None)  # ugrpo: on a CPU 1 thread, as the ugrpo commands (torch's default of one
+    if threads is not None:  # thread per core is many times slower for this small model on busy cores)
+        torch.set_num_threads(threads)
+        print(why, file=sys.stderr)
 
     from datasets import Dataset
 

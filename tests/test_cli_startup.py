@@ -42,8 +42,8 @@ def cli(argv, tmp_path, **env_changes) -> tuple[dict, str]:
     return result, "\n".join(x for x in lines if not x.startswith("RESULT "))
 
 
-@pytest.mark.parametrize("command", ["train", "mse", "gap", "allocate", "make-env", "demo", "pretrain-tiny",
-                                     "reproduce"])
+@pytest.mark.parametrize("command", ["train", "mse", "plan", "sweep", "gap", "allocate", "make-env", "demo",
+                                     "pretrain-tiny", "reproduce"])
 def test_help_imports_no_torch(command, tmp_path):
     result, _ = cli([command, "--help"], tmp_path)
     assert result["rc"] == 0 and result["heavy"] == [], result
@@ -71,6 +71,13 @@ def test_an_input_error_imports_no_torch_and_leaves_no_folder(overrides, message
         assert "pretrain-tiny" not in err
     if "train_path" in message:  # the flags, never Python syntax
         assert "--task-option train_path=path/to/train.jsonl" in err and "train_path='" not in err
+
+
+def test_a_missing_trl_config_is_one_line_without_torch(tmp_path):
+    result, err = cli(["plan", "--trl-config", tmp_path / "grpo.yaml", "--out", tmp_path / "run"], tmp_path)
+    assert result["rc"] == 2 and result["heavy"] == [], (result, err)
+    assert err == f"ugrpo plan: error: --trl-config {tmp_path / 'grpo.yaml'}: file not found", err
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize("command", ["plan", "mse"])

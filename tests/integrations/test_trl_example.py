@@ -68,11 +68,13 @@ def test_example_script_runs_with_an_allocation_rule(tmp_path):
 
     cmd = [sys.executable, str(ROOT / "examples" / "trl_grpo_with_ugrpo.py"), "--allocation", "knapsack", "--steps",
            "6", "--prompts", "8", "--per-device-batch", "32", "--num-generations", "8"]
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TMPDIR=str(tmp_path))
-    for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):  # a launcher's, not this process's
+    env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", TMPDIR=str(tmp_path))
+    for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",  # a launcher's, not this process's
+                "OMP_NUM_THREADS", "UGRPO_THREADS"):  # the script chooses its threads as the commands do
         env.pop(var, None)
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "ugrpo: 1 torch thread" in proc.stderr  # not torch's one per core, many times slower on busy cores
     lines = [x for x in proc.stdout.splitlines() if x.lstrip().startswith("step ")]
     assert len(lines) == 6 and "knapsack: G_b per prompt at N = 32" in proc.stdout
     assert "sizes {8: 4}" in lines[0] and any("sizes {8: 4}" not in x for x in lines[2:])  # ragged once revisited

@@ -140,6 +140,7 @@ def quiet_third_party() -> None:
     """No Hugging Face progress bars or advisory logs, no third-party deprecation warnings (in this process and,
     through the environment, in the worker processes it starts)."""
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")  # "Generating train split" of a local file
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning,ignore::DeprecationWarning")
@@ -154,6 +155,10 @@ def quiet_third_party() -> None:
         from huggingface_hub.utils import disable_progress_bars
 
         disable_progress_bars()
+    if "datasets" in sys.modules:
+        import datasets
+
+        datasets.disable_progress_bars()
 
 
 def choose_threads(flag: int | None, environ=os.environ, *, gpu: bool | None = None) -> tuple[int | None, str]:

@@ -32,10 +32,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import Tensor
+if TYPE_CHECKING:  # torch is imported where a tensor is used, so that ``ugrpo sweep --help`` needs none
+    from torch import Tensor
 
 __all__ = ["Z95", "Q975", "TOO_SMALL", "MEAN_KEYS", "RATIO_KEYS", "ESTIMATE_KEYS", "Interval", "normal_interval",
            "mean_interval", "t_interval", "t_quantile", "satterthwaite_df", "paired_t_interval", "paired_verdict",
@@ -116,7 +116,9 @@ def mean_interval(values: Sequence[float] | Tensor) -> Interval:
     -------
     Interval of kind ``"95% normal"`` with ``se`` and ``n``; for n = 1 no interval (se, ci_low, ci_high None).
     """
-    t = torch.as_tensor(values if isinstance(values, Tensor) else list(values), dtype=torch.float64).reshape(-1)
+    import torch
+
+    t = torch.as_tensor(values if isinstance(values, torch.Tensor) else list(values), dtype=torch.float64).reshape(-1)
     n = t.numel()
     if n == 0:
         raise ValueError("mean_interval needs at least one value")

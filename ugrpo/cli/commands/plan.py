@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 
 from ugrpo.experiments.common import command_line, parse_float_list
-from ugrpo.experiments.plan.env import PlanConfig
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -88,6 +87,8 @@ def _config(args: argparse.Namespace):
         raise ValueError("--task, --task-option and --sampling-backend need --model (a language-model pilot)")
     if args.pilot is not None and args.theta is not None:
         raise ValueError("--theta only applies to --env (a pilot file was sampled at its own theta)")
+    from ugrpo.experiments.plan.env import PlanConfig  # torch: only once the flags are checked
+
     theta = None if args.theta is None else tuple(parse_float_list(args.theta, name="--theta"))
     return PlanConfig(budget=args.budget, seed=args.seed, n_boot=args.n_boot, env=args.env, pilot=args.pilot,
                       pilot_batch=args.pilot_batch, pilot_group=args.pilot_group, save_pilot=args.save_pilot,
@@ -114,9 +115,6 @@ def console_lines(r: dict) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    from ugrpo.experiments.plan.env import plan_experiment
-    from ugrpo.experiments.plan.lm import lm_plan_experiment
-
     if args.trl_config is not None:
         others = [f"--{n}" for n in ("env", "pilot", "model") if getattr(args, n, None) is not None]
         others += ["--sampling-backend"] if args.sampling_backend != "hf" else []
@@ -124,6 +122,9 @@ def main(args: argparse.Namespace) -> int:
             raise ValueError(f"--trl-config takes the model and data from the TRL config; drop {' and '.join(others)}")
         return _trl(args)
     cfg, argv = _config(args), command_line("plan", args)
+    from ugrpo.experiments.plan.env import PlanConfig, plan_experiment
+    from ugrpo.experiments.plan.lm import lm_plan_experiment
+
     if isinstance(cfg, PlanConfig):
         r = plan_experiment(cfg, args.out, argv=argv)
     else:
@@ -149,6 +150,10 @@ def _trl(args: argparse.Namespace) -> int:
     ``sketch_dim``, ``seed`` and ``n_boot`` come from the file's ``ugrpo:`` block (the CLI defaults of
     ``--sketch-dim``, ``--seed``, ``--n-boot`` would otherwise always win over the file).
     """
+    from pathlib import Path
+
+    if not Path(args.trl_config).is_file():  # before the TRL plan's imports (torch, transformers: seconds)
+        raise FileNotFoundError(f"--trl-config {args.trl_config}: file not found")
     from ugrpo.experiments.plan.trl import run_trl_plan
 
     r = run_trl_plan(args.trl_config, args.out, argv=command_line("plan", args), budget=args.budget,

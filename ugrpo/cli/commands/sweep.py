@@ -36,9 +36,9 @@ from ugrpo.stats.estimators import ESTIMATORS
 
 
 def configure(p: argparse.ArgumentParser) -> None:
+    from ugrpo.experiments.sweep import SWEEP_KEYS
     from ugrpo.experiments.sweep.env import AllocSweepConfig, SweepConfig
     from ugrpo.experiments.sweep.executors import RayOptions
-    from ugrpo.experiments.sweep.lm import SWEEP_KEYS
 
     def env(name):
         return config_default(SweepConfig, name)

@@ -16,6 +16,8 @@ DEFAULT_GROUPS = (2, 4, 8, 16, 32, 64)
 """group sizes swept (every mode of ``ugrpo sweep``) when none are given"""
 DEFAULT_SEEDS = 5
 """independent runs per cell (every mode of ``ugrpo sweep``) when not given"""
+SWEEP_KEYS = ("budget.samples_per_step", "budget.group_size", "seed", "steps", "allocation.rule")
+"""training-config fields a language-model sweep sets itself (``--set`` and the overrides may not touch them)"""
 
 
 def default_checkpoints(steps: int) -> tuple[int, ...]:

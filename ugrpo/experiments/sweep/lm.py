@@ -27,7 +27,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from ugrpo.experiments.sweep import DEFAULT_GROUPS, DEFAULT_SEEDS
+from ugrpo.experiments.sweep import DEFAULT_GROUPS, DEFAULT_SEEDS, SWEEP_KEYS
 from ugrpo.experiments.sweep.executors import RayOptions
 from ugrpo.report.sweep import METRICS, uniform_rows
 from ugrpo.runs import RunDir, read_jsonl, to_jsonable
@@ -36,10 +36,6 @@ from ugrpo.stats.intervals import t_interval
 
 __all__ = ["LMSweepConfig", "RunSpec", "build_runs", "check_lm_resume", "run_lm_sweep", "collect_evals",
            "aggregate_lm", "best_lm_groups", "lm_planner", "sweep_lm", "SWEEP_KEYS"]
-
-SWEEP_KEYS = ("budget.samples_per_step", "budget.group_size", "seed", "steps", "allocation.rule")
-"""config fields the sweep sets itself (``--set`` may not touch them)"""
-
 
 @dataclass(frozen=True)
 class LMSweepConfig:
