@@ -13,11 +13,14 @@ export TOKENIZERS_PARALLELISM := false
 
 venv: $(STAMP)
 
-# torch is pinned first (the CPU wheel on disk); an unpinned torch could pull a multi-GB CUDA build.
+# torch is pinned first: pip takes a CPU wheel of 2.13.0 where its configuration finds one (a find-links folder);
+# from PyPI on Linux that pin is the CUDA build (about 6 GB with its nvidia wheels). For the CPU build from the
+# network: make demo TORCH_INDEX=https://download.pytorch.org/whl/cpu
+TORCH_INDEX ?=
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(PY) -m pip install --quiet -e ".[test]"
 	touch $(STAMP)
 

@@ -42,8 +42,13 @@ def test_hub_id_not_in_cache_says_how_to_download(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(FileNotFoundError, match="huggingface-cli download nobody/no-such-model-ugrpo"):
+    with pytest.raises(FileNotFoundError) as err:
         load_policy("nobody/no-such-model-ugrpo")
+    msg = str(err.value)
+    # both readings of the name: a hub id to download, or a local folder (relative to the working directory) to fill
+    assert "`hf download nobody/no-such-model-ugrpo`" in msg
+    assert f"no {tmp_path / 'nobody' / 'no-such-model-ugrpo'}" in msg
+    assert "--local-dir nobody/no-such-model-ugrpo" in msg
 
 
 def test_bad_names_and_dtype():

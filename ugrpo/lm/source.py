@@ -79,10 +79,12 @@ def hub_cached(repo_id: str) -> bool:
 
 def not_cached_message(repo_id: str, where: str = "load_policy") -> str:
     """The error for a hub id that is neither a local folder nor in the local cache."""
-    return (f"{where}: model {repo_id!r} is neither a local folder nor in the local Hugging Face cache, and "
-            "nothing is downloaded at run time. Download it beforehand on a machine with network: "
-            f"`huggingface-cli download {repo_id}` (or `hf download ...`), then copy the cache (HF_HOME) here, or pass "
-            "the local folder instead.")
+    folder = Path(repo_id).expanduser().absolute()
+    return (f"{where}: model {repo_id!r} is neither a local folder (no {folder}) nor a Hugging Face hub id in the "
+            "local cache, and nothing is downloaded at run time. If it names a local folder: put the model there "
+            f"beforehand, e.g. on a machine with network `hf download <hub id> --local-dir {repo_id}` (a folder "
+            "that save_pretrained wrote); if it is a hub id: `hf download "
+            f"{repo_id}` there, then copy the cache (HF_HOME) here.")
 
 
 def check_model_name(name_or_path: str, *, where: str = "model.name") -> ModelSource:
