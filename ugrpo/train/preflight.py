@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ugrpo.lm.source import check_model_name
 from ugrpo.runlock import check_claim
-from ugrpo.tasks.base import Problem, Task
+from ugrpo.tasks.base import OptionError, Problem, Task
 from ugrpo.tasks.registry import get_task
 from ugrpo.train.config import TrainConfig
 from ugrpo.train.report_to import check_backends
@@ -54,7 +54,12 @@ def preflight(cfg: TrainConfig, out: str | Path, *, resume: bool = False) -> Che
     rank0 = os.environ.get("RANK", "0") in ("", "0")  # torchrun / accelerate: rank 0 alone claims the folder
     check_claim(out, "train", hashed_config(cfg), resume=resume, exclusive=True, probe_lock=rank0)
     check_model_name(cfg.model.name)
-    task = get_task(cfg.task.name, **cfg.task.options)
+    try:
+        task = get_task(cfg.task.name, **cfg.task.options)
+    except OptionError as e:
+        raise OptionError(f"task.options: {e}. The options come from the config file and --task.options.NAME "
+                          "VALUE; a config's options for another task stay when --task.name changes the task: "
+                          "drop them from the file (or start from a config for this task)") from None
     train_problems = task.train_problems()
     if not train_problems:
         raise ValueError("the task has no train problems; check task.options")
