@@ -385,15 +385,22 @@ def _parts(s: dict, h: Hyper) -> dict:
     return parts
 
 
+def score_population(s: dict, p_prior: np.ndarray) -> dict:
+    """The score part of :class:`Hyper` fitted to the sums ``s`` under the p population ``p_prior`` (M47, M86):
+    ``mu``, ``beta``, ``cov``, ``c_range`` (:func:`_bivariate` on each prompt's covariate moments given its rewards)
+    and ``cv2``."""
+    y, v, cv2 = _log_means(s, True)
+    mu, beta, cov, c_range = _bivariate(y, v, *_covariate_moments(*posterior_nodes(p_prior, s["successes"],
+                                                                                   s["samples"])))
+    return {"mu": mu, "beta": beta, "cov": cov, "c_range": c_range, "cv2": cv2}
+
+
 def _fit(s: dict, scores: bool) -> tuple[Hyper, dict]:
     prior = fit_p_prior(s["successes"], s["samples"])
-    y, v, cv2 = _log_means(s, scores)
     if scores:
-        mu, beta, cov, c_range = _bivariate(y, v, *_covariate_moments(*posterior_nodes(prior, s["successes"],
-                                                                                       s["samples"])))
-        hyper = Hyper(p_prior=prior, scores=scores, mu=mu, beta=beta, cov=cov, cv2=cv2, c_range=c_range)
+        hyper = Hyper(p_prior=prior, scores=True, **score_population(s, prior))
     else:
-        hyper = Hyper(p_prior=prior, scores=scores, mu=np.zeros(2), cov=np.zeros((2, 2)), cv2=cv2)
+        hyper = Hyper(p_prior=prior, scores=False, mu=np.zeros(2), cov=np.zeros((2, 2)), cv2=_log_means(s, False)[2])
     parts = _parts(s, hyper)
     if not scores:
         return hyper, parts
