@@ -11,8 +11,9 @@ its reference). Against the reference it records, at G = 8:
 * the same for ||g(x)||^2 alone (``*_g2``) and the within-prompt error f_x(4) (``*_f4``, what ``ustat`` weighs);
 * ``eta_mu``, ``eta_tau2``: the fitted eta population (M48, M85);
 * ``law_ratio``: the unguarded ``uniform-is`` and ``ustat-is`` laws chosen at the predicted moments, priced with
-  the reference moments (M53: (S(q, G_x) - ||g||^2) / (S_u - ||g||^2), B = 8, G = 8, lambda 0.1): what the rule
-  would realise without the held-out guard.
+  the reference moments (M53: (S(q, G_x) - ||g||^2) / (S_u - ||g||^2), B = 8, G = 8, lambda 0.1, ||g||^2 of the
+  pool's mean gradient estimated without bias from the reference): what the rule would realise without the
+  held-out guard.
 
 The samples are cached under ``--cache`` (one file per seed) so that two versions of the predictor are compared on
 the same samples. Run: ``python benchmarks/bench_prediction_lm.py --seeds 0,1`` -> benchmarks/results/local/
@@ -22,6 +23,7 @@ prediction_lm.json.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -34,7 +36,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import write_result  # noqa: E402
 
-from ugrpo.stats.allocation import PromptStats  # noqa: E402
 from ugrpo.stats.exact_mse import prompt_error  # noqa: E402
 from ugrpo.stats.mc_mse import sample_prompt_stats, visit_history  # noqa: E402
 from ugrpo.stats.predict import fit_hyper, posterior, posterior_means  # noqa: E402
@@ -100,8 +101,6 @@ def _one(seed: int, args) -> dict:
     for rule in ("uniform-is", "ustat-is"):
         law = is_law(rule, st, B, B * G, lam=LAM)
         out[f"law_ratio_{rule}"] = (second_moment(law.q, law.sizes, true) - gamma) / (s_u - gamma)
-        out[f"law_ratio_pred_{rule}"] = second_moment(law.q, law.sizes, st) / second_moment(
-            np.full(P, 1.0 / P), np.full(P, G), st)
     return out
 
 
@@ -119,7 +118,7 @@ def main() -> None:
         print(s, {k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()})
     write_result(args.name, {"description": __doc__.split("\n")[0], "seeds": res,
                              "seconds": time.perf_counter() - t0, "prompts": args.prompts,
-                             "ref_samples": args.ref_samples, "PromptStats": PromptStats.__name__})
+                             "ref_samples": args.ref_samples, "load_average": os.getloadavg()})
 
 
 if __name__ == "__main__":
