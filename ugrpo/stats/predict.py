@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -58,6 +58,7 @@ CV2_DEFAULT = 1.0  # squared coefficient of variation of ||W||^2 when no second 
 _MISSING = 1e20    # sampling variance of an unobserved log moment (no information)
 _FLOOR = 1e-9      # smallest mean ||W||^2 on the log scale, relative to the pooled mean
 _MIN_SPREAD = 1e-6  # variance of the prompts' covariate means below which no slope is fitted (M86)
+_NO_RANGE = (-math.inf, math.inf)
 
 
 def check_sums(sums: Mapping[str, np.ndarray], where: str = "history") -> dict[str, np.ndarray]:
@@ -98,9 +99,10 @@ class Hyper:
     ----------
     p_prior : (K,) the population's weights on :data:`P_GRID`
     scores : False: ||W||^2 = 1 and ||g||^2 = 0 held fixed (``vip``, ``knapsack``)
-    mu, beta : (2,) each: the population mean of (log m_1, log m_0) given p is mu + beta * c(p), c(p) = (log(1-p),
-        log p) cut to ``c_range`` (M86; beta = 0: no dependence on p, M47)
-    c_range : (2, 2) rows low, high: the range of the covariates the line was fitted on
+    mu : (2,) the population mean of (log m_1, log m_0) at c(p) = 0; given p it is mu + (beta c(p), 0) with
+        c(p) = log(1-p) cut to ``c_range`` (M86; beta = 0: no dependence on p, M47)
+    beta : slope of log m_1's population mean in log(1-p)
+    c_range : (low, high) the range of the covariate the line was fitted on
     cov : (2, 2) between-prompt covariance of (log m_1, log m_0) given p
     cv2 : (2,) pooled within-prompt squared coefficient of variation of ||W||^2 given Z = 1, Z = 0
     eta_mu, eta_tau2 : population mean and variance of eta = ||g||^2 / (p(1-p) E||W (Z - p)||^2)
@@ -112,8 +114,8 @@ class Hyper:
     mu: np.ndarray
     cov: np.ndarray
     cv2: np.ndarray
-    beta: np.ndarray = field(default_factory=lambda: np.zeros(2))
-    c_range: np.ndarray = field(default_factory=lambda: np.array([[-np.inf, -np.inf], [np.inf, np.inf]]))
+    beta: float = 0.0
+    c_range: tuple[float, float] = _NO_RANGE
     eta_mu: float = 0.0
     eta_tau2: float = 0.0
     kappa: float = 0.0
@@ -127,9 +129,9 @@ class Posterior:
     ----------
     pv, pw : (B, K) each prompt's posterior of p: values (its own grid, :func:`ugrpo.stats.prior_p.posterior_nodes`)
         and weights (the joint posterior's marginal: the binomial likelihood times the score likelihood of M86)
-    logm : (B, 2), logm_slope : (B, 2, 2): given p, (log m_1, log m_0) is normal with mean logm + logm_slope c(p),
-        c(p) the covariates of :class:`Hyper` (M86; None: no dependence on p); logm_cov : (B, 2, 2) its covariance
-        (the same at every p)
+    logm, logm_slope : (B, 2) each: given p, (log m_1, log m_0) is normal with mean logm + logm_slope c(p), c(p)
+        the covariate of :class:`Hyper` (M86; None: no dependence on p); logm_cov : (B, 2, 2) its covariance (the
+        same at every p)
     eta, eta_sd : normal posterior of eta before its truncation to [0, 1/(p(1-p))]
     seen : prompts with at least one visit; the others are draws from ``pool``
     pool : the posterior of every visited prompt (None: none visited, then the unseen get the population model)
@@ -155,8 +157,8 @@ class Posterior:
 
     @property
     def slope(self) -> np.ndarray:
-        """(B, 2, 2) ``logm_slope`` (zeros when None: log m does not depend on p)."""
-        return np.zeros(self.logm.shape + (2,)) if self.logm_slope is None else self.logm_slope
+        """(B, 2) ``logm_slope`` (zeros when None: log m does not depend on p)."""
+        return np.zeros_like(self.logm) if self.logm_slope is None else self.logm_slope
 
     def __len__(self) -> int:
         return int(self.pw.shape[0])
@@ -232,53 +234,48 @@ def _pq(pp: tuple[np.ndarray, np.ndarray], i: int, j: int) -> np.ndarray:
     return (w * v**i * (1 - v) ** j).sum(-1)
 
 
-def _covariate(pv: np.ndarray, c_range: np.ndarray | None = None) -> np.ndarray:
-    """(..., 2) the covariates of (log m_1, log m_0) at success rates pv: (log(1-p), log p) (M86), cut to
-    ``c_range`` ((2, 2): rows low, high), the range the population line was fitted on (no extrapolation)."""
-    c = np.stack([np.log1p(-pv), np.log(pv)], -1)
-    return c if c_range is None else np.clip(c, c_range[0], c_range[1])
+def _covariate(pv: np.ndarray, c_range: tuple[float, float] = _NO_RANGE) -> np.ndarray:
+    """The covariate of log m_1 at success rates pv: log(1-p) (M86), cut to ``c_range``, the range the population
+    line was fitted on (no extrapolation)."""
+    return np.clip(np.log1p(-pv), c_range[0], c_range[1])
 
 
-def _covariate_moments(pv: np.ndarray, pw: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(mean (B, 2), variance (B, 2), covariance (B,)) of the covariates under each prompt's grid posterior."""
-    c = _covariate(pv)                                                                  # (B, K, 2)
-    m = np.einsum("bk,bki->bi", pw, c)
-    d = c - m[:, None]
-    return m, np.einsum("bk,bki->bi", pw, d**2), np.einsum("bk,bk->b", pw, d[..., 0] * d[..., 1])
+def _covariate_moments(pv: np.ndarray, pw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(mean (B,), variance (B,)) of the covariate under each prompt's grid posterior (values pv, weights pw)."""
+    c = _covariate(pv)
+    m = (pw * c).sum(-1)
+    return m, (pw * (c - m[:, None]) ** 2).sum(-1)
 
 
-def _bivariate(y: np.ndarray, v: np.ndarray, c_mean: np.ndarray | None = None, c_var: np.ndarray | None = None,
-               c_cov: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Population intercept mu (2,), slopes beta (2,) and covariance (2, 2) of the log moments (M47, M86).
+def _bivariate(y: np.ndarray, v: np.ndarray, c_mean: np.ndarray | None = None, c_var: np.ndarray | None = None
+               ) -> tuple[np.ndarray, float, np.ndarray, tuple[float, float]]:
+    """Population intercepts mu (2,), the slope beta of log m_1 in log(1-p), covariance (2, 2) of the log moments
+    about their means, and the covariate's fitted range (M47, M86).
 
-    Per reward z, over the prompts that observed it: the least-squares line y_z = mu_z + beta_z c_z on each prompt's
-    posterior mean of its covariate c_z (log(1-p) for z = 1, log p for z = 0) given its rewards alone (regression
-    calibration: E[y | s, n] = mu + beta E[c | s, n] when E[log m_z | p] is linear in c_z), and tau_z^2 = (RSS -
-    sum_x (1 - h_x)(v_x + beta_z^2 Var(c_z | s_x, n_x))) / (J - 2) cut at 0 (E RSS = sum_x (1 - h_x)(tau^2 + v_x +
-    beta^2 Var c), h the leverages); with fewer than 3 prompts or no spread of the covariate, beta_z = 0 and
-    :func:`random_effects` (the Hedges estimate). The covariance is the mean product of the two residuals on the
-    prompts that observed both, minus beta_1 beta_0 mean Cov(c_1, c_0 | s, n), correlation cut to [-0.95, 0.95].
+    log m_1, over the prompts with a success: the least-squares line y_1 = mu_1 + beta c on each prompt's posterior
+    mean of c = log(1-p) given its rewards alone, ``c_mean`` (regression calibration: E[y | s, n] = mu + beta E[c | s,
+    n]), and tau_1^2 = (RSS - sum_x (1 - h_x)(v_x + beta^2 Var(c | s_x, n_x))) / (J - 2) cut at 0 (E RSS = sum_x
+    (1 - h_x)(tau^2 + v_x + beta^2 Var c), h the leverages; ``c_var`` the variances). log m_0, and log m_1 with fewer
+    than 3 prompts or no spread of ``c_mean``: beta = 0 and :func:`random_effects` (the Hedges estimate). The
+    covariance is the mean product of the two residuals on the prompts that observed both, correlation cut to
+    [-0.95, 0.95].
     """
-    mu, beta, tau2 = np.zeros(2), np.zeros(2), np.zeros(2)
-    c_range = np.array([[-np.inf, -np.inf], [np.inf, np.inf]])
+    mu, tau2 = np.zeros(2), np.zeros(2)
+    beta, c_range = 0.0, _NO_RANGE
     obs = v < _MISSING
-    P = len(y)
-    cm = np.zeros((P, 2)) if c_mean is None else c_mean
-    cvar = np.zeros((P, 2)) if c_var is None else c_var
-    ccov = np.zeros(P) if c_cov is None else c_cov
     resid = np.zeros_like(y)
     for z in range(2):
         o = obs[:, z]
-        x, yz, vz = cm[o, z], y[o, z], v[o, z]
-        if c_mean is not None and o.sum() >= 3 and x.var() > _MIN_SPREAD:
+        yz, vz = y[o, z], v[o, z]
+        if z == 0 and c_mean is not None and o.sum() >= 3 and c_mean[o].var() > _MIN_SPREAD:
+            x = c_mean[o]
             X = np.stack([np.ones_like(x), x], 1)
             XtX_inv = np.linalg.inv(X.T @ X)
             coef = XtX_inv @ X.T @ yz
             r = yz - X @ coef
             lev = np.einsum("ij,jk,ik->i", X, XtX_inv, X)
-            t2 = (float(r @ r) - float(((1 - lev) * (vz + coef[1] ** 2 * cvar[o, z])).sum())) / (o.sum() - 2)
-            mu[z], beta[z], tau2[z] = coef[0], coef[1], max(0.0, t2)
-            c_range[:, z] = x.min(), x.max()
+            t2 = (float(r @ r) - float(((1 - lev) * (vz + coef[1] ** 2 * c_var[o])).sum())) / (o.sum() - 2)
+            mu[z], beta, tau2[z], c_range = coef[0], float(coef[1]), max(0.0, t2), (float(x.min()), float(x.max()))
             resid[o, z] = r
         else:
             m, t = random_effects(yz, vz)
@@ -291,7 +288,7 @@ def _bivariate(y: np.ndarray, v: np.ndarray, c_mean: np.ndarray | None = None, c
     both = obs.all(1)
     cov = 0.0
     if both.sum() >= 3 and tau2.min() > 0:
-        c = float((resid[both, 0] * resid[both, 1]).mean() - beta[0] * beta[1] * ccov[both].mean())
+        c = float((resid[both, 0] * resid[both, 1]).mean())
         r = max(-0.95, min(0.95, c / math.sqrt(tau2[0] * tau2[1])))
         cov = r * math.sqrt(tau2[0] * tau2[1])
     return mu, beta, np.array([[tau2[0], cov], [cov, tau2[1]]]), c_range
@@ -307,44 +304,45 @@ def _gain(cov: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _normal_update(mu: np.ndarray, cov: np.ndarray, y: np.ndarray, v: np.ndarray,
-                   beta: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Posterior of theta ~ N(mu + diag(beta) c(p), cov) from y = theta + N(0, diag v), per row and given p (M47,
-    M86): (intercept (n, 2), covariance (n, 2, 2), slope (n, 2, 2)) with mean(p) = intercept + slope c(p),
-    intercept = K y + (I - K) mu, slope = (I - K) diag(beta), cov_post = cov - K cov, K = cov (cov + diag v)^-1
-    (the conjugate formula at every p; c(p) = (log(1-p), log p), :func:`_covariate`)."""
+                   beta: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Posterior of theta ~ N(mu + (beta c(p), 0), cov) from y = theta + N(0, diag v), per row and given p (M47,
+    M86): (intercept (n, 2), covariance (n, 2, 2), slope (n, 2)) with mean(p) = intercept + slope c(p),
+    intercept = K y + (I - K) mu, slope = (I - K) (beta, 0), cov_post = cov - K cov, K = cov (cov + diag v)^-1
+    (the conjugate formula at every p; c(p) = log(1-p), :func:`_covariate`)."""
     n = len(y)
     K, _ = _gain(cov, v)                                                                # (n, 2, 2)
     rest = np.eye(2)[None] - K
     mean = np.einsum("nij,nj->ni", K, y) + np.einsum("nij,j->ni", rest, mu)
-    slope = rest * (np.zeros(2) if beta is None else beta)[None, None, :]
+    slope = rest[:, :, 0] * beta
     post = cov[None] - np.einsum("nij,jk->nik", K, cov)
     post = 0.5 * (post + post.transpose(0, 2, 1))
     return mean, np.broadcast_to(post, (n, 2, 2)).copy(), slope
 
 
 def _score_loglik(h: Hyper, y: np.ndarray, v: np.ndarray, pv: np.ndarray) -> np.ndarray:
-    """(n, K) log N(y; mu + beta p_k, cov + diag v) up to a constant in p at each prompt's grid values pv (M86): what
-    the observed log moments say about p when their population mean depends on p (an unobserved reward's v is
-    :data:`_MISSING`, which leaves that component out)."""
+    """(n, K) log N(y; mu + (beta c(p_k), 0), cov + diag v) up to a constant in p at each prompt's grid values pv
+    (M86): what the observed log moments say about p when their population mean depends on p (an unobserved reward's
+    v is :data:`_MISSING`, which leaves that component out)."""
     _, inv = _gain(h.cov, v)
-    r = y[:, None, :] - h.mu[None, None] - _covariate(pv, h.c_range) * h.beta[None, None]           # (n, K, 2)
+    r = np.broadcast_to(y[:, None, :] - h.mu[None, None], pv.shape + (2,)).copy()        # (n, K, 2)
+    r[..., 0] -= h.beta * _covariate(pv, h.c_range)
     return -0.5 * np.einsum("nki,nij,nkj->nk", r, inv, r)
 
 
 def _moment(post, i: int, j: int, e1: int, e0: int) -> np.ndarray:
     """(B,) E[p^i (1-p)^j m_1^e1 m_0^e0] under each prompt's joint posterior (M86): p on its grid (pv, pw) and, given
-    p, (log m_1, log m_0) ~ N(logm + slope c(p), logm_cov), c(p) = (log(1-p), log p), so E[m_1^e1 m_0^e0 | p] =
-    exp(e . logm + e' logm_cov e / 2) (1-p)^(e' slope)_0 p^(e' slope)_1. ``post``: a :class:`Posterior` or a dict
-    with those keys."""
+    p, (log m_1, log m_0) ~ N(logm + slope c(p), logm_cov), c(p) = log(1-p) cut to the fitted range, so
+    E[m_1^e1 m_0^e0 | p] = exp(e . logm + (e . slope) c(p) + e' logm_cov e / 2). ``post``: a :class:`Posterior` or
+    a dict with those keys."""
     g = post.__getitem__ if isinstance(post, dict) else (lambda k: getattr(post, k))
     e = np.array([e1, e0], dtype=np.float64)
     slope = g("slope") if isinstance(post, dict) else post.slope
     lin = g("logm") @ e + 0.5 * np.einsum("i,bij,j->b", e, g("logm_cov"), e)          # (B,)
-    sl = np.einsum("i,bij->bj", e, slope)                                               # (B, 2)
+    sl = slope @ e                                                                      # (B,)
     pv, pw = g("pv"), g("pw")
-    c = _covariate(pv, g("c_range") if isinstance(post, dict) else post.hyper.c_range)              # (B, K, 2)
+    c = _covariate(pv, g("c_range") if isinstance(post, dict) else post.hyper.c_range)  # (B, K)
     with np.errstate(divide="ignore"):
-        log = np.log(pw) + i * np.log(pv) + j * np.log1p(-pv) + (sl[:, None, :] * c).sum(-1) + lin[:, None]
+        log = np.log(pw) + i * np.log(pv) + j * np.log1p(-pv) + sl[:, None] * c + lin[:, None]
     return np.exp(np.minimum(log, 700.0)).sum(-1)
 
 
@@ -374,7 +372,7 @@ def _parts(s: dict, h: Hyper) -> dict:
     reads (M85): the divisor's mean and squared coefficient of variation and u = E||Z W||^2 = E p m_1."""
     y, v, _ = _log_means(s, h.scores, h.cv2)
     pv, pw = posterior_nodes(h.p_prior, s["successes"], s["samples"])
-    if h.scores and np.any(h.beta != 0):
+    if h.scores and h.beta != 0:
         lw = np.log(np.maximum(pw, 1e-300)) + _score_loglik(h, y, v, pv)
         pw = np.exp(lw - lw.max(1, keepdims=True))
         pw = pw / pw.sum(1, keepdims=True)
@@ -493,7 +491,7 @@ def posterior(history, prompts: np.ndarray | None = None, *, scores: bool = True
         pool = replace(full.take(np.zeros(1, dtype=np.int64)), pv=P_GRID[None].copy(), pw=h.p_prior[None].copy(),
                        logm=h.mu[None].copy(), logm_cov=h.cov[None].copy(), eta=np.array([h.eta_mu]),
                        eta_sd=np.array([math.sqrt(h.eta_tau2)]), seen=np.ones(1, bool),
-                       logm_slope=np.diag(h.beta)[None].copy())
+                       logm_slope=np.array([[h.beta, 0.0]]))
     full = replace(full, pool=pool)
     return full if prompts is None else full.take(prompts)
 
@@ -568,9 +566,10 @@ def _draw_p(rng: np.random.Generator, pv: np.ndarray, pw: np.ndarray, D: int) ->
     return pv[np.arange(len(pv))[None], np.minimum(k, pv.shape[1] - 1)]
 
 
-def _draw_rows(rng: np.random.Generator, p, logm, slope, logm_cov, eta, eta_sd, scores: bool, c_range=None):
+def _draw_rows(rng: np.random.Generator, p, logm, slope, logm_cov, eta, eta_sd, scores: bool,
+               c_range: tuple[float, float] = _NO_RANGE):
     """(p, c2, c3, ||g||^2) for drawn p and one draw of the score parameters per entry given it (shapes (...,),
-    (..., 2), (..., 2, 2), (..., 2, 2), (...,), (...,)): log m ~ N(logm + slope c(p), logm_cov) (M86)."""
+    (..., 2), (..., 2), (..., 2, 2), (...,), (...,)): log m ~ N(logm + slope c(p), logm_cov) (M86)."""
     from scipy.special import ndtr, ndtri
 
     a = eta
@@ -581,7 +580,7 @@ def _draw_rows(rng: np.random.Generator, p, logm, slope, logm_cov, eta, eta_sd, 
     l10 = np.where(l00 > 0, logm_cov[..., 1, 0] / np.where(l00 > 0, l00, 1.0), 0.0)
     l11 = np.sqrt(np.maximum(logm_cov[..., 1, 1] - l10**2, 0.0))
     u0, u1 = rng.standard_normal(a.shape), rng.standard_normal(a.shape)
-    at = logm + np.einsum("...ij,...j->...i", slope, _covariate(p, c_range))
+    at = logm + slope * _covariate(p, c_range)[..., None]
     m1 = np.exp(at[..., 0] + l00 * u0)
     m0 = np.exp(at[..., 1] + l10 * u0 + l11 * u1)
     e = q * ((1 - p) * m1 + p * m0)
