@@ -17,8 +17,8 @@ The model (the population is fitted to all visited prompts, each prompt's own da
   M46): the beta-binomial maximum-likelihood Beta times a smooth, penalised correction (a g-model), so it can take
   the pool's shape (a bulk near 1/2 and a few prompts near 0 are two bumps, which one Beta cannot be); the
   posterior of p_x is that prior times its binomial likelihood;
-* (log m_1(x), log m_0(x)), m_z = E[||W||^2 | Z = z, x], bivariate normal across prompts with a mean linear in
-  (log(1-p_x), log p_x) (M86: a near-certain answer has a tiny score, so m_1 falls as p -> 1); a prompt's observed log
+* (log m_1(x), log m_0(x)), m_z = E[||W||^2 | Z = z, x], bivariate normal across prompts, log m_1's mean linear in
+  log(1-p_x) (M86: a near-certain answer has a tiny score, so m_1 falls as p -> 1); a prompt's observed log
   mean of ||W||^2 over its k_z samples of reward z has sampling variance log(1 + cv2_z / k_z) with the pooled
   within-prompt squared coefficient of variation cv2_z (scale-free, so a prompt with 1000x larger norms is as well
   measured as any other); method-of-moments (unweighted) between-prompt variances and the correlation of the
