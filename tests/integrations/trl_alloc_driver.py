@@ -1,10 +1,10 @@
 """A UGRPOTrainer run with per-prompt group sizes, for 1 process or under ``torchrun`` (tests/integrations).
 
 ``python trl_alloc_driver.py OUT PER_DEVICE_BATCH RULE [SAFE_TOL [IS_GUARD [STEPS]]]``: STEPS (default 6) steps of
-SGD on the tiny model (random weights), the prompts of :data:`trl_helpers.VARIED`, the {0, 1} reward :func:`trl_helpers.any_digit_reward`,
-the allocation's ``safe_tol`` (default 0) and ``is_guard`` (``true``/``false``, default true; prompt IS only). Rank 0
-writes ``OUT/model.safetensors`` and ``OUT/sizes.json`` (prompts and G_b of every step; prompt IS: the last step's
-weights).
+SGD on the tiny model (random weights), the prompts of :data:`trl_helpers.VARIED`, the {0, 1} reward
+:func:`trl_helpers.any_digit_reward`, the allocation's ``safe_tol`` (default 0) and ``is_guard`` (``true``/``false``,
+default true; prompt IS only). Rank 0 writes ``OUT/model.safetensors`` and ``OUT/sizes.json`` (prompts and G_b of
+every step; prompt IS: the last step's weights).
 
 Generation is the one part replaced: TRL's HF ``generate`` draws from each process's global torch RNG, so 1 and 2
 processes would sample different completions. Here row g of prompt x at step s gets a completion drawn from
