@@ -59,6 +59,7 @@ _MISSING = 1e20    # sampling variance of an unobserved log moment (no informati
 _FLOOR = 1e-9      # smallest mean ||W||^2 on the log scale, relative to the pooled mean
 _MIN_SPREAD = 1e-6  # variance of the prompts' covariate means below which no slope is fitted (M86)
 _NO_RANGE = (-math.inf, math.inf)
+_LINE_LEVEL = 0.95  # the line of M86 is kept when its F test rejects "no dependence on p" at this level
 
 
 def check_sums(sums: Mapping[str, np.ndarray], where: str = "history") -> dict[str, np.ndarray]:
@@ -255,11 +256,14 @@ def _bivariate(y: np.ndarray, v: np.ndarray, c_mean: np.ndarray | None = None, c
     log m_1, over the prompts with a success: the least-squares line y_1 = mu_1 + beta c on each prompt's posterior
     mean of c = log(1-p) given its rewards alone, ``c_mean`` (regression calibration: E[y | s, n] = mu + beta E[c | s,
     n]), and tau_1^2 = (RSS - sum_x (1 - h_x)(v_x + beta^2 Var(c | s_x, n_x))) / (J - 2) cut at 0 (E RSS = sum_x
-    (1 - h_x)(tau^2 + v_x + beta^2 Var c), h the leverages; ``c_var`` the variances). log m_0, and log m_1 with fewer
-    than 3 prompts or no spread of ``c_mean``: beta = 0 and :func:`random_effects` (the Hedges estimate). The
+    (1 - h_x)(tau^2 + v_x + beta^2 Var c), h the leverages; ``c_var`` the variances), kept when the F test of the
+    line against the mean rejects at level :data:`_LINE_LEVEL`. log m_0, and log m_1 with fewer than 3 prompts, no
+    spread of ``c_mean`` or a line not kept: beta = 0 and :func:`random_effects` (the Hedges estimate). The
     covariance is the mean product of the two residuals on the prompts that observed both, correlation cut to
     [-0.95, 0.95].
     """
+    from scipy.stats import f as f_dist
+
     mu, tau2 = np.zeros(2), np.zeros(2)
     beta, c_range = 0.0, _NO_RANGE
     obs = v < _MISSING
@@ -267,14 +271,18 @@ def _bivariate(y: np.ndarray, v: np.ndarray, c_mean: np.ndarray | None = None, c
     for z in range(2):
         o = obs[:, z]
         yz, vz = y[o, z], v[o, z]
-        if z == 0 and c_mean is not None and o.sum() >= 3 and c_mean[o].var() > _MIN_SPREAD:
+        line = z == 0 and c_mean is not None and o.sum() >= 3 and c_mean[o].var() > _MIN_SPREAD
+        if line:
             x = c_mean[o]
             X = np.stack([np.ones_like(x), x], 1)
             XtX_inv = np.linalg.inv(X.T @ X)
             coef = XtX_inv @ X.T @ yz
             r = yz - X @ coef
+            rss, J = float(r @ r), int(o.sum())
+            line = (float(((yz - yz.mean()) ** 2).sum()) - rss) * (J - 2) > f_dist.ppf(_LINE_LEVEL, 1, J - 2) * rss
+        if line:  # the line explains more of the spread than chance would (F test at _LINE_LEVEL)
             lev = np.einsum("ij,jk,ik->i", X, XtX_inv, X)
-            t2 = (float(r @ r) - float(((1 - lev) * (vz + coef[1] ** 2 * c_var[o])).sum())) / (o.sum() - 2)
+            t2 = (rss - float(((1 - lev) * (vz + coef[1] ** 2 * c_var[o])).sum())) / (J - 2)
             mu[z], beta, tau2[z], c_range = coef[0], float(coef[1]), max(0.0, t2), (float(x.min()), float(x.max()))
             resid[o, z] = r
         else:
