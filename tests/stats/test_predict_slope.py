@@ -100,6 +100,11 @@ def test_regression_calibration_recovers_a_planted_line():
     want = rho * np.sqrt(tau2[0] * tau2[1])
     assert abs(cov[0, 1] - want) < 4 * np.sqrt(tot[0] * tot[1] / J), (cov[0, 1], want)
     assert c_range == (cbar.min(), cbar.max())
+    # a line that explains nothing (y_1 uncorrelated with cbar: F = 0) is not kept: M47's fit
+    cb = np.array([-3.0, -2.0, -1.0, -2.0])
+    y0 = np.stack([np.array([1.0, 2.0, 1.0, 0.0]), np.zeros(4)], 1)               # sum (y - mean)(cb - mean) = 0
+    m3, b3, cov3, r3 = _bivariate(y0, np.full((4, 2), 0.1), cb, np.zeros(4))
+    assert b3 == 0.0 and np.isinf(r3).all() and m3[0] == pytest.approx(1.0)
     # without a covariate (or fewer than 3 prompts) it is M47's Hedges fit: no slope, the range unbounded
     m2, b2, cov2, r2 = _bivariate(y, v)
     assert b2 == 0.0 and np.isinf(r2).all()
