@@ -100,7 +100,8 @@ def _cell(env, lab, budget: int, steps: int, reps: int, seed: int, widen: bool) 
         c = certificate(posts, sizes, G, st.c2, st.c3, seed=rep, widen=k)
         secs.append(time.perf_counter() - t0)
         known = [dataclasses.replace(p, logm=np.stack([l1[idx], l0[idx]], 1), logm_cov=np.zeros((B, 2, 2)),
-                                     eta=eta[idx], eta_sd=np.zeros(B), seen=np.ones(B, bool)) for p in posts]
+                                     logm_slope=None, eta=eta[idx], eta_sd=np.zeros(B), seen=np.ones(B, bool))
+                 for p in posts]
         cp = certificate(known, sizes, G, st.c2, st.c3, seed=rep, widen=k)
         t = lab.true.take(idx)
         true = prompt_error(t.c2, t.c3, sizes).sum() / prompt_error(t.c2, t.c3, np.full(B, G)).sum()

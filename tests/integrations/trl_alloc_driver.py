@@ -1,10 +1,10 @@
 """A UGRPOTrainer run with per-prompt group sizes, for 1 process or under ``torchrun`` (tests/integrations).
 
-``python trl_alloc_driver.py OUT PER_DEVICE_BATCH RULE [SAFE_TOL [IS_GUARD]]``: 6 steps of SGD on the tiny model
-(random weights), the prompts of :data:`trl_helpers.VARIED`, the {0, 1} reward :func:`trl_helpers.any_digit_reward`,
-the allocation's ``safe_tol`` (default 0) and ``is_guard`` (``true``/``false``, default true; prompt IS only). Rank 0
-writes ``OUT/model.safetensors`` and ``OUT/sizes.json`` (prompts and G_b of every step; prompt IS: the last step's
-weights).
+``python trl_alloc_driver.py OUT PER_DEVICE_BATCH RULE [SAFE_TOL [IS_GUARD [STEPS]]]``: STEPS (default 6) steps of
+SGD on the tiny model (random weights), the prompts of :data:`trl_helpers.VARIED`, the {0, 1} reward
+:func:`trl_helpers.any_digit_reward`, the allocation's ``safe_tol`` (default 0) and ``is_guard`` (``true``/``false``,
+default true; prompt IS only). Rank 0 writes ``OUT/model.safetensors`` and ``OUT/sizes.json`` (prompts and G_b of
+every step; prompt IS: the last step's weights).
 
 Generation is the one part replaced: TRL's HF ``generate`` draws from each process's global torch RNG, so 1 and 2
 processes would sample different completions. Here row g of prompt x at step s gets a completion drawn from
@@ -41,7 +41,7 @@ def seeded_completions(trainer, eos: int, vocab: int):
     return generate
 
 
-def main(out: Path, per_device: int, rule: str, safe_tol: float = 0.0, is_guard: bool = True) -> None:
+def main(out: Path, per_device: int, rule: str, safe_tol: float = 0.0, is_guard: bool = True, steps: int = 6) -> None:
     import torch
     from datasets import Dataset
     from safetensors.torch import save_file
@@ -53,7 +53,7 @@ def main(out: Path, per_device: int, rule: str, safe_tol: float = 0.0, is_guard:
     warnings.simplefilter("ignore")
     torch.manual_seed(0)
     tok = build_char_tokenizer()
-    args = grpo_config(out, max_steps=6, num_generations=4, per_device_train_batch_size=per_device, optim="sgd",
+    args = grpo_config(out, max_steps=steps, num_generations=4, per_device_train_batch_size=per_device, optim="sgd",
                        learning_rate=0.05, lr_scheduler_type="constant", max_grad_norm=0.0, loss_type="dr_grpo",
                        max_completion_length=8)
     trainer = UGRPOTrainer(model=build_tiny_model(tok, size="1m", seed=0), reward_funcs=any_digit_reward, args=args,
@@ -75,4 +75,4 @@ def main(out: Path, per_device: int, rule: str, safe_tol: float = 0.0, is_guard:
 
 if __name__ == "__main__":
     main(Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3], *(float(x) for x in sys.argv[4:5]),
-         *(x == "true" for x in sys.argv[5:6]))
+         *(x == "true" for x in sys.argv[5:6]), *(int(x) for x in sys.argv[6:7]))

@@ -60,7 +60,8 @@ def test_normal_update_is_the_conjugate_formula():
     mu, cov = np.array([0.5, -1.0]), np.array([[2.0, 0.6], [0.6, 1.0]])
     y = np.array([[1.5, 0.0], [3.0, 0.0]])
     v = np.array([[0.5, 1e20], [0.25, 0.8]])                                # prompt 0: reward 0 never seen
-    mean, post = _normal_update(mu, cov, y, v)
+    mean, post, slope = _normal_update(mu, cov, y, v)
+    assert not slope.any()  # no slope in p given (M86)
     # one observed component: the scalar normal-normal formula, and the regression for the other
     t2, vv = cov[0, 0], v[0, 0]
     assert mean[0, 0] == pytest.approx((t2 * y[0, 0] + vv * mu[0]) / (t2 + vv), rel=1e-12)

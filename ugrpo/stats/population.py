@@ -28,7 +28,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from .predict import Hyper, Posterior, _bivariate, _fit_eta, _log_means, _parts, check_sums, posterior
+from .predict import Hyper, Posterior, _fit_eta, _parts, check_sums, posterior, score_population
 from .prior_p import P_GRID, _log_lik
 
 __all__ = ["population_posteriors", "p_population_draws", "p_basis", "REPLICATES", "P_TAU", "P_DEFENSIVE",
@@ -195,10 +195,8 @@ def population_posteriors(history, prompts: np.ndarray, hyper: Hyper, *, rng: np
         if parts is not None:  # the score part refitted to a bootstrap resample of the visited prompts
             pick = seen[rng.integers(len(seen), size=len(seen))]
             sb = {k: v[pick] for k, v in s.items()}
-            y, v, cv2 = _log_means(sb, True)
-            mu, cov = _bivariate(y, v)
-            eta_mu, eta_tau2, kappa = _fit_eta(sb, {k: parts[k][pick] for k in ("d_hat", "u_hat")})  # M48's inputs
-            h = replace(h, mu=mu, cov=cov, cv2=cv2, eta_mu=eta_mu, eta_tau2=eta_tau2, kappa=kappa)
+            eta_mu, eta_tau2, kappa = _fit_eta(sb, {k: parts[k][pick] for k in ("div", "div_cv2", "u_hat")})  # M85
+            h = replace(h, **score_population(sb, ws[r]), eta_mu=eta_mu, eta_tau2=eta_tau2, kappa=kappa)
         donors = seen if len(seen) <= pool else rng.choice(seen, size=pool, replace=False)
         rows = np.concatenate([donors, prompts])
         sub = {k: v[rows] for k, v in s.items()}
