@@ -12,12 +12,15 @@ share that missed by promising more than the law gives (``miss_overstated``: tru
 interval width, the mean true and posterior-median R, and how often each guard candidate was used.
 
 Run: ``nice -n 10 python benchmarks/bench_is_certificate.py`` -> benchmarks/results/local/is_certificate.json.
-``--seed-offset K``: other instances of the same kinds.
+``--seed-offset K``: other instances of the same kinds. ``--ship`` also writes the pooled coverage per history length
+that ``ugrpo train``'s report quotes (ugrpo/data/calibration/is_certificate_coverage.json, read by
+ugrpo.report.coverage); ``--ship-from RESULT.json`` writes it from an earlier result without running.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 import time
@@ -40,6 +43,7 @@ from ugrpo.stats.is_guard import GUARD_G_MIN, guarded_law  # noqa: E402
 from ugrpo.stats.prompt_is import second_moment  # noqa: E402
 
 RULES = ("uniform-is", "ustat-is")
+SHIP = Path(__file__).resolve().parent.parent / "ugrpo" / "data" / "calibration" / "is_certificate_coverage.json"
 
 
 def _share(k: int, n: int) -> dict:
@@ -88,7 +92,13 @@ def main() -> None:
     ap.add_argument("--seed-offset", type=int, default=0)
     ap.add_argument("--only", default="", help="comma-separated instance names (default: all)")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--ship", action="store_true", help=f"also write the coverage table the trainer's report quotes "
+                                                        f"to {SHIP}")
+    ap.add_argument("--ship-from", default=None, help="write that table from an earlier result JSON; run nothing")
     a = ap.parse_args()
+    if a.ship_from:
+        ship(json.loads(Path(a.ship_from).read_text()), a.ship_from)
+        return
     torch.set_num_threads(1)
     t0 = time.perf_counter()
     rows = []
@@ -115,6 +125,25 @@ def main() -> None:
                "seconds": time.perf_counter() - t0}
     path = write_result("is_certificate", payload, Path(a.out) if a.out else None)
     print(f"wrote {path}")
+    if a.ship:
+        ship(payload, str(path))
+
+
+def ship(result: dict, source: str) -> None:
+    """Write the per-history-length pooled coverage that ``ugrpo train``'s report quotes (ugrpo.report.coverage)."""
+    rows = result["rows"]
+    by_steps = []
+    for steps in sorted({r["history_steps"] for r in rows}):
+        cell = [r for r in rows if r["history_steps"] == steps]
+        n = sum(r["reps"] for r in cell)
+        by_steps.append({"history_steps": steps, "coverage": sum(r["coverage"] * r["reps"] for r in cell) / n,
+                         "reps": n, "cells": len(cell), "cell_min": min(r["coverage"] for r in cell),
+                         "cell_max": max(r["coverage"] for r in cell)})
+    SHIP.parent.mkdir(parents=True, exist_ok=True)
+    SHIP.write_text(json.dumps({"level": result.get("level", 0.95), "by_history_steps": by_steps,
+                                "source": "benchmarks/bench_is_certificate.py", "result": Path(source).name},
+                               indent=2) + "\n")
+    print(f"wrote {SHIP}")
 
 
 if __name__ == "__main__":

@@ -402,3 +402,27 @@ def test_shipped_coverage_table_is_the_committed_benchmark_result_of_what_the_tr
         assert f"below 95% in {low} of {len(bench['rows'])} cells" in cov.coverage_phrase(short=True)
     finally:
         cov.certificate_coverage.cache_clear()
+
+
+def test_prompt_is_report_quotes_the_shipped_is_coverage(tmp_path, monkeypatch):
+    """The prompt-IS certificate's coverage in the train report comes from the shipped table, which is the committed
+    benchmark result pooled per history length; no table: it says so."""
+    from pathlib import Path
+
+    import ugrpo.report.coverage as cov
+
+    root = Path(__file__).resolve().parents[2]
+    bench = json.loads((root / "benchmarks/results/is_certificate.json").read_text())
+    shipped = json.loads(cov.IS_COVERAGE_FILE.read_text())
+    for cell in shipped["by_history_steps"]:
+        rows = [r for r in bench["rows"] if r["history_steps"] == cell["history_steps"]]
+        assert cell["reps"] == sum(r["reps"] for r in rows)
+        assert cell["coverage"] == pytest.approx(sum(r["coverage"] * r["reps"] for r in rows) / cell["reps"])
+    table = {"level": 0.95, "source": "bench", "by_history_steps": [
+        {"history_steps": 2, "coverage": 0.614, "reps": 60}, {"history_steps": 10, "coverage": 0.736, "reps": 60}]}
+    (tmp_path / "is.json").write_text(json.dumps(table))
+    monkeypatch.setattr(cov, "IS_COVERAGE_FILE", tmp_path / "is.json")
+    assert cov.is_coverage_phrase() == ("its nominal 95% interval held the true ratio in 61% (2 steps of history), "
+                                        "74% (10 steps of history) of the lab's histories (bench)")
+    monkeypatch.setattr(cov, "IS_COVERAGE_FILE", tmp_path / "absent.json")
+    assert "not been measured" in cov.is_coverage_phrase()

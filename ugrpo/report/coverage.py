@@ -13,9 +13,11 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["COVERAGE_FILE", "certificate_coverage", "coverage_phrase"]
+__all__ = ["COVERAGE_FILE", "IS_COVERAGE_FILE", "certificate_coverage", "coverage_phrase", "is_coverage_phrase"]
 
 COVERAGE_FILE = Path(__file__).resolve().parent.parent / "data" / "calibration" / "certificate_coverage.json"
+IS_COVERAGE_FILE = COVERAGE_FILE.with_name("is_certificate_coverage.json")
+"""the prompt-IS certificate's pooled coverage per history length (``benchmarks/bench_is_certificate.py --ship``)"""
 
 
 @lru_cache(maxsize=1)
@@ -68,3 +70,18 @@ def _side(cell: dict) -> str:
     if not isinstance(over, (int, float)) or not isinstance(under, (int, float)):
         return ""
     return f" (true ratio above {over:.2f}, below {under:.2f})"
+
+
+def is_coverage_phrase() -> str:
+    """How often the prompt-IS certificate's nominal interval held the true ratio in the lab, per history length
+    (``in 62% (2 steps of history), 71% (10 steps) of the lab's histories``), read from the shipped table."""
+    try:
+        data = json.loads(IS_COVERAGE_FILE.read_text())
+        parts = [f"{float(c['coverage']):.0%} ({int(c['history_steps'])} steps of history)"
+                 for c in data["by_history_steps"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return "its coverage has not been measured (no calibration table)"
+    if not parts:
+        return "its coverage has not been measured (no calibration table)"
+    return f"its nominal {float(data.get('level', 0.95)):.0%} interval held the true ratio in {', '.join(parts)} of " \
+           f"the lab's histories ({data.get('source', 'benchmarks/bench_is_certificate.py')})"

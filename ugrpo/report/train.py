@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from ugrpo.report.coverage import coverage_phrase
+from ugrpo.report.coverage import coverage_phrase, is_coverage_phrase
 from ugrpo.report.plots import Series, line_plot
 from ugrpo.runs import RunDir
 from ugrpo.stats.intervals import wilson_interval
@@ -187,8 +187,8 @@ def _is_text(al: list[dict]) -> str:
             f"samples per step {_f(sum(spent) / max(len(spent), 1))} spent against {_f(mean('is_expected_samples'))} "
             f"expected. Certificate: the posterior median of the second moment S(q, G) over uniform prompts' "
             f"(`is_predicted_ratio`, M59; the MSE ratio lies below it when it is below 1) averaged "
-            f"{_f(mean('is_predicted_ratio'))} (a prediction, not a measurement: its nominal 95% interval held the "
-            f"true ratio in 60-73% of the lab's histories, docs/allocation.md A8)."
+            f"{_f(mean('is_predicted_ratio'))} (a prediction, not a measurement: {is_coverage_phrase()}, "
+            f"docs/allocation.md A8)."
             + guard)
 
 
