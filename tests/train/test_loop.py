@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 from safetensors.torch import load_file
-from train_helpers import small_config, write_jsonl
+from train_helpers import assert_same_parameters, killed_and_resumed, metrics_rows, small_config, write_jsonl
 
 from ugrpo.errors import RunFolderError
 from ugrpo.train.config import config_from_dict
@@ -63,22 +63,9 @@ def test_existing_run_folder_needs_resume(full_run):
 def test_killed_and_resumed_run_reaches_the_same_parameters(full_run, tmp_path):
     """Killed after step 3 (last checkpoint: step 2), resumed: step-4 parameters equal the uninterrupted run."""
     cfg, full_out, _ = full_run
-
-    def kill(step, row):
-        if step == 3:
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        train(cfg, tmp_path, on_step=kill)
-    assert not (tmp_path / "checkpoints/step-4").exists()
-    train(cfg, tmp_path, resume=True)
-    a = load_file(str(full_out / "checkpoints/step-4/model.safetensors"))
-    b = load_file(str(tmp_path / "checkpoints/step-4/model.safetensors"))
-    assert a.keys() == b.keys()
-    for k in a:
-        torch.testing.assert_close(b[k], a[k], rtol=0, atol=1e-6)
-    rows_a = [json.loads(x) for x in (full_out / "metrics.jsonl").read_text().splitlines()]
-    rows_b = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    killed_and_resumed(cfg, tmp_path)
+    assert_same_parameters(full_out, tmp_path)
+    rows_a, rows_b = metrics_rows(full_out), metrics_rows(tmp_path)
     assert [r["step"] for r in rows_b] == [0, 1, 2, 3, 4]  # the step-3 row of the killed run was replaced
     assert [r.get("reward_mean") for r in rows_b] == [r.get("reward_mean") for r in rows_a]
 

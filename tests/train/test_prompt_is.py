@@ -9,8 +9,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import load_file
-from train_helpers import small_config
+from train_helpers import assert_same_parameters, killed_and_resumed, metrics_rows, small_config
 
 from ugrpo.lm.logprobs import completion_logprobs
 from ugrpo.lm.sampling import sample_groups
@@ -156,21 +155,10 @@ def test_prompt_is_run_metrics_and_report(is_run):
 
 def test_prompt_is_killed_and_resumed_equals_the_unkilled_run(is_run, tmp_path):
     cfg, full_out, _ = is_run
-
-    def kill(step, row):
-        if step == 3:
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        train(cfg, tmp_path, on_step=kill)
-    train(cfg, tmp_path, resume=True)
-    a = load_file(str(full_out / "checkpoints/step-4/model.safetensors"))
-    b = load_file(str(tmp_path / "checkpoints/step-4/model.safetensors"))
-    for k in a:
-        torch.testing.assert_close(b[k], a[k], rtol=0, atol=1e-6)
+    killed_and_resumed(cfg, tmp_path)
+    assert_same_parameters(full_out, tmp_path)
     keys = ("alloc_g_hist", "samples_cum", "is_weight_max", "is_ess", "is_guard_choice", "is_guard_ratio")
-    rows_a = [json.loads(x) for x in (full_out / "metrics.jsonl").read_text().splitlines()]
-    rows_b = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    rows_a, rows_b = metrics_rows(full_out), metrics_rows(tmp_path)
     assert [[r.get(k) for k in keys] for r in rows_b] == [[r.get(k) for k in keys] for r in rows_a]
     assert (json.loads((tmp_path / "checkpoints/step-4/history.json").read_text())
             == json.loads((full_out / "checkpoints/step-4/history.json").read_text()))

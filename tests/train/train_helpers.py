@@ -42,3 +42,42 @@ def small_config(model: str, task_files, **overrides) -> dict:
             node = node.setdefault(p, {})
         node[last] = value
     return cfg
+
+
+def killed_and_resumed(cfg, out, *, at: int = 3) -> None:
+    """Run ``cfg`` into ``out``, killed (KeyboardInterrupt) after step ``at``, then resume it to the end."""
+    import pytest
+
+    from ugrpo.train.loop import train
+
+    def kill(step, row):
+        if step == at:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg, out, on_step=kill)
+    from pathlib import Path
+
+    assert not (Path(out) / f"checkpoints/step-{at + 1}").exists()  # the kill came before that step's checkpoint
+    train(cfg, out, resume=True)
+
+
+def metrics_rows(out) -> list[dict]:
+    """The rows of a run folder's ``metrics.jsonl``."""
+    from pathlib import Path
+
+    return [json.loads(x) for x in (Path(out) / "metrics.jsonl").read_text().splitlines()]
+
+
+def assert_same_parameters(a_out, b_out, step: int = 4) -> None:
+    """The step-``step`` checkpoints of two run folders hold the same tensors (to 1e-6)."""
+    from pathlib import Path
+
+    import torch
+    from safetensors.torch import load_file
+
+    a = load_file(str(Path(a_out) / f"checkpoints/step-{step}/model.safetensors"))
+    b = load_file(str(Path(b_out) / f"checkpoints/step-{step}/model.safetensors"))
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=0, atol=1e-6)

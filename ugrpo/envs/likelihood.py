@@ -34,6 +34,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..stats.exact_mse import uniform_constants
 from .base import SyntheticPolicy
 
 __all__ = ["cell_counts", "sample_cells", "pilot_log_likelihood", "reward_log_ratio", "contrast_patterns",
@@ -152,9 +153,9 @@ def shrink_twin(policy: SyntheticPolicy, lam: float) -> Tensor:
 
 def exact_constants(policy: SyntheticPolicy, reward_tables: Tensor) -> np.ndarray:
     """(c1, c2, c3) of Theorem 7 at theta0 for reward tables (M, P, K): (M, 3), the constants of
-    :meth:`SyntheticPolicy.exact` (M13) for many tables at once through the Gram matrix of the score table:
-    g(x).g(y) = sum_ab u_xa u_yb <W(x,a), W(y,b)>, u = pi r; c1 = mean_x ||g(x)||^2 - ||mean_x g(x)||^2,
-    c2 = mean_x [sum_a pi ||W||^2 E(Z - V)^2|a - ||g(x)||^2], c3 = mean_x [E||W||^2 V(1 - V) + ||g(x)||^2]."""
+    :meth:`SyntheticPolicy.exact` (M13) for many tables at once: the per-prompt moments through the Gram matrix of
+    the score table, g(x).g(y) = sum_ab u_xa u_yb <W(x,a), W(y,b)>, u = pi r, combined by
+    :func:`ugrpo.stats.exact_mse.uniform_constants`."""
     p = policy.probs()  # (P, K)
     W = policy.score_table(probs=p)  # (P, K, D)
     gram = torch.einsum("xad,ybd->xayb", W, W)
@@ -165,11 +166,9 @@ def exact_constants(policy: SyntheticPolicy, reward_tables: Tensor) -> np.ndarra
     P = p.shape[0]
     gg = torch.einsum("mxa,xayb,myb->mxy", u, gram, u)  # (M, P, P)
     gn = torch.diagonal(gg, dim1=-2, dim2=-1)  # ||g(x)||^2
-    c1 = gn.mean(-1) - gg.sum((-1, -2)) / P**2
     dev2 = r - 2 * r * V.unsqueeze(-1) + V.unsqueeze(-1) ** 2  # E[(Z - V)^2 | a]
-    c2 = ((p * dev2 * w2).sum(-1) - gn).mean(-1)
-    c3 = ((p * w2).sum(-1) * V * (1 - V) + gn).mean(-1)
-    return torch.stack([c1, c2, c3], -1).numpy()
+    tr_sigma = (p * dev2 * w2).sum(-1) - gn  # E||W (Z - V)||^2 - ||g(x)||^2
+    return uniform_constants(gn, gg.sum((-1, -2)) / P**2, tr_sigma, (p * w2).sum(-1), V * (1 - V)).numpy()
 
 
 def total_variation(log_ratio: Tensor) -> tuple[float, float]:

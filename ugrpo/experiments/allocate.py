@@ -30,7 +30,7 @@ import torch
 from ugrpo.stats.allocation import IS_RULES, RULES, PromptStats, allocate, best_uniform, prediction_quality
 from ugrpo.stats.exact_mse import prompt_error, uniform_mse
 from ugrpo.stats.history import PromptHistory, bernoulli_stats
-from ugrpo.stats.intervals import RATIO_KEYS, Interval, normal_interval, ratio_interval
+from ugrpo.stats.intervals import RATIO_KEYS, Interval, mean_interval, normal_interval, ratio_interval
 from ugrpo.stats.is_guard import GUARD_G_MIN, guarded_law
 from ugrpo.stats.predict import Posterior, posterior, posterior_means
 from ugrpo.stats.prompt_is import IS_LAMBDA, check_lambda, entropy, is_law, is_mse
@@ -233,8 +233,9 @@ def _exact_over(a: float, b: np.ndarray | float) -> Interval:
     if np.ndim(b) == 0:
         r = float(a) / float(b)
         return Interval(r, r, r, kind="exact (both closed forms)")
-    m, se = float(np.mean(b)), float(np.std(b, ddof=1)) / math.sqrt(len(b)) if len(b) > 1 else 0.0
-    lo, hi = normal_interval(m, se)
+    mean = mean_interval(np.asarray(b, dtype=np.float64))
+    m = mean.estimate
+    lo, hi = (m, m) if mean.ci_low is None else (mean.ci_low, mean.ci_high)  # one batch: no Monte Carlo spread
     return Interval(a / m, a / hi, a / lo if lo > 0 else None, se=None,
                     kind="exact numerator over the 95% normal interval of the denominator's mean over batches",
                     n=len(b))

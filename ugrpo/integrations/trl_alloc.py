@@ -45,6 +45,7 @@ from torch import Tensor
 
 from ugrpo.stats.allocation import IS_RULES
 from ugrpo.stats.history import PromptHistory, ScoreNorms
+from ugrpo.stats.is_guard import GUARD_G_MIN
 from ugrpo.train.alloc import Allocator, step_advantages
 from ugrpo.train.config import BudgetConfig, SamplingConfig, TrainConfig
 
@@ -83,10 +84,10 @@ def adapter_config(args, spec: AllocationSpec, adv: AdvantageSpec) -> TrainConfi
             raise ValueError(f"{where} with beta={args.beta}: TRL's KL term is averaged over the drawn prompts without "
                              "the weights 1/(P q), so it would regularise toward the law q's prompts; set beta=0.0 or "
                              "choose another rule")
-        if spec.is_guard and G < 3:
-            raise ValueError(f"{where} with allocation is_guard=True needs num_generations >= 3 (the guard's held-out "
-                             f"U-statistics need three samples per prompt), got {G}; raise num_generations or set "
-                             "is_guard=False")
+        if spec.is_guard and G < GUARD_G_MIN:
+            raise ValueError(f"{where} with allocation is_guard=True needs num_generations >= {GUARD_G_MIN} (the "
+                             f"guard's held-out U-statistics need three samples per prompt), got {G}; raise "
+                             "num_generations or set is_guard=False")
     if spec.g_max and spec.g_max < G:  # 0 is the default 4 G
         raise ValueError(f"allocation g_max={spec.g_max} is below num_generations={G}: the B = generation_batch_size "
                          f"/ num_generations = {N // G} prompts of at most g_max samples each cannot spend the N = {N} "

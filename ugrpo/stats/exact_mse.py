@@ -39,6 +39,8 @@ __all__ = [
     "uniform_mse",
     "prompt_mse",
     "policy_moments",
+    "prompt_c3",
+    "uniform_constants",
     "minibatch_mse",
     "hoeffding_split",
 ]
@@ -67,8 +69,19 @@ class PromptMoments:
 
     @property
     def c3(self) -> float:
-        """E||W||^2 Var(Z|x) + ||g(x)||^2: the coefficient of 1/(G(G-1)) in GRPO's MSE."""
-        return self.e_w2 * self.var_z + self.g_norm2
+        """E||W||^2 Var(Z|x) + ||g(x)||^2: the coefficient of 1/(G(G-1)) in GRPO's MSE (:func:`prompt_c3`)."""
+        return prompt_c3(self.e_w2, self.var_z, self.g_norm2)
+
+
+def prompt_c3(e_w2, var_z, g_norm2):
+    """E||W||^2 Var(Z|x) + ||g(x)||^2, one prompt's coefficient of 1/(G(G-1)) in GRPO's MSE (M9); floats or arrays.
+
+    Examples
+    --------
+    >>> prompt_c3(0.5, 0.25, 0.125)
+    0.25
+    """
+    return e_w2 * var_z + g_norm2
 
 
 @dataclass(frozen=True)
@@ -256,6 +269,26 @@ def _policy_moments(prompt_moments: Sequence[PromptMoments], g_x: Tensor, w: Ten
         mean_g_norm2=avg([m.g_norm2 for m in prompt_moments]),
         g_norm2=float((g**2).sum()),
     )
+
+
+def uniform_constants(g_norm2: Tensor, mean_g_norm2: Tensor, tr_sigma_oracle: Tensor, e_w2: Tensor,
+                      var_z: Tensor) -> Tensor:
+    """(..., 3): c1, c2, c3 of Theorem 7 under uniform prompts from per-prompt moments on the last axis, batched over
+    the leading ones (the tensor form of :func:`policy_moments`; M13): c1 = mean_x ||g(x)||^2 - ||g||^2
+    (``mean_g_norm2`` = ||mean_x g(x)||^2, shape (...)), c2 = mean_x tr Sigma_oracle(x), c3 = mean_x
+    :func:`prompt_c3`.
+
+    Examples
+    --------
+    >>> import torch
+    >>> t = lambda *v: torch.tensor(v, dtype=torch.float64)  # the two prompts of policy_moments' example
+    >>> uniform_constants(t(0.125, 0.125), torch.tensor(0.0), t(0.0, 0.0), t(0.5, 0.5), t(0.25, 0.25)).tolist()
+    [0.125, 0.0, 0.25]
+    """
+    import torch
+
+    c1 = g_norm2.mean(-1) - mean_g_norm2
+    return torch.stack([c1, tr_sigma_oracle.mean(-1), prompt_c3(e_w2, var_z, g_norm2).mean(-1)], -1)
 
 
 def minibatch_mse(pm: PolicyMoments, estimator: EstimatorName, B: int, G: int) -> float:

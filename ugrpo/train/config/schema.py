@@ -432,10 +432,12 @@ class TrainConfig:
                 raise ValueError(f"{where} with loss.kl_coef={self.loss.kl_coef}: the KL term is averaged over the "
                                  "drawn prompts without the weights 1/(P q), so it would regularise toward the law q's "
                                  "prompts; set loss.kl_coef=0 or choose another rule")
-            if al.is_guard and G < 3:
-                raise ValueError(f"{where} with allocation.is_guard=true needs budget.group_size >= 3 (the guard's "
-                                 f"held-out U-statistics need three samples per visit), got {G}; raise group_size or "
-                                 "set allocation.is_guard=false")
+            from ugrpo.stats.is_guard import GUARD_G_MIN  # scipy: only when a prompt-IS rule is asked for
+
+            if al.is_guard and G < GUARD_G_MIN:
+                raise ValueError(f"{where} with allocation.is_guard=true needs budget.group_size >= {GUARD_G_MIN} "
+                                 f"(the guard's held-out U-statistics need three samples per visit), got {G}; raise "
+                                 "group_size or set allocation.is_guard=false")
         if al.rule in ("uniform", "dynamic"):  # every group has G samples
             return
         if N < B * al.g_min:
