@@ -34,7 +34,7 @@ from .allocation import IS_RULES, PromptStats, greedy_allocation, rule_table
 from .exact_mse import prompt_error
 from .is_solver import solve_joint
 
-__all__ = ["IS_LAMBDA", "IS_SPEND", "PromptLaw", "exact_spend_sizes", "between_mse", "check_lambda", "check_law", "second_moments", "second_moment", "is_mse",
+__all__ = ["IS_LAMBDA", "IS_SPEND", "PromptLaw", "exact_spend_sizes", "batch_sizes", "between_mse", "check_lambda", "check_law", "second_moments", "second_moment", "is_mse",
            "floor_law", "is_law", "ess", "entropy", "step_metrics", "mixture_bound"]
 
 IS_LAMBDA = 0.1
@@ -257,6 +257,19 @@ def exact_spend_sizes(stats: PromptStats, weights: np.ndarray, N: int, *, g_min:
     w2 = np.asarray(weights, dtype=np.float64) ** 2
     scaled = PromptStats(value=stats.value, c2=stats.c2 * w2, c3=stats.c3 * w2)
     return greedy_allocation(rule_table("ustat", scaled, g_min, g_max), g_min, int(N))
+
+
+def batch_sizes(law: PromptLaw, moments: PromptStats, prompts: np.ndarray, N: int, *, spend: str, g_min: int,
+                g_max: int) -> np.ndarray:
+    """(B,) sizes of the drawn ``prompts`` under ``law``: each prompt's G_x (M52-M56), or for a ``ustat-is`` law with
+    ``spend="exact"`` the batch's :func:`exact_spend_sizes` (M88) at the law's weights and the (P,) ``moments`` the law
+    was fitted with. The one rule the trainer (:class:`ugrpo.train.alloc.Allocator`) and the lab share."""
+    if spend not in IS_SPEND:
+        raise ValueError(f"is_spend={spend!r} is not valid; choose one of {list(IS_SPEND)}")
+    prompts = np.asarray(prompts, dtype=np.int64)
+    if spend == "exact" and law.rule == "ustat-is":
+        return exact_spend_sizes(moments.take(prompts), law.weights(prompts), N, g_min=g_min, g_max=g_max)
+    return law.sizes[prompts].astype(np.int64)
 
 
 def between_mse(q, B: int, stats: PromptStats, g_norm2: float) -> float:

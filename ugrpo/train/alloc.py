@@ -37,7 +37,7 @@ from ugrpo.stats.is_certificate import is_certificate
 from ugrpo.stats.is_guard import GUARD_G_MIN, GuardedLaw, guarded_law
 from ugrpo.stats.population import population_posteriors
 from ugrpo.stats.predict import Posterior, posterior_means, reward_variance
-from ugrpo.stats.prompt_is import exact_spend_sizes, step_metrics
+from ugrpo.stats.prompt_is import batch_sizes, step_metrics
 from ugrpo.stats.ragged import compute_ragged_advantages, ragged_reward_spread
 from ugrpo.stats.safe import choose_sizes
 from ugrpo.train.config import TrainConfig
@@ -213,11 +213,8 @@ class Allocator:
         gl = self.law(step)
         law, post = gl.law, gl.posterior
         self._weights = law.weights(prompts)
-        if self.exact_spend and law.rule == "ustat-is":  # M88: the drawn batch's sizes split exactly N
-            sizes = exact_spend_sizes(gl.moments.take(prompts), self._weights, self.N, g_min=self.g_min,
-                                      g_max=self.g_max)
-        else:
-            sizes = law.sizes[prompts].astype(np.int64)
+        sizes = batch_sizes(law, gl.moments, prompts, self.N, spend=self.al.is_spend, g_min=self.g_min,
+                            g_max=self.g_max)  # G_x (M56), or exactly N in all (M88)
         seed = int(np.random.SeedSequence([int(self.cfg.seed), int(step), 0x636572]).generate_state(1)[0])
         cert = is_certificate(post, law, self.G, seed=seed)
         hist = np.bincount(sizes)
