@@ -12,7 +12,7 @@ and guard of ``ugrpo allocate``, the same seeds): the total MSE of
 
 Ratios to uniform are reported with the exact-spend ratio's 95% interval (1.96 SE; uniform's MSE is exact).
 
-Run: ``.venv/bin/python benchmarks/bench_is_spend.py`` -> benchmarks/results/local/is_spend.json (~1 min).
+Run: ``.venv/bin/python benchmarks/bench_is_spend.py`` -> benchmarks/results/local/is_spend.json (~20 s).
 """
 
 from __future__ import annotations

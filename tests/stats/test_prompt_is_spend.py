@@ -43,11 +43,10 @@ def test_every_batch_spends_exactly_n_within_the_bounds_at_the_weighted_optimum(
         w = np.random.default_rng(seed).uniform(0.2, 3.0, 3)
         got = exact_spend_sizes(small, w, 15, g_min=2, g_max=9)
 
-        def cost(G):
-            return float((w**2 * prompt_error(small.c2, small.c3, np.asarray(G, dtype=float))).sum())
-
-        best = min((G for G in itertools.product(range(2, 10), repeat=3) if sum(G) == 15), key=cost)
-        assert cost(got) == pytest.approx(cost(best), rel=1e-12)
+        comps = np.array([G for G in itertools.product(range(2, 10), repeat=3) if sum(G) == 15], dtype=float)
+        costs = (w**2 * prompt_error(small.c2, small.c3, comps)).sum(1)  # every composition of N = 15
+        got_cost = float((w**2 * prompt_error(small.c2, small.c3, got.astype(float))).sum())
+        assert got.sum() == 15 and got_cost == pytest.approx(float(costs.min()), rel=1e-12)
 
 
 def _estimates(b, p: int, G: int):

@@ -34,8 +34,9 @@ from .allocation import IS_RULES, PromptStats, greedy_allocation, rule_table
 from .exact_mse import prompt_error
 from .is_solver import solve_joint
 
-__all__ = ["IS_LAMBDA", "IS_SPEND", "PromptLaw", "exact_spend_sizes", "batch_sizes", "between_mse", "check_lambda", "check_law", "second_moments", "second_moment", "is_mse",
-           "floor_law", "is_law", "ess", "entropy", "step_metrics", "mixture_bound"]
+__all__ = ["IS_LAMBDA", "IS_SPEND", "PromptLaw", "exact_spend_sizes", "batch_sizes", "between_mse", "check_lambda",
+           "check_law", "second_moments", "second_moment", "is_mse", "floor_law", "is_law", "ess", "entropy",
+           "step_metrics", "mixture_bound"]
 
 IS_LAMBDA = 0.1
 """default defensive floor: q(x) >= lambda / P, so every weight 1/(P q(x)) is at most 1/lambda (M55)"""
