@@ -189,3 +189,20 @@ def test_prompt_is_killed_and_resumed_equals_the_unkilled_run(is_run, tmp_path):
             == json.loads((full_out / "checkpoints/step-4/history.json").read_text()))
     assert PromptHistory.from_json(json.loads((tmp_path / "checkpoints/step-4/history.json").read_text()), 10, "x",
                                    held_out=True).folds is not None
+
+
+def test_exact_spend_run_spends_n_every_step(tiny_model_dir, task_files, tmp_path):
+    """`ugrpo train` with allocation.rule ustat-is, is_spend exact (M88): every step spends exactly N samples over its B
+    drawn prompts, each G_b >= 3 (the guard), and logs N as its expected samples."""
+    cfg = config_from_dict(small_config(tiny_model_dir, task_files, budget__samples_per_step=16,
+                                        allocation__rule="ustat-is", allocation__is_spend="exact",
+                                        eval__pass1_samples=0, eval__greedy=False,
+                                        task__options__reward_fn="dense_reward:varied"))
+    train(cfg, tmp_path)
+    rows = metrics_rows(tmp_path)[1:]  # the first row is the run's header
+    assert len(rows) == 4
+    for r in rows:
+        hist = r["alloc_g_hist"]
+        assert r["samples"] == 16 and sum(int(g) * c for g, c in hist.items()) == 16 and sum(hist.values()) == 4
+        assert r["alloc_g_min"] >= 3 and r["is_expected_samples"] == 16.0
+    assert any(r["is_guard_choice"] == "ustat-is" and len(r["alloc_g_hist"]) > 1 for r in rows)  # ragged, yet N
