@@ -188,14 +188,17 @@ def test_update_is_the_ragged_estimate_row_by_row(tok, tmp_path, loss_type):
         torch.testing.assert_close(p - q, e, rtol=1e-4, atol=1e-6)
 
 
-def test_uniform_is_draws_from_the_law_and_weights_the_update_row_by_row(tok, tmp_path):
-    """uniform-is (unguarded: the law of the seeded history): the batch's prompts are the Allocator's draw from the law
-    q at that step (not TRL's sampler's), each with num_generations rows, and one SGD step (lr 1, dr_grpo) moves theta
-    by (1/B) sum_b w_b (1/G) sum_g A_bg W_bg with w_b = 1/(P q(x_b)) (M52), computed row by row."""
+@pytest.mark.parametrize("rule", ["uniform-is", "ustat-is"])
+def test_prompt_is_draws_from_the_law_and_weights_the_update_row_by_row(tok, tmp_path, rule):
+    """uniform-is / ustat-is (unguarded: the law of the seeded history): the batch's prompts are the Allocator's draw
+    from the law q at that step (not TRL's sampler's), each with num_generations rows (uniform-is) or the exact-spend
+    sizes of M88 (ustat-is: G_b summing to generation_batch_size), and one SGD step (lr 1, dr_grpo) moves theta by
+    (1/B) sum_b w_b (1/G_b) sum_g A_bg W_bg with w_b = 1/(P q(x_b)) (M52), computed row by row."""
+    from ugrpo.stats.prompt_is import batch_sizes
     from ugrpo.train.rollout import prompt_generator
 
     L = 8
-    spec = AllocationSpec(rule="uniform-is", is_guard=False)
+    spec = AllocationSpec(rule=rule, is_guard=False)
     trainer, rec = _trainer(tok, tmp_path, allocation=spec, max_steps=1, optim="sgd", learning_rate=1.0,
                             lr_scheduler_type="constant", max_grad_norm=0.0, weight_decay=0.0, loss_type="dr_grpo",
                             max_completion_length=L)
@@ -206,24 +209,35 @@ def test_uniform_is_draws_from_the_law_and_weights_the_update_row_by_row(tok, tm
     before = [p.detach().clone() for p in params]
     _train(trainer)
     (alloc,) = trainer.ugrpo_allocation.log
-    law = trainer.ugrpo_allocation.allocator.law(0).law
+    allocator = trainer.ugrpo_allocation.allocator
+    gl = allocator.law(0)
+    law = gl.law
     assert alloc.prompts.tolist() == law.draw(prompt_generator(trainer.args.seed, 0)).tolist()
-    assert (alloc.sizes == G).all() and law.q.max() > 1.5 * law.q.min()
+    assert law.q.max() > 1.5 * law.q.min()
+    if rule == "uniform-is":
+        assert (alloc.sizes == G).all()
+    else:  # M88: the law's q, then the batch's own sizes at exactly N = 16 (not the law's G_x)
+        want = batch_sizes(law, gl.moments, alloc.prompts, 16, spend="exact", g_min=allocator.g_min,
+                           g_max=allocator.g_max)
+        assert alloc.sizes.tolist() == want.tolist() and alloc.sizes.sum() == 16 and len(set(alloc.sizes)) > 1
+    sizes = alloc.sizes.tolist()
     batch, z = rec.batches[0], torch.tensor(rec.rewards[0], dtype=torch.float64)
     text = trainer.processing_class.batch_decode(batch["prompt_ids"], skip_special_tokens=True)
-    assert text == [SMALL[p] for p in np.repeat(alloc.prompts, G)]
+    assert text == [SMALL[p] for p in np.repeat(alloc.prompts, sizes)]
     w = 1.0 / (len(SMALL) * law.q[alloc.prompts])
     brute = [torch.zeros_like(p) for p in params]
-    for b in range(4):
-        group = z[b * G:(b + 1) * G]
-        for g in range(G):
-            r = b * G + g
-            adv = float(group[g] - (group.sum() - group[g]) / (G - 1))
+    r0 = 0
+    for b, Gb in enumerate(sizes):
+        group = z[r0:r0 + Gb]
+        for g in range(Gb):
+            r = r0 + g
+            adv = float(group[g] - (group.sum() - group[g]) / (Gb - 1))
             lp = completion_logprobs(start, batch["prompt_ids"][r:r + 1], batch["prompt_mask"][r:r + 1],
                                      batch["completion_ids"][r:r + 1], batch["completion_mask"][r:r + 1])
             for acc, gr in zip(brute, torch.autograd.grad(lp.sum(), params, allow_unused=True)):
                 if gr is not None:
-                    acc += w[b] * adv / (4 * G * L) * gr
+                    acc += w[b] * adv / (4 * Gb * L) * gr
+        r0 += Gb
     after = [p.detach() for p in trainer.model.parameters() if p.requires_grad]
     assert max(float((p - q).abs().max()) for p, q in zip(after, before)) > 1e-4
     for p, q, e in zip(after, before, brute):
@@ -232,10 +246,12 @@ def test_uniform_is_draws_from_the_law_and_weights_the_update_row_by_row(tok, tm
     assert row["ugrpo/is_weight_max"] == pytest.approx(w.max()) and 1 <= row["ugrpo/is_ess"] <= 4
 
 
-def test_uniform_is_resume_continues_the_law_and_its_draws(tok, tmp_path):
-    """A run checkpointed at step 4 and resumed from there draws at steps 4 and 5 the prompts the uninterrupted run
-    drew (the law of the restored history, the draw seeded by (seed, step)), unlike TRL's own sampler."""
-    spec = AllocationSpec(rule="uniform-is", is_guard=False)
+@pytest.mark.parametrize("rule", ["uniform-is", "ustat-is"])
+def test_prompt_is_resume_continues_the_law_and_its_draws(tok, tmp_path, rule):
+    """A run checkpointed at step 4 and resumed from there draws at steps 4 and 5 the prompts (and, ustat-is, the
+    exact-spend sizes) the uninterrupted run drew (the law of the restored history, the draw seeded by (seed, step)),
+    unlike TRL's own sampler."""
+    spec = AllocationSpec(rule=rule, is_guard=False)
     full, _ = _trainer(tok, tmp_path, allocation=spec, max_steps=6, save_strategy="steps", save_steps=4)
     _seed_all(full)
     _train(full)
@@ -244,6 +260,8 @@ def test_uniform_is_resume_continues_the_law_and_its_draws(tok, tmp_path):
     a, b = full.ugrpo_allocation.log[4:], resumed.ugrpo_allocation.log
     assert [x.step for x in b] == [4, 5]
     assert [x.prompts.tolist() for x in b] == [x.prompts.tolist() for x in a]
+    assert [x.sizes.tolist() for x in b] == [x.sizes.tolist() for x in a]
+    assert all(x.sizes.sum() == 16 for x in full.ugrpo_allocation.log)
     np.testing.assert_allclose(resumed.ugrpo_allocation.allocator.history.sums["visits"],
                                full.ugrpo_allocation.allocator.history.sums["visits"])
     # guarded (the default): the checkpoint carries the guard's folds and step count, and restore reads them back
@@ -377,9 +395,14 @@ def test_rewards_outside_the_unit_interval_are_an_error_naming_the_sample(tok, t
 def test_refused_rules():
     with pytest.raises(ValueError, match="allocation rule dynamic is not supported in the TRL adapter yet"):
         AllocationSpec(rule="dynamic")
-    with pytest.raises(ValueError, match="allocation rule ustat-is is not supported in the TRL adapter yet .*"
-                                         "only in expectation.*exactly generation_batch_size rows.*use uniform-is"):
-        AllocationSpec(rule="ustat-is")
+    assert AllocationSpec(rule="ustat-is").is_spend == "exact"  # M88: the only spend a fixed generation batch allows
+    with pytest.raises(ValueError, match="allocation rule ustat-is with is_spend='expected' is not supported in the "
+                                         "TRL adapter: .*only in expectation.*exactly generation_batch_size rows.*use "
+                                         "is_spend='exact'"):
+        AllocationSpec(rule="ustat-is", is_spend="expected")
+    with pytest.raises(ValueError, match=r"allocation.is_spend='sometimes' is not valid; choose one of "
+                                         r"\['expected', 'exact'\]"):
+        AllocationSpec(rule="ustat-is", is_spend="sometimes")
     with pytest.raises(ValueError, match=r"allocation rule 'nope' is not valid; choose one of \['uniform', 'vip'"):
         AllocationSpec(rule="nope")
     with pytest.raises(ValueError, match="allocation.g_min=1 must be >= 2"):

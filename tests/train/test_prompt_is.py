@@ -15,7 +15,7 @@ from ugrpo.lm.logprobs import completion_logprobs
 from ugrpo.lm.sampling import sample_groups
 from ugrpo.stats.history import PromptHistory, ScoreNorms
 from ugrpo.stats.is_guard import guarded_law
-from ugrpo.stats.prompt_is import is_law
+from ugrpo.stats.prompt_is import batch_sizes, is_law
 from ugrpo.stats.ragged import ragged_advantages
 from ugrpo.train.alloc import Allocator, step_advantages
 from ugrpo.train.config import config_from_dict
@@ -30,6 +30,8 @@ from ugrpo.train.update import update_on_rows
     ({"allocation__rule": "uniform-is", "allocation__is_lambda": 1.5}, r"allocation.is_lambda=1.5"),
     ({"allocation__rule": "ustat-is", "monitor_every": 1}, "drawn from the law q rather than uniformly"),
     ({"allocation__rule": "uniform-is", "loss__kl_coef": 0.1}, r"loss.kl_coef=0.1: the KL term .* without the weights"),
+    ({"allocation__rule": "ustat-is", "allocation__is_spend": "maybe"},
+     r"allocation.is_spend='maybe' is not valid; choose one of \['expected', 'exact'\]"),
     ({"allocation__rule": "uniform-is", "budget__group_size": 2, "budget__samples_per_step": 8},
      r"is_guard=true needs budget.group_size >= 3 .* got 2"),
 ])
@@ -94,6 +96,29 @@ def test_allocator_draws_from_the_law_of_the_history():
     assert row["is_predicted_ratio_low"] <= row["is_predicted_ratio"] <= row["is_predicted_ratio_high"]
     empty = Allocator(cfg, 12)  # no history: every prompt has the population's prediction, q uniform
     np.testing.assert_allclose(empty.law(1).law.q, 1 / 12, rtol=1e-6)
+
+
+def test_exact_spend_allocator_keeps_the_law_and_splits_exactly_n():
+    """allocation.is_spend: exact (M88): the prompts are the law's draw as with the expected spend, the batch's sizes
+    those of batch_sizes (ustat's solver at the weights), summing to exactly N where M56's G_x would not."""
+    cfg = config_from_dict({"budget": {"samples_per_step": 32, "group_size": 8},
+                            "allocation": {"rule": "ustat-is", "is_guard": False, "is_spend": "exact"}})
+    al = Allocator(cfg, 12)
+    rng = np.random.default_rng(0)
+    for _ in range(6):  # prompts 0-5 always succeed, the others vary
+        idx = rng.integers(12, size=4)
+        z = np.where(idx[:, None] < 6, 1.0, rng.integers(0, 2, (4, 8))).reshape(-1)
+        al.history.update(idx, np.full(4, 8), z, rng.standard_normal((32, 3)))
+    idx = al.prompts(7)
+    gl = al.law(7)
+    assert gl.law.rule == "ustat-is" and idx.tolist() == gl.law.draw(prompt_generator(cfg.seed, 7)).tolist()
+    sizes, row = al.choose(idx, 7)
+    want = batch_sizes(gl.law, gl.moments, idx, 32, spend="exact", g_min=2, g_max=al.g_max)
+    assert sizes.tolist() == want.tolist() and sizes.sum() == 32 and sizes.min() >= 2
+    assert row["is_expected_samples"] == 32.0
+    np.testing.assert_allclose(al.prompt_weights(torch.arange(4)).numpy(), gl.law.weights(idx))
+    joint = {int(gl.law.sizes[gl.law.draw(np.random.default_rng(s))].sum()) for s in range(20)}
+    assert len(joint) > 1  # the joint law's G_x spend different totals on different draws
 
 
 def test_guarded_allocator_uses_the_held_out_guard_and_feeds_its_folds():
@@ -164,3 +189,20 @@ def test_prompt_is_killed_and_resumed_equals_the_unkilled_run(is_run, tmp_path):
             == json.loads((full_out / "checkpoints/step-4/history.json").read_text()))
     assert PromptHistory.from_json(json.loads((tmp_path / "checkpoints/step-4/history.json").read_text()), 10, "x",
                                    held_out=True).folds is not None
+
+
+def test_exact_spend_run_spends_n_every_step(tiny_model_dir, task_files, tmp_path):
+    """`ugrpo train` with allocation.rule ustat-is, is_spend exact (M88): every step spends exactly N samples over its B
+    drawn prompts, each G_b >= 3 (the guard), and logs N as its expected samples."""
+    cfg = config_from_dict(small_config(tiny_model_dir, task_files, budget__samples_per_step=16,
+                                        allocation__rule="ustat-is", allocation__is_spend="exact",
+                                        eval__pass1_samples=0, eval__greedy=False,
+                                        task__options__reward_fn="dense_reward:varied"))
+    train(cfg, tmp_path)
+    rows = metrics_rows(tmp_path)[1:]  # the first row is the run's header
+    assert len(rows) == 4
+    for r in rows:
+        hist = r["alloc_g_hist"]
+        assert r["samples"] == 16 and sum(int(g) * c for g, c in hist.items()) == 16 and sum(hist.values()) == 4
+        assert r["alloc_g_min"] >= 3 and r["is_expected_samples"] == 16.0
+    assert any(r["is_guard_choice"] == "ustat-is" and len(r["alloc_g_hist"]) > 1 for r in rows)  # ragged, yet N

@@ -11,12 +11,11 @@ import math
 from dataclasses import dataclass
 
 from ugrpo.stats.advantages import BASELINES
-from ugrpo.stats.allocation import IS_RULES
 from ugrpo.train.config import ALLOCATION_RULES, AllocationConfig
 
 __all__ = ["AdvantageSpec", "AllocationSpec", "TRL_RULES"]
 
-TRL_RULES: tuple[str, ...] = ("uniform", "vip", "knapsack", "ustat", "uniform-is")
+TRL_RULES: tuple[str, ...] = ("uniform", "vip", "knapsack", "ustat", "uniform-is", "ustat-is")
 """the allocation rules of ``ugrpo train`` the TRL adapter runs (the others are refused with a message)"""
 
 
@@ -58,25 +57,32 @@ class AllocationSpec(AllocationConfig):
 
     The fields are those of ``ugrpo train``'s ``allocation:`` section (:class:`~ugrpo.train.config.AllocationConfig`:
     ``rule``, ``g_min``, ``g_max``, ``safe_tol``, ``safe_level``, ``scores``, ``sketch_dim``, ``is_lambda``,
-    ``is_guard``) with the same meaning; the budget N is TRL's ``generation_batch_size`` and the mean size Gbar its
-    ``num_generations``. ``rule`` is one of :data:`TRL_RULES`; ``dynamic`` (several generation rounds per step),
-    ``ustat-is`` (N only in expectation) and any rule not in that list are refused.
+    ``is_guard``, ``is_spend``) with the same meaning; the budget N is TRL's ``generation_batch_size`` and the mean size
+    Gbar its ``num_generations``. ``rule`` is one of :data:`TRL_RULES`; ``dynamic`` (several generation rounds per
+    step) and any rule not in that list are refused. ``ustat-is`` runs at exact spend only (``is_spend="exact"``, the
+    default here; docs/math.md M88): TRL generates exactly ``generation_batch_size`` rows per batch, so M56's joint law,
+    which spends N only in expectation, is refused.
 
     >>> AllocationSpec(rule="vip", g_min=2).bounds(64, 8)
     (2, 32)
     """
+
+    is_spend: str = "exact"
+    """ustat-is: exact (the only spend TRL's fixed generation batch allows; M88)"""
 
     def __post_init__(self) -> None:
         if self.rule not in TRL_RULES:
             if self.rule not in ALLOCATION_RULES:
                 raise ValueError(f"allocation rule {self.rule!r} is not valid; choose one of {list(TRL_RULES)}")
             why = (" (DAPO dynamic sampling draws several rounds per step; `ugrpo train --allocation dynamic` has it)"
-                   if self.rule == "dynamic" else
-                   " (ustat-is gives each drawn prompt its own G_x and spends generation_batch_size only in "
-                   "expectation, B sum_x q(x) G_x, while TRL generates exactly generation_batch_size rows per batch; "
-                   "sizes chosen within the drawn batch would be another rule than M56's joint law; use uniform-is "
-                   f"(the law q, num_generations each), or `ugrpo train --allocation {self.rule}`)"
-                   if self.rule in IS_RULES else "")
+                   if self.rule == "dynamic" else "")
             raise ValueError(f"allocation rule {self.rule} is not supported in the TRL adapter yet{why}; choose one "
                              f"of {list(TRL_RULES)}")
         super().__post_init__()
+        if self.rule == "ustat-is" and self.is_spend != "exact":
+            raise ValueError(f"allocation rule ustat-is with is_spend={self.is_spend!r} is not supported in the TRL "
+                             "adapter: M56's joint law gives each drawn prompt its own G_x and spends "
+                             "generation_batch_size only in expectation, B sum_x q(x) G_x, while TRL generates exactly "
+                             "generation_batch_size rows per batch; use is_spend='exact' (the default here: the same "
+                             "law q, then the batch's sizes split exactly generation_batch_size, docs/math.md M88), or "
+                             "`ugrpo train --allocation ustat-is` for the expected spend")

@@ -13,7 +13,8 @@ at an expected cost of B sum_x q(x) G_x samples (f_x from :func:`ugrpo.stats.exa
 
 * ``uniform-is``: one G (cost exactly N = B G), q(x) proportional to sqrt(a_x(G)) (M54) under the defensive floor
   q(x) >= lambda / P (M55): :func:`floor_law`;
-* ``ustat-is``: q and G_x jointly at expected cost N (M56): :func:`ugrpo.stats.is_solver.solve_joint`.
+* ``ustat-is``: q and G_x jointly at expected cost N (M56): :func:`ugrpo.stats.is_solver.solve_joint`; or, at EXACT
+  cost N (``is_spend="exact"``, M88), the same q and, for each drawn batch, the sizes of :func:`exact_spend_sizes`.
 
 Both are **unbiased for the uniform-prompt objective** (1/P) sum_x J(x), whatever q is, as long as q > 0 everywhere
 (a prompt with q(x) = 0 would lose its gradient: :func:`check_law` refuses it). The weights raise the variance where q
@@ -29,15 +30,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .allocation import IS_RULES, PromptStats
+from .allocation import IS_RULES, PromptStats, greedy_allocation, rule_table
 from .exact_mse import prompt_error
 from .is_solver import solve_joint
 
-__all__ = ["IS_LAMBDA", "PromptLaw", "check_lambda", "check_law", "second_moments", "second_moment", "is_mse",
-           "floor_law", "is_law", "ess", "entropy", "step_metrics", "mixture_bound"]
+__all__ = ["IS_LAMBDA", "IS_SPEND", "PromptLaw", "exact_spend_sizes", "batch_sizes", "between_mse", "check_lambda",
+           "check_law", "second_moments", "second_moment", "is_mse", "floor_law", "is_law", "ess", "entropy",
+           "step_metrics", "mixture_bound"]
 
 IS_LAMBDA = 0.1
 """default defensive floor: q(x) >= lambda / P, so every weight 1/(P q(x)) is at most 1/lambda (M55)"""
+
+
+IS_SPEND: tuple[str, ...] = ("expected", "exact")
+"""how ``ustat-is`` spends the N samples of a step: ``expected`` (M56's joint law: G_x per prompt, B sum_x q(x) G_x = N
+on average) or ``exact`` (M88: q of the joint law, then the drawn batch's sizes split exactly N)"""
 
 
 def check_lambda(lam: float, where: str = "allocation.is_lambda") -> float:
@@ -233,3 +240,41 @@ def mixture_bound(lam: float, s_uniform: float, g_norm2: float) -> float:
     if s_uniform <= g_norm2:
         raise ValueError("S_u must exceed ||g||^2 (their difference is B times uniform's MSE)")
     return (s_uniform / lam - g_norm2) / (s_uniform - g_norm2)
+
+
+def exact_spend_sizes(stats: PromptStats, weights: np.ndarray, N: int, *, g_min: int, g_max: int) -> np.ndarray:
+    """(B,) sizes of a drawn batch at exact cost N (``ustat-is`` with ``is_spend="exact"``, M88).
+
+    The minimiser of the batch's conditional variance sum_b w_b^2 f_b(G_b) (M88) subject to sum_b G_b = N and
+    g_min <= G_b <= g_max: ``ustat``'s within-batch problem (M33-M34, :func:`ugrpo.stats.allocation.greedy_allocation`
+    on :func:`~ugrpo.stats.allocation.rule_table`) with c2, c3 of prompt b scaled by w_b^2 = 1/(P q(x_b))^2.
+    ``stats``: the (B,) drawn prompts' moments (a prompt drawn twice appears twice); they must not depend on this
+    batch's samples (M32).
+
+    >>> st = PromptStats(value=np.full(2, 0.5), c2=np.ones(2), c3=np.ones(2))
+    >>> exact_spend_sizes(st, np.array([2.0, 0.5]), 12, g_min=2, g_max=12).tolist()  # the heavier weight gets more
+    [9, 3]
+    """
+    w2 = np.asarray(weights, dtype=np.float64) ** 2
+    scaled = PromptStats(value=stats.value, c2=stats.c2 * w2, c3=stats.c3 * w2)
+    return greedy_allocation(rule_table("ustat", scaled, g_min, g_max), g_min, int(N))
+
+
+def batch_sizes(law: PromptLaw, moments: PromptStats, prompts: np.ndarray, N: int, *, spend: str, g_min: int,
+                g_max: int) -> np.ndarray:
+    """(B,) sizes of the drawn ``prompts`` under ``law``: each prompt's G_x (M52-M56), or for a ``ustat-is`` law with
+    ``spend="exact"`` the batch's :func:`exact_spend_sizes` (M88) at the law's weights and the (P,) ``moments`` the law
+    was fitted with. The one rule the trainer (:class:`ugrpo.train.alloc.Allocator`) and the lab share."""
+    if spend not in IS_SPEND:
+        raise ValueError(f"is_spend={spend!r} is not valid; choose one of {list(IS_SPEND)}")
+    prompts = np.asarray(prompts, dtype=np.int64)
+    if spend == "exact" and law.rule == "ustat-is":
+        return exact_spend_sizes(moments.take(prompts), law.weights(prompts), N, g_min=g_min, g_max=g_max)
+    return law.sizes[prompts].astype(np.int64)
+
+
+def between_mse(q, B: int, stats: PromptStats, g_norm2: float) -> float:
+    """E ||(1/B) sum_b w(X_b) g(X_b) - g||^2 = (1/B) (sum_x ||g(x)||^2 / (P^2 q(x)) - ||g||^2) over B iid draws from q
+    (M88): the part of the MSE that the sizes do not change; M53 with f_x = 0."""
+    q = check_law(q)
+    return float((_g2(stats) / q).sum() / len(q) ** 2 - float(g_norm2)) / int(B)

@@ -16,7 +16,9 @@ also choose WHICH prompts a step draws: :meth:`Allocator.prompts` draws the B pr
 judged on held-out visits and replaced when they refute it, docs/math.md M78), with the generator
 :func:`ugrpo.train.rollout.choose_prompts` uses; :meth:`Allocator.choose` gives each its G_x and keeps the weights
 1/(P q(x_b)), which :meth:`Allocator.prompt_weights` hands to :func:`step_advantages` and :meth:`Allocator.observe` to
-the history's held-out sums.
+the history's held-out sums. ``ustat-is`` with ``allocation.is_spend: exact`` (M88; the TRL adapter's) keeps the law's
+q and gives the drawn prompts the sizes :func:`ugrpo.stats.prompt_is.exact_spend_sizes` (exactly N samples) instead
+of their G_x (N only in expectation, M56).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from ugrpo.stats.is_certificate import is_certificate
 from ugrpo.stats.is_guard import GUARD_G_MIN, GuardedLaw, guarded_law
 from ugrpo.stats.population import population_posteriors
 from ugrpo.stats.predict import Posterior, posterior_means, reward_variance
-from ugrpo.stats.prompt_is import step_metrics
+from ugrpo.stats.prompt_is import batch_sizes, step_metrics
 from ugrpo.stats.ragged import compute_ragged_advantages, ragged_reward_spread
 from ugrpo.stats.safe import choose_sizes
 from ugrpo.train.config import TrainConfig
@@ -130,6 +132,7 @@ class Allocator:
         if self.held_out:
             self.g_min = max(self.g_min, GUARD_G_MIN)
         self.history = PromptHistory(n_prompts, held_out=self.held_out)
+        self.exact_spend = self.al.rule == "ustat-is" and self.al.is_spend == "exact"  # M88 (else M56's joint law)
         self.uses_scores = self.al.rule == "ustat" or self.is_rule
         self.c1: tuple[float, float, float] | None = None  # the G* monitor's latest c1 (estimate, low, high)
         self._law: tuple[int, GuardedLaw] | None = None  # prompt IS: (step, the guarded law and its posterior)
@@ -209,14 +212,16 @@ class Allocator:
         metrics (M58) with the guard's choice (M78) and the certificate (M59)."""
         gl = self.law(step)
         law, post = gl.law, gl.posterior
-        sizes = law.sizes[prompts].astype(np.int64)
         self._weights = law.weights(prompts)
+        sizes = batch_sizes(law, gl.moments, prompts, self.N, spend=self.al.is_spend, g_min=self.g_min,
+                            g_max=self.g_max)  # G_x (M56), or exactly N in all (M88)
         seed = int(np.random.SeedSequence([int(self.cfg.seed), int(step), 0x636572]).generate_state(1)[0])
         cert = is_certificate(post, law, self.G, seed=seed)
         hist = np.bincount(sizes)
         return sizes, {
             "alloc_g_min": int(sizes.min()), "alloc_g_max": int(sizes.max()),
             "alloc_g_hist": {str(g): int(c) for g, c in enumerate(hist) if c}, **step_metrics(law, prompts),
+            **({"is_expected_samples": float(self.N)} if self.exact_spend else {}),  # M88 spends exactly N
             "is_predicted_ratio": cert.ratio, "is_predicted_ratio_low": cert.ratio_low,
             "is_predicted_ratio_high": cert.ratio_high, "is_predicted_ratio_plugin": cert.plugin,
             "reward_var_predicted": float(reward_variance(post.take(prompts)).mean()), **guard_metrics(gl),

@@ -287,6 +287,10 @@ class AllocationConfig:
     is_guard: bool = True
     """uniform-is/ustat-is: the law is judged on held-out history before use and replaced, down to uniform prompts, when
     that history refutes it or cannot bound its loss (docs/math.md M78; every G_x >= 3); false: the posterior's law"""
+    is_spend: str = "expected"
+    """ustat-is: expected (M56's joint law: each drawn prompt gets its G_x, N samples per step on average) | exact (M88:
+    the same law q, then the drawn batch's sizes split exactly N to minimise its weighted within-batch variance; the
+    TRL adapter's only choice)"""
     dynamic_max_rounds: int = 4
     """dynamic: most sampling rounds per step (round 0 = the step's B prompts; later rounds replace all-equal
     groups); after the last round the batch is filled with all-equal groups"""
@@ -303,10 +307,11 @@ class AllocationConfig:
         from ugrpo.stats.safe import check_safety
 
         check_safety(self.safe_tol, self.safe_level)
-        from ugrpo.stats.prompt_is import check_lambda
+        from ugrpo.stats.prompt_is import IS_SPEND, check_lambda
 
         check_lambda(self.is_lambda, "allocation.is_lambda")
         _choice("allocation.", "scores", self.scores, ("output", "sketch"))
+        _choice("allocation.", "is_spend", self.is_spend, IS_SPEND)
         _positive("allocation.", "sketch_dim", self.sketch_dim)
         _positive("allocation.", "dynamic_max_rounds", self.dynamic_max_rounds)
 

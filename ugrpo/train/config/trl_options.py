@@ -31,8 +31,9 @@ class UGRPOOptions:
     advantage_zero_std: str = field(default="zero", metadata=_help(
         "what an all-equal group gets with advantage_scale=std: zero, eps (TRL) or unscaled"))
     allocation_rule: str = field(default="uniform", metadata=_help(
-        "per-prompt group sizes G_b (docs/trl.md): uniform (every prompt num_generations), vip, knapsack or ustat; "
-        "sum_b G_b = generation_batch_size, each G_b fixed from the prompt's earlier visits"))
+        "per-prompt group sizes G_b (docs/trl.md): uniform (every prompt num_generations), vip, knapsack, ustat, "
+        "uniform-is or ustat-is (prompts drawn from a law q, weighted 1/(P q); ustat-is at exact spend, docs/math.md "
+        "M88); sum_b G_b = generation_batch_size, each G_b fixed from the prompts' earlier visits"))
     allocation_g_min: int = field(default=2, metadata=_help("smallest G_b (>= 2)"))
     allocation_g_max: int = field(default=0, metadata=_help(
         "largest G_b; 0 = 4 x num_generations, capped at N - (B - 1) g_min"))
