@@ -6,11 +6,13 @@ Runs offline on a CPU in seconds (one torch thread, as the ``ugrpo`` commands) w
 
     python examples/trl_grpo_with_ugrpo.py --allocation ustat --steps 20      # G_b per prompt, sum = N
     python examples/trl_grpo_with_ugrpo.py --allocation uniform --every 5     # every prompt G; the G* monitor
+    python examples/trl_grpo_with_ugrpo.py --allocation ustat-is --steps 20   # prompts drawn from q, weighted
     python examples/trl_grpo_with_ugrpo.py --config examples/grpo-trl.yaml    # a TRL YAML with ugrpo's fields
     python examples/trl_grpo_with_ugrpo.py --model ./my-model --baseline grpo_mean --scale std --allocation uniform
 
 Only the lines marked ``# ugrpo`` differ from a plain TRL script. At the end it prints, per step, the group sizes
-the rule chose and the certificate (the predicted MSE ratio against uniform G with its nominal-95% interval), or
+the rule chose and the certificate (the predicted MSE ratio against uniform G with its nominal-95% interval; for
+the prompt-IS rules the second-moment ratio against uniform prompts, M59, and the weights), or
 the monitor's measurements (c1, c3, G* at N = completions per step) and its share of the step time.
 """
 
@@ -66,8 +68,11 @@ def report(trainer) -> None:
         print(f"\n{alloc.spec.rule}: G_b per prompt at N = {alloc.N} completions per step (mean G = {alloc.G}):")
         for a, r in zip(alloc.log, rows):
             hist = {int(g): int((a.sizes == g).sum()) for g in sorted(set(a.sizes.tolist()))}
-            cert = (f"predicted MSE ratio vs uniform {r['ugrpo/alloc_predicted_ratio']:.3f} "
-                    f"[{r['ugrpo/alloc_predicted_ratio_low']:.3f}, {r['ugrpo/alloc_predicted_ratio_high']:.3f}]")
+            key = "is_predicted_ratio" if "ugrpo/is_predicted_ratio" in r else "alloc_predicted_ratio"  # IS: M59
+            cert = (f"predicted {'second-moment' if key.startswith('is') else 'MSE'} ratio vs uniform "
+                    f"{r[f'ugrpo/{key}']:.3f} [{r[f'ugrpo/{key}_low']:.3f}, {r[f'ugrpo/{key}_high']:.3f}]")
+            if key.startswith("is"):  # prompt IS: which prompts were drawn is the rule's choice too (M58)
+                cert += f", weights max {r['ugrpo/is_weight_max']:.2f}, ESS {r['ugrpo/is_ess']:.2f}"
             print(f"  step {a.step:3d}: sizes {hist}  {cert}  reward {r['reward']:.3f}, "
                   f"samples in all-equal groups {int(r['ugrpo/samples_zero_std'])}")
     if monitor is not None:
@@ -95,7 +100,8 @@ def main() -> None:
     p.add_argument("--prompts", type=int, default=32, help="train on the first P prompts of --data (a rule learns "
                    "from a prompt's earlier visits: with P = 32 and 8 prompts per step, every 4 steps)")
     p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--allocation", default="ustat", choices=["uniform", "vip", "knapsack", "ustat"])
+    p.add_argument("--allocation", default="ustat",
+                   choices=["uniform", "vip", "knapsack", "ustat", "uniform-is", "ustat-is"])
     p.add_argument("--every", type=int, default=None, help="G* monitor every K steps (uniform only; default 5 there)")
     p.add_argument("--num-generations", type=int, default=8)
     p.add_argument("--per-device-batch", type=int, default=64, help="completions per device per step (TRL's meaning)")
