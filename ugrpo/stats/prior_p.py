@@ -7,12 +7,13 @@ the fixed grid :data:`P_GRID`. Pure numpy/scipy.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
-__all__ = ["P_GRID", "NODES", "MAX_COMPONENTS", "fit_beta_prior", "fit_p_prior", "posterior_weights",
-           "posterior_nodes"]
+__all__ = ["P_GRID", "NODES", "MAX_COMPONENTS", "FIT_CACHE", "fit_beta_prior", "fit_p_prior", "clear_fit_cache",
+           "posterior_weights", "posterior_nodes"]
 
 P_GRID = 1.0 / (1.0 + np.exp(-np.linspace(-8.0, 8.0, 81)))
 """the success rates the p prior lives on: 81 points, equally spaced in logit from 3.4e-4 to 1 - 3.4e-4"""
@@ -20,6 +21,9 @@ NODES = 64
 """points of each prompt's own posterior grid (:func:`posterior_nodes`)"""
 MAX_COMPONENTS = 3
 """most Beta components of the p population (chosen by BIC, M46)"""
+FIT_CACHE = 8
+"""fits :func:`fit_p_prior` remembers (least recently used first out; each holds its visited prompts' counts, 16
+bytes a prompt, and 81 weights)"""
 
 
 def _log_lik(successes: np.ndarray, samples: np.ndarray) -> np.ndarray:
@@ -53,33 +57,57 @@ def fit_beta_prior(successes: np.ndarray, samples: np.ndarray, *, grid: int = 41
     return float(v[i]), float(v[j])
 
 
+_LOG_P, _LOG_Q = np.log(P_GRID), np.log1p(-P_GRID)
+
+
 def _beta_logit_density(a: float, b: float) -> np.ndarray:
     """(K,) Beta(a, b) on :data:`P_GRID` in the logit measure (p^a (1-p)^b), normalised."""
-    lw = a * np.log(P_GRID) + b * np.log1p(-P_GRID)
-    w = np.exp(lw - lw.max())
-    return w / w.sum()
+    return _beta_logit_densities(np.array([a]), np.array([b]))[0]
+
+
+def _beta_logit_densities(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """(J, K) the Beta(a_j, b_j) of :func:`_beta_logit_density`, one row each (one array operation)."""
+    lw = a[:, None] * _LOG_P + b[:, None] * _LOG_Q
+    w = np.exp(lw - lw.max(1, keepdims=True))
+    return w / w.sum(1, keepdims=True)
 
 
 def _beta_from_logs(lp: float, lq: float, a: float, b: float) -> tuple[float, float]:
     """The Beta(a, b) whose E log p and E log(1-p) are (lp, lq): Newton on psi(a) - psi(a+b) = lp,
     psi(b) - psi(a+b) = lq (the M-step of EM for a Beta prior, M46), from (a, b), kept in [0.02, 200]."""
-    from scipy.special import digamma, polygamma
+    return _betas_from_logs([lp], [lq], [(a, b)])[0]
 
-    x0, x1 = math.log(a), math.log(b)
+
+def _betas_from_logs(lp: list[float], lq: list[float],
+                     start: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """:func:`_beta_from_logs` for J components at once: each its own Newton (up to 12 steps, stopped when its
+    step is below 1e-8), the digamma and trigamma (zeta(2, .) = polygamma(1, .)) of all active components in one
+    call per step, the rest in Python floats (so each component's iterates are those of the scalar Newton)."""
+    from scipy.special import digamma, zeta
+
+    x = [[math.log(a), math.log(b)] for a, b in start]
     lo, hi = math.log(0.02), math.log(200.0)
+    active = list(range(len(x)))
     for _ in range(12):
-        a, b = math.exp(x0), math.exp(x1)
-        d = digamma(np.array([a, b, a + b]))
-        t = polygamma(1, np.array([a, b, a + b]))
-        r0, r1 = d[0] - d[2] - lp, d[1] - d[2] - lq
-        j00, j01, j10, j11 = (t[0] - t[2]) * a, -t[2] * b, -t[2] * a, (t[1] - t[2]) * b  # d r / d log(a, b)
-        det = j00 * j11 - j01 * j10
-        s0 = max(-1.0, min(1.0, -(j11 * r0 - j01 * r1) / det))
-        s1 = max(-1.0, min(1.0, -(j00 * r1 - j10 * r0) / det))
-        x0, x1 = min(hi, max(lo, x0 + s0)), min(hi, max(lo, x1 + s1))
-        if max(abs(s0), abs(s1)) < 1e-8:
+        ab = [(math.exp(x[j][0]), math.exp(x[j][1])) for j in active]
+        v = np.array([u for a, b in ab for u in (a, b, a + b)])
+        d, t = digamma(v).tolist(), zeta(2.0, v).tolist()
+        still = []
+        for i, j in enumerate(active):
+            (a, b), (d0, d1, d2), (t0, t1, t2) = ab[i], d[3 * i:3 * i + 3], t[3 * i:3 * i + 3]
+            r0, r1 = d0 - d2 - lp[j], d1 - d2 - lq[j]
+            j00, j01, j10, j11 = (t0 - t2) * a, -t2 * b, -t2 * a, (t1 - t2) * b  # d r / d log(a, b)
+            det = j00 * j11 - j01 * j10
+            det = det if det != 0.0 else np.float64(det)  # numpy's inf / nan step, as the scalar Newton had
+            s0 = max(-1.0, min(1.0, -(j11 * r0 - j01 * r1) / det))
+            s1 = max(-1.0, min(1.0, -(j00 * r1 - j10 * r0) / det))
+            x[j] = [min(hi, max(lo, x[j][0] + s0)), min(hi, max(lo, x[j][1] + s1))]
+            if max(abs(s0), abs(s1)) >= 1e-8:
+                still.append(j)
+        active = still
+        if not active:
             break
-    return math.exp(x0), math.exp(x1)
+    return [(math.exp(x0), math.exp(x1)) for x0, x1 in x]
 
 
 def logsumexp(a: np.ndarray, axis: int, keepdims: bool = False) -> np.ndarray:
@@ -89,29 +117,55 @@ def logsumexp(a: np.ndarray, axis: int, keepdims: bool = False) -> np.ndarray:
     return out if keepdims else np.squeeze(out, axis=axis)
 
 
-def _mixture_em(L: np.ndarray, c: np.ndarray, comps: list[tuple[float, float]], weights: np.ndarray,
-                steps: int) -> tuple[float, list[tuple[float, float]], np.ndarray]:
-    """EM for a mixture of Betas on the grid: (mean log likelihood per prompt, components, weights); L (U, K) are
-    the prompts' log-likelihoods on :data:`P_GRID`, c (U,) their normalised counts."""
-    lp, lq = np.log(P_GRID), np.log1p(-P_GRID)
-    ll = -np.inf
+def _mixture_em(L: np.ndarray, c: np.ndarray, starts: list[list[tuple[float, float]]],
+                steps: int) -> list[tuple[float, list[tuple[float, float]], np.ndarray]]:
+    """EM for a mixture of J Betas on the grid from each of S starts (J components each, equal weights), run side
+    by side: per start (mean log likelihood per prompt, components, weights); L (U, K) are the prompts'
+    log-likelihoods on :data:`P_GRID`, c (U,) their normalised counts. A start stops when its log likelihood gains
+    less than 1e-7 in a step (or after ``steps``).
+
+    The S J components are one axis of (S J, U, K) arrays, component-major, so every sum of one start's E-step
+    runs over the same numbers in the same order as an EM of that start alone (the fit is that EM's to the last
+    bit; tested against it): the batching only saves numpy's per-call overhead, which dominates at these sizes."""
+    if not starts:
+        return []
+    J, U = len(starts[0]), len(L)
+    comps = [list(x) for x in starts]
+    weights = np.full((len(starts), J), 1.0 / J)
+    ll = [-np.inf] * len(starts)
+    out: list = [None] * len(starts)
+    active = list(range(len(starts)))
     for _ in range(int(steps)):
-        dens = np.log(np.stack([_beta_logit_density(a, b) for a, b in comps]) + 1e-300)   # (J, K)
-        joint = L[:, None, :] + dens[None]                                                 # (U, J, K)
-        lm = logsumexp(joint, axis=2) + np.log(weights)[None]                              # (U, J)
-        tot = logsumexp(lm, axis=1)                                                        # (U,)
-        ll_new = float((c * tot).sum())
-        resp = np.exp(lm - tot[:, None]) * c[:, None]                                      # (U, J)
-        post = np.exp(joint - logsumexp(joint, axis=2, keepdims=True))                     # (U, J, K)
-        mass = np.maximum(resp.sum(0), 1e-12)
-        comps = [_beta_from_logs(float((resp[:, j, None] * post[:, j] * lp).sum() / mass[j]),
-                                 float((resp[:, j, None] * post[:, j] * lq).sum() / mass[j]), *comps[j])
-                 for j in range(len(comps))]
-        weights = mass / mass.sum()
-        if ll_new - ll < 1e-7:
+        k = len(active)
+        a, b = np.array([comps[i] for i in active]).reshape(k * J, 2).T
+        dens = np.log(_beta_logit_densities(a, b) + 1e-300)                         # (k J, K)
+        joint = L[None] + dens[:, None]                                              # (k J, U, K)
+        lse = logsumexp(joint, axis=2, keepdims=True)                                # (k J, U, 1)
+        lm = (np.ascontiguousarray(lse[:, :, 0].reshape(k, J, U).transpose(0, 2, 1))
+              + np.log(weights[active])[:, None])                                    # (k, U, J), C order
+        tot = logsumexp(lm, axis=2)                                                  # (k, U)
+        ll_new = (c * tot).sum(1).tolist()
+        resp = np.exp(lm - tot[:, :, None]) * c[:, None]                             # (k, U, J)
+        wpost = resp.transpose(0, 2, 1).reshape(k * J, U, 1) * np.exp(joint - lse)   # (k J, U, K)
+        mass = np.maximum(resp.sum(1), 1e-12)                                        # (k, J)
+        new = _betas_from_logs(((wpost * _LOG_P).reshape(k * J, -1).sum(1) / mass.ravel()).tolist(),
+                               ((wpost * _LOG_Q).reshape(k * J, -1).sum(1) / mass.ravel()).tolist(),
+                               [ab for i in active for ab in comps[i]])
+        weights[active] = mass / mass.sum(1, keepdims=True)
+        still = []
+        for r, i in enumerate(active):
+            comps[i] = new[r * J:(r + 1) * J]
+            if ll_new[r] - ll[i] < 1e-7:
+                out[i] = (ll_new[r], comps[i], weights[i].copy())
+            else:
+                ll[i] = ll_new[r]
+                still.append(i)
+        active = still
+        if not active:
             break
-        ll = ll_new
-    return ll_new, comps, weights
+    for i in active:  # ran out of steps
+        out[i] = (ll[i], comps[i], weights[i].copy())
+    return out
 
 
 def fit_p_prior(successes: np.ndarray, samples: np.ndarray, *, steps: int = 100) -> np.ndarray:
@@ -124,6 +178,9 @@ def fit_p_prior(successes: np.ndarray, samples: np.ndarray, *, steps: int = 100)
     one Beta cannot be). Each component keeps a Beta's smooth tails, so a prompt's posterior is never sharper than
     its own data and a smooth population allow. Fewer than two visited prompts: Beta(1, 1).
 
+    The last :data:`FIT_CACHE` fits are remembered, keyed on the visited prompts' exact counts (and ``steps``), so
+    refitting unchanged counts returns the same weights without the EM; :func:`clear_fit_cache` forgets them.
+
     Examples
     --------
     >>> w = fit_p_prior(np.zeros(3), np.zeros(3))  # nothing visited: Beta(1, 1), uniform in p
@@ -135,24 +192,39 @@ def fit_p_prior(successes: np.ndarray, samples: np.ndarray, *, steps: int = 100)
     seen = n > 0
     if seen.sum() < 2:
         return _beta_logit_density(1.0, 1.0)
-    pairs, count = np.unique(np.stack([s[seen], n[seen]], 1), axis=0, return_counts=True)
+    return _fit_seen(np.ascontiguousarray(s[seen]).tobytes(), np.ascontiguousarray(n[seen]).tobytes(),
+                     int(steps)).copy()
+
+
+def clear_fit_cache() -> None:
+    """Forget :func:`fit_p_prior`'s memo (a benchmark timing repeated fits of one history calls this first)."""
+    _fit_seen.cache_clear()
+
+
+@functools.lru_cache(maxsize=FIT_CACHE)
+def _fit_seen(s_bytes: bytes, n_bytes: bytes, steps: int) -> np.ndarray:
+    """:func:`fit_p_prior` of the visited prompts' counts (float64 bytes), memoised on them exactly: the guard's
+    fold that the last step did not visit is refitted to the same counts (docs/allocation.md A8)."""
+    s, n = np.frombuffer(s_bytes), np.frombuffer(n_bytes)
+    pairs, count = np.unique(np.stack([s, n], 1), axis=0, return_counts=True)
     L = _log_lik(pairs[:, 0], pairs[:, 1])                                       # (U, K)
     c = count / count.sum()
-    N = float(seen.sum())
+    N = float(len(n))
     rate = (pairs[:, 0] + 0.5) / (pairs[:, 1] + 1.0)
     best = (-np.inf, None, None)
     for J in range(1, MAX_COMPONENTS + 1):
         starts = [[fit_beta_prior(s, n)]] if J == 1 else [_split_start(rate, c, q) for q in _SPLITS[J]]
         improved = False
-        for comps in (x for x in starts if x is not None):
-            ll, comps, weights = _mixture_em(L, c, comps, np.full(J, 1.0 / J), steps)
+        for ll, comps, weights in _mixture_em(L, c, [x for x in starts if x is not None], steps):
             bic = N * ll - 0.5 * (3 * J - 1) * np.log(N)
             if bic > best[0]:
                 best, improved = (bic, comps, weights), True
         if not improved:  # BIC stopped improving: more components will not be kept
             break
     _, comps, weights = best
-    return sum(wj * _beta_logit_density(a, b) for wj, (a, b) in zip(weights, comps))
+    w = sum(wj * _beta_logit_density(a, b) for wj, (a, b) in zip(weights, comps))
+    w.flags.writeable = False  # the memo's copy: fit_p_prior hands out copies
+    return w
 
 
 _SPLITS = {2: ((0.1,), (0.5,), (0.9,)), 3: ((0.1, 0.9), (0.33, 0.67))}
