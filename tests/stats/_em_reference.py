@@ -16,7 +16,6 @@ from ugrpo.stats.prior_p import (
     P_GRID,
     _log_lik,
     _split_start,
-    fit_beta_prior,
     logsumexp,
 )
 
@@ -87,7 +86,7 @@ def fit_p_prior_reference(successes: np.ndarray, samples: np.ndarray, *, steps: 
     rate = (pairs[:, 0] + 0.5) / (pairs[:, 1] + 1.0)
     best = (-np.inf, None, None)
     for J in range(1, MAX_COMPONENTS + 1):
-        starts = [[fit_beta_prior(s, n)]] if J == 1 else [_split_start(rate, c, q) for q in _SPLITS[J]]
+        starts = [[fit_beta_prior_reference(s, n)]] if J == 1 else [_split_start(rate, c, q) for q in _SPLITS[J]]
         improved = False
         for comps in (x for x in starts if x is not None):
             ll, comps, weights = mixture_em(L, c, comps, np.full(J, 1.0 / J), steps)
@@ -98,3 +97,21 @@ def fit_p_prior_reference(successes: np.ndarray, samples: np.ndarray, *, steps: 
             break
     _, comps, weights = best
     return sum(wj * beta_logit_density(a, b) for wj, (a, b) in zip(weights, comps))
+
+
+def fit_beta_prior_reference(successes: np.ndarray, samples: np.ndarray, *, grid: int = 41) -> tuple[float, float]:
+    """The Beta start on the full (a, b) grid with ``betaln`` in every cell (fit_beta_prior before the screen)."""
+    from scipy.special import betaln
+
+    s = np.asarray(successes, dtype=np.float64)
+    n = np.asarray(samples, dtype=np.float64)
+    seen = n > 0
+    if seen.sum() < 2:
+        return 1.0, 1.0
+    pairs, count = np.unique(np.stack([s[seen], n[seen] - s[seen]], 1), axis=0, return_counts=True)
+    s, f = pairs[:, 0], pairs[:, 1]
+    v = np.exp(np.linspace(np.log(0.05), np.log(50.0), grid))
+    A, Bp = v[:, None, None], v[None, :, None]
+    ll = ((betaln(A + s, Bp + f) - betaln(A, Bp)) * count).sum(-1)
+    i, j = np.unravel_index(int(np.argmax(ll)), ll.shape)
+    return float(v[i]), float(v[j])

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.stats._em_reference import beta_from_logs, fit_p_prior_reference
+from tests.stats._em_reference import beta_from_logs, fit_beta_prior_reference, fit_p_prior_reference
 from ugrpo.stats import prior_p
-from ugrpo.stats.prior_p import FIT_CACHE, _betas_from_logs, clear_fit_cache, fit_p_prior
+from ugrpo.stats.prior_p import FIT_CACHE, _betas_from_logs, clear_fit_cache, fit_beta_prior, fit_p_prior
 
 
 def _pool(seed: int, P: int, kind: str) -> tuple[np.ndarray, np.ndarray]:
@@ -42,6 +42,23 @@ def test_batched_em_is_the_unbatched_fit(pool):
     got, want = fit_p_prior(s, n), fit_p_prior_reference(s, n)
     assert got.shape == want.shape and got.sum() == pytest.approx(1.0, abs=1e-12)
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+
+
+def test_the_screened_beta_start_is_the_full_grids_maximum():
+    """fit_beta_prior screens the grid in log-gammas when the prompts have few distinct n; the cell it returns is
+    the full betaln grid's first maximum: on pools of one group size (the screen's case), several, many (no
+    screen), a symmetric pool (s = n - s: the grid is symmetric, its maxima come in pairs), identical prompts (a
+    ridge rising to the grid's corner) and huge counts (log-gammas of 1e8)."""
+    rng = np.random.default_rng(11)
+    cases = [(np.r_[np.full(50, 4.0), np.zeros(50), np.full(50, 8.0)], np.full(150, 8.0)),
+             (np.full(40, 3.0), np.full(40, 12.0)),
+             (rng.binomial(10**8, rng.beta(2, 3, 30)).astype(float), np.full(30, 1e8))]
+    for k in range(30):
+        P = int(rng.integers(3, 300))
+        n = rng.choice([8.0, 16.0, 32.0][: 1 + k % 3], P) if k % 4 else rng.integers(1, 41, P).astype(float)
+        cases.append((rng.binomial(n.astype(int), rng.beta(*rng.uniform(0.1, 4, 2), P)).astype(float), n))
+    for s, n in cases:
+        assert fit_beta_prior(s, n) == fit_beta_prior_reference(s, n)
 
 
 def test_the_batched_newton_is_each_components_scalar_newton():

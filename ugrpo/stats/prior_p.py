@@ -36,6 +36,13 @@ def fit_beta_prior(successes: np.ndarray, samples: np.ndarray, *, grid: int = 41
     """Beta(a, b) maximising the beta-binomial marginal likelihood of all visited prompts' (s_x, n_x) over a log
     grid of a, b in [0.05, 50] (the base of :func:`fit_p_prior`, docs/math.md M46; fractional counts allowed).
 
+    The log likelihood of a cell is sum_x (log B(a + s_x, b + f_x) - log B(a, b)), f_x = n_x - s_x, evaluated
+    with ``betaln``; the grid's first maximum (in row-major order) is returned. When the prompts have few distinct
+    n_x, the grid is first screened with the same sum written in log-gammas, whose only term in both a and b,
+    log Gamma(a + b + n_x), needs one value per distinct n_x: only the cells within 1e-8 of the sum's magnitude of
+    the screen's maximum (far above the two forms' rounding, about 1e-13 of it) are evaluated with ``betaln``, so
+    the result is the full grid's (tested against it).
+
     Examples
     --------
     >>> fit_beta_prior(np.zeros(3), np.zeros(3))  # nothing visited: the uniform prior
@@ -51,10 +58,28 @@ def fit_beta_prior(successes: np.ndarray, samples: np.ndarray, *, grid: int = 41
     pairs, count = np.unique(np.stack([s[seen], n[seen] - s[seen]], 1), axis=0, return_counts=True)
     s, f = pairs[:, 0], pairs[:, 1]                                             # distinct (s_x, n_x - s_x)
     v = np.exp(np.linspace(np.log(0.05), np.log(50.0), grid))
-    A, Bp = v[:, None, None], v[None, :, None]
-    ll = ((betaln(A + s, Bp + f) - betaln(A, Bp)) * count).sum(-1)             # (grid, grid)
-    i, j = np.unravel_index(int(np.argmax(ll)), ll.shape)
+    n_vals, n_idx = np.unique(s + f, return_inverse=True)
+    cells = _screen(v, s, f, count, n_vals, n_idx) if 2 * len(n_vals) <= len(s) else np.arange(grid * grid)
+    i, j = np.divmod(cells, grid)
+    ll = ((betaln(v[i, None] + s, v[j, None] + f) - betaln(v[i], v[j])[:, None]) * count).sum(-1)
+    i, j = np.divmod(int(cells[int(np.argmax(ll))]), grid)
     return float(v[i]), float(v[j])
+
+
+def _screen(v: np.ndarray, s: np.ndarray, f: np.ndarray, count: np.ndarray, n_vals: np.ndarray,
+            n_idx: np.ndarray) -> np.ndarray:
+    """Row-major indices of the (a, b) grid cells whose beta-binomial log likelihood, in log-gammas
+    (:func:`fit_beta_prior`), is within 1e-8 of its magnitude of the grid's maximum."""
+    from scipy.special import gammaln
+
+    total, g_v, ab = count.sum(), gammaln(v), v[:, None] + v[None]
+    ga, gb = gammaln(v[:, None] + s), gammaln(v[:, None] + f)                   # (grid, U)
+    gn = gammaln(ab[..., None] + n_vals)                                         # (grid, grid, distinct n)
+    per_n = np.bincount(n_idx, weights=count, minlength=len(n_vals))
+    ll = (ga @ count - total * g_v)[:, None] + (gb @ count - total * g_v)[None] - gn @ per_n + total * gammaln(ab)
+    size = (np.abs(ga) @ count + np.abs(gb) @ count).max() + np.abs(gn).max((0, 1)) @ per_n \
+        + 3 * total * np.abs(g_v).max() + total * np.abs(gammaln(ab)).max()
+    return np.flatnonzero(ll.ravel() >= ll.max() - 1e-8 * size)
 
 
 _LOG_P, _LOG_Q = np.log(P_GRID), np.log1p(-P_GRID)
