@@ -110,29 +110,34 @@ def _betas_from_logs(lp: list[float], lq: list[float],
     call per step, the rest in Python floats (so each component's iterates are those of the scalar Newton)."""
     from scipy.special import digamma, zeta
 
-    x = [[math.log(a), math.log(b)] for a, b in start]
+    x0, x1 = [math.log(a) for a, _ in start], [math.log(b) for _, b in start]
     lo, hi = math.log(0.02), math.log(200.0)
-    active = list(range(len(x)))
+    active = range(len(start))
     for _ in range(12):
-        ab = [(math.exp(x[j][0]), math.exp(x[j][1])) for j in active]
-        v = np.array([u for a, b in ab for u in (a, b, a + b)])
+        ab = [u for j in active for u in (math.exp(x0[j]), math.exp(x1[j]))]
+        v = np.array([u for a, b in zip(ab[::2], ab[1::2]) for u in (a, b, a + b)])
         d, t = digamma(v).tolist(), zeta(2.0, v).tolist()
         still = []
         for i, j in enumerate(active):
-            (a, b), (d0, d1, d2), (t0, t1, t2) = ab[i], d[3 * i:3 * i + 3], t[3 * i:3 * i + 3]
-            r0, r1 = d0 - d2 - lp[j], d1 - d2 - lq[j]
-            j00, j01, j10, j11 = (t0 - t2) * a, -t2 * b, -t2 * a, (t1 - t2) * b  # d r / d log(a, b)
+            a, b, k = ab[2 * i], ab[2 * i + 1], 3 * i
+            d2, t2 = d[k + 2], t[k + 2]
+            r0, r1 = d[k] - d2 - lp[j], d[k + 1] - d2 - lq[j]
+            j00, j01, j10, j11 = (t[k] - t2) * a, -t2 * b, -t2 * a, (t[k + 1] - t2) * b  # d r / d log(a, b)
             det = j00 * j11 - j01 * j10
             det = det if det != 0.0 else np.float64(det)  # numpy's inf / nan step, as the scalar Newton had
-            s0 = max(-1.0, min(1.0, -(j11 * r0 - j01 * r1) / det))
-            s1 = max(-1.0, min(1.0, -(j00 * r1 - j10 * r0) / det))
-            x[j] = [min(hi, max(lo, x[j][0] + s0)), min(hi, max(lo, x[j][1] + s1))]
-            if max(abs(s0), abs(s1)) >= 1e-8:
+            # max(-1, min(1, .)) and min(hi, max(lo, .)) written out (NaN -> 1 and lo, as min/max give)
+            s0, s1 = -(j11 * r0 - j01 * r1) / det, -(j00 * r1 - j10 * r0) / det
+            s0 = (s0 if s0 > -1.0 else -1.0) if s0 < 1.0 else 1.0
+            s1 = (s1 if s1 > -1.0 else -1.0) if s1 < 1.0 else 1.0
+            y0, y1 = x0[j] + s0, x1[j] + s1
+            y0, y1 = y0 if y0 > lo else lo, y1 if y1 > lo else lo
+            x0[j], x1[j] = y0 if y0 < hi else hi, y1 if y1 < hi else hi
+            if abs(s0) >= 1e-8 or abs(s1) >= 1e-8:
                 still.append(j)
         active = still
         if not active:
             break
-    return [(math.exp(x0), math.exp(x1)) for x0, x1 in x]
+    return [(math.exp(a), math.exp(b)) for a, b in zip(x0, x1)]
 
 
 def logsumexp(a: np.ndarray, axis: int, keepdims: bool = False) -> np.ndarray:
