@@ -40,8 +40,9 @@ def fit_beta_prior(successes: np.ndarray, samples: np.ndarray, *, grid: int = 41
     with ``betaln``; the grid's first maximum (in row-major order) is returned. When the prompts have few distinct
     n_x, the grid is first screened with the same sum written in log-gammas, whose only term in both a and b,
     log Gamma(a + b + n_x), needs one value per distinct n_x: only the cells within 1e-8 of the sum's magnitude of
-    the screen's maximum (far above the two forms' rounding, about 1e-13 of it) are evaluated with ``betaln``, so
-    the result is the full grid's (tested against it).
+    the screen's maximum are evaluated with ``betaln``. Either form's rounding is below about (distinct pairs) x
+    1e-16 of that magnitude, so every cell left out is below the grid's maximum and the result is the full grid's
+    (tested against it).
 
     Examples
     --------
