@@ -1,7 +1,8 @@
 """The p population's EM as it was before it was batched (ugrpo.stats.prior_p before the emfast branch): one start
 at a time, a Python loop over the components for the densities and the M-step, a scalar Newton per component
-(docs/math.md M46). The reference the batched fit is tested against (tests/stats/test_prior_p.py) and timed
-against (benchmarks/bench_p_prior.py); kept verbatim but for names.
+(docs/math.md M46), started from the one-Beta fit on the full (a, b) grid with ``betaln`` in every cell. The
+reference the batched fit is tested against (tests/stats/test_prior_p.py) and timed against
+(benchmarks/bench_p_prior.py); kept verbatim but for names.
 """
 
 from __future__ import annotations
