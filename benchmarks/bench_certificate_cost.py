@@ -33,6 +33,7 @@ from ugrpo.stats.certificate import certificate, widening  # noqa: E402
 from ugrpo.stats.history import PromptHistory  # noqa: E402
 from ugrpo.stats.population import population_posteriors  # noqa: E402
 from ugrpo.stats.predict import posterior_means  # noqa: E402
+from ugrpo.stats.prior_p import clear_fit_cache  # noqa: E402
 from ugrpo.stats.safe import choose_sizes  # noqa: E402
 
 CASES = ((1000, 16, 8), (7473, 64, 8))  # (P, B, G): arith-tiny-like and a GSM8K-sized train set
@@ -52,6 +53,7 @@ def _case(P: int, B: int, G: int) -> dict:
     sizes, _ = choose_sizes("ustat", post, B * G, G, g_max=4 * G, rng=np.random.default_rng(1))
 
     def predictor() -> None:
+        clear_fit_cache()  # the history changes every step: its p population is refitted, not remembered
         posterior_means(h.posterior(idx, scores=True))
 
     def safe_rule() -> None:
