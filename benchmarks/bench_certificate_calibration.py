@@ -133,7 +133,7 @@ def _table() -> list[list]:
 
 
 def fit_widening(rows: list[dict], table=WIDEN) -> list[dict]:
-    """Per bucket of ``table`` (stats.certificate.WIDEN, or the prompt-IS certificate's IS_WIDEN, M88; samples per
+    """Per bucket of ``table`` (stats.certificate.WIDEN, or the prompt-IS certificate's IS_WIDEN, M89; samples per
     visited prompt): the smallest factor, rounded up to 0.05, with which the bucket's cells together cover TARGET of
     their repetitions and every one of them covers at least CELL_FLOOR (M61): the larger of the pooled TARGET
     quantile of z and the largest cell's CELL_FLOOR quantile. A row is a cell with ``z`` (its repetitions' z),

@@ -1,4 +1,4 @@
-"""Coverage of the prompt-IS certificate's interval (stats.is_certificate, docs/math.md M59, M88), exact truth.
+"""Coverage of the prompt-IS certificate's interval (stats.is_certificate, docs/math.md M59, M89), exact truth.
 
 On the instances of bench_allocation.py, each repetition simulates a fresh history of ``steps`` uniform steps (N/4
 prompts x 4 samples, ugrpo.experiments.allocate.simulated_history), computes the law of ``uniform-is`` / ``ustat-is``
@@ -6,7 +6,7 @@ as the trainer does (ugrpo.stats.is_guard.guarded_law: the posterior's law throu
 budget N and B = N / G of the best uniform G, as in bench_allocation.py) and its certificate as the trainer does:
 1000 joint draws of every prompt's moments from the predictor's posterior under 16 draws of its population model
 (ugrpo.stats.population, M60), the median and the 2.5%/97.5% quantiles of R = S(q, G_x) / S(1/P, G) widened by the
-history's factor of stats.is_certificate.IS_WIDEN (M88). The TRUE R uses the exact per-prompt moments with the same
+history's factor of stats.is_certificate.IS_WIDEN (M89). The TRUE R uses the exact per-prompt moments with the same
 law. Reported per instance, rule and history length: the share of repetitions whose interval holds the true R
 (binomial SE), overall and over the repetitions whose law is not uniform prompts (uniform prompts have R = 1 in
 every draw and in truth, so they are covered trivially), the misses on each side (``miss_overstated``: true R above
@@ -81,7 +81,7 @@ def _cell(env, lab, budget: int, rule: str, steps: int, reps: int, seed: int, wi
         t0 = time.perf_counter()
         gl = guarded_law(rule, hist, B, budget, lam=cfg.is_lambda, g_min=GUARD_G_MIN, g_max=cfg.g_max,
                          level=cfg.safe_level, tol=cfg.safe_tol)
-        t1 = time.perf_counter()  # what the trainer adds for the certificate (M59, M60, M88)
+        t1 = time.perf_counter()  # what the trainer adds for the certificate (M59, M60, M89)
         pops = population_posteriors(sums, np.arange(P), gl.posterior.hyper, rng=np.random.default_rng([seed, rep, 7]))
         k = widening(sums, IS_WIDEN) if widen else 1.0
         c = is_certificate(gl.posterior, gl.law, G, population=pops, seed=rep, widen=k)
@@ -136,7 +136,7 @@ def main() -> None:
     ap.add_argument("--rules", default=",".join(RULES))
     ap.add_argument("--seed-offset", default="0", help="comma-separated make-env seed offsets (0: the fixed ones)")
     ap.add_argument("--only", default="", help="comma-separated instance names (default: all)")
-    ap.add_argument("--no-widen", action="store_true", help="the population draws' quantiles only (no M88 factor)")
+    ap.add_argument("--no-widen", action="store_true", help="the population draws' quantiles only (no M89 factor)")
     ap.add_argument("--fit-widening", action="store_true",
                     help="also fit IS_WIDEN's factors on these cells -> is_certificate_widening.json (development "
                          "offsets)")
@@ -234,7 +234,7 @@ def _pooled(rows: list[dict]) -> dict:
 
 
 def write_fit(rows: list[dict], offsets: list[int], reps: int, out: Path | None) -> None:
-    """IS_WIDEN's factors fitted on development cells (M88; bench_certificate_calibration.fit_widening)."""
+    """IS_WIDEN's factors fitted on development cells (M89; bench_certificate_calibration.fit_widening)."""
     if 0 in offsets or 7000 in offsets:
         raise SystemExit("the widening is fitted on development offsets only, never the evaluation offsets 0, 7000")
     fit = fit_widening(rows, IS_WIDEN)

@@ -1,11 +1,11 @@
-"""Cost of the prompt-IS certificate per training step, before and after its calibration (docs/math.md M59, M88).
+"""Cost of the prompt-IS certificate per training step, before and after its calibration (docs/math.md M59, M89).
 
 Side by side in one process (alternating calls, ``common.time_alternating``), on a simulated history of 20 uniform
 steps (N = 512, 4 samples per prompt: ``ugrpo.experiments.allocate.simulated_history``) of a linear-softmax lab
 instance with P prompts: the guarded law (``is_guard.guarded_law``, what the step computes anyway), the certificate
 as first built (``m59``: 1000 draws from the one posterior of every pool prompt) and the calibrated one the trainer
 now computes (``m88``: ``population.population_posteriors`` of every pool prompt, M60, then the certificate over
-them with the history's widening, M88). P = 1000 (arith-tiny-like) and 7473 (a GSM8K-sized train set; most of its
+them with the history's widening, M89). P = 1000 (arith-tiny-like) and 7473 (a GSM8K-sized train set; most of its
 prompts never visited). Also the peak resident memory of the process after each case (it only grows).
 
 Run: ``nice -n 10 python benchmarks/bench_is_certificate_cost.py [OUT_DIR]`` -> benchmarks/results/local/

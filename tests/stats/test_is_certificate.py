@@ -1,4 +1,4 @@
-"""The prompt-IS certificate (docs/math.md M59, M88) and the predictor's draws of ||g(x)||^2 it reads."""
+"""The prompt-IS certificate (docs/math.md M59, M89) and the predictor's draws of ||g(x)||^2 it reads."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def test_certificate_covers_the_true_ratio_with_a_long_history(env):
 
 
 def test_population_draws_and_widening_give_the_literal_quantiles_of_the_ratio(env):
-    """With several posteriors (M60's population draws, M88) the interval is the quantiles of R computed per draw
+    """With several posteriors (M60's population draws, M89) the interval is the quantiles of R computed per draw
     by the literal second moments of M53 (prompt_is.second_moment) over their equal mixture, widened on the log
     scale about the median: [med (lo/med)^k, med (hi/med)^k]; no population is the one posterior."""
     post = _history(env, 3, 4, 0).posterior(None, scores=True)
@@ -95,7 +95,7 @@ def test_uniform_prompts_have_ratio_one_in_every_draw_whatever_the_widening(env)
 
 
 def test_the_is_widening_factors_are_the_committed_development_fit():
-    """IS_WIDEN (M88) equals the fit written by bench_is_certificate.py --fit-widening on development offsets only."""
+    """IS_WIDEN (M89) equals the fit written by bench_is_certificate.py --fit-widening on development offsets only."""
     import json
     from pathlib import Path
 

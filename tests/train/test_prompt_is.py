@@ -143,7 +143,7 @@ def test_prompt_is_run_metrics_and_report(is_run):
         assert 1 <= r["is_ess"] <= 4 and 0 < r["is_weight_min"] <= r["is_weight_max"] <= 10 + 1e-9
         assert 0 < r["is_q_entropy"] <= r["is_q_entropy_max"] + 1e-12 and r["is_expected_samples"] > 0
         assert r["is_predicted_ratio_low"] <= r["is_predicted_ratio"] <= r["is_predicted_ratio_high"]
-        assert r["is_predicted_ratio_widen"] in [k for _, k in IS_WIDEN]  # the calibrated certificate (M88)
+        assert r["is_predicted_ratio_widen"] in [k for _, k in IS_WIDEN]  # the calibrated certificate (M89)
         assert r["samples_zero_std"] >= 0 and r["s_alloc_scores"] > 0
         assert r["is_guard_choice"] in ("ustat-is", "uniform-is", "own", "uniform") and r["is_guard_fallback"] >= 0
         assert r["alloc_g_min"] >= 3  # the guard's held-out U-statistics (M78)
@@ -154,7 +154,7 @@ def test_prompt_is_run_metrics_and_report(is_run):
     report = (out / "report.md").read_text()
     assert "Prompt importance sampling" in report and "effective sample size" in report
     assert "held-out guard (M78) used" in report
-    assert is_coverage_phrase() in report  # the shipped coverage of the calibrated certificate (M88, A8)
+    assert is_coverage_phrase() in report  # the shipped coverage of the calibrated certificate (M89, A8)
 
 
 def test_prompt_is_killed_and_resumed_equals_the_unkilled_run(is_run, tmp_path):

@@ -75,7 +75,7 @@ def _side(cell: dict) -> str:
 def is_coverage_phrase() -> str:
     """How often the prompt-IS certificate's nominal interval held the true ratio in the lab, per history length,
     with its lowest cell where the table has one (``in 94% (2 steps of history; lowest cell 83%), 96% (10 steps ...)
-    of the lab's histories``), and that it is widened when it is (M88), read from the shipped table."""
+    of the lab's histories``), and that it is widened when it is (M89), read from the shipped table."""
     try:
         data = json.loads(IS_COVERAGE_FILE.read_text())
         parts = [f"{_pct(c['coverage'])} ({int(c['history_steps'])} steps of history"
@@ -85,7 +85,7 @@ def is_coverage_phrase() -> str:
         return "its coverage has not been measured (no calibration table)"
     if not parts:
         return "its coverage has not been measured (no calibration table)"
-    wide = ", widened by a factor calibrated by simulation on other instances (M88)," if data.get("widening") else ""
+    wide = ", widened by a factor calibrated by simulation on other instances (M89)," if data.get("widening") else ""
     return f"its nominal {float(data.get('level', 0.95)):.0%} interval{wide} held the true ratio in " \
            f"{', '.join(parts)} of the lab's histories ({data.get('source', 'benchmarks/bench_is_certificate.py')})"
 

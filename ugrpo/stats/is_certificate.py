@@ -10,7 +10,7 @@ The MSE ratio is (S - ||g||^2) / (S_u - ||g||^2) with the unknown ||g||^2 = ||(1
 [0, min(S, S_u)]: it lies below R when R < 1 and above R when R > 1, so R understates both a gain and a loss (by
 little while ||g||^2 is small against S_u, i.e. while gradient noise dominates).
 
-Calibration (M88), as for the batch certificate (:mod:`ugrpo.stats.certificate`, M60-M61): the draws can come from
+Calibration (M89), as for the batch certificate (:mod:`ugrpo.stats.certificate`, M60-M61): the draws can come from
 the predictor's posterior under several draws of its population model
 (:func:`ugrpo.stats.population.population_posteriors` of every pool prompt), so an error of the fitted population is
 shared by all P prompts of a draw, and the interval is widened on the log scale about the median by
@@ -35,7 +35,7 @@ from .prompt_is import PromptLaw, second_moment
 __all__ = ["is_certificate", "IS_WIDEN"]
 
 IS_WIDEN: tuple[tuple[float, float], ...] = ((25.0, 1.7), (math.inf, 2.3))
-"""(upper end of the history's samples per visited prompt, widening factor) of the prompt-IS certificate (M88), read
+"""(upper end of the history's samples per visited prompt, widening factor) of the prompt-IS certificate (M89), read
 by :func:`ugrpo.stats.certificate.widening`: the smallest factor with which the development cells of that history size
 together covered 95% and each at least 90% (benchmarks/results/is_certificate_widening.json,
 ``bench_is_certificate.py --fit-widening`` on seed offsets 100 and 200, never the benchmark's own instances)"""
@@ -46,7 +46,7 @@ _CHUNK = 2_000_000  # draws x prompts held at once
 def is_certificate(post: Posterior, law: PromptLaw, group_size: int, *,
                    population: Sequence[Posterior] | None = None, draws: int = 1000, seed: int = 0,
                    level: float = 0.95, widen: float = 1.0) -> Certificate:
-    """Posterior median and interval of R = S(q, G) / S(1/P, group_size) (module docstring; docs/math.md M59, M88).
+    """Posterior median and interval of R = S(q, G) / S(1/P, group_size) (module docstring; docs/math.md M59, M89).
 
     Parameters
     ----------
@@ -57,7 +57,7 @@ def is_certificate(post: Posterior, law: PromptLaw, group_size: int, *,
     population : posteriors of the same P prompts sharing the draws, one per draw of the population model
         (:func:`ugrpo.stats.population.population_posteriors`, M60); None: ``post`` alone (M59 as first built)
     draws, seed, level : posterior draws, their seed, the interval's level (equal-tailed quantiles)
-    widen : the widening factor (:func:`ugrpo.stats.certificate.widening` with :data:`IS_WIDEN`, M88; 1: the
+    widen : the widening factor (:func:`ugrpo.stats.certificate.widening` with :data:`IS_WIDEN`, M89; 1: the
         posterior quantiles)
     """
     P = law.P

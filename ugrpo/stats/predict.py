@@ -651,7 +651,7 @@ def bootstrap_posteriors(history, prompts: np.ndarray | None, *, scores: bool, r
 
 def draw_mixture(posts: Posterior | Sequence[Posterior], rng: np.random.Generator,
                  draws: int, *, with_g2: bool = False) -> tuple[np.ndarray, ...]:
-    """(D, B) draws of (c2, c3), and of ||g(x)||^2 with ``with_g2`` (the prompt-IS certificate, M59, M88), split as
+    """(D, B) draws of (c2, c3), and of ||g(x)||^2 with ``with_g2`` (the prompt-IS certificate, M59, M89), split as
     evenly as possible over the posteriors ``posts`` (e.g. the population draws of
     :func:`ugrpo.stats.population.population_posteriors`, M60, or the bootstrap replicates of
     :func:`bootstrap_posteriors`, M51): draws from their equal-weight mixture."""

@@ -207,13 +207,13 @@ class Allocator:
     def _choose_is(self, prompts: np.ndarray, step: int) -> tuple[np.ndarray, dict]:
         """Prompt IS: G_x of the drawn prompts, their weights (kept for the loss and the history) and the step's
         metrics (M58) with the guard's choice (M78) and the certificate (M59: under population draws, M60, and widened
-        by the history's factor, M88)."""
+        by the history's factor, M89)."""
         gl = self.law(step)
         law, post = gl.law, gl.posterior
         sizes = law.sizes[prompts].astype(np.int64)
         self._weights = law.weights(prompts)
         seed = int(np.random.SeedSequence([int(self.cfg.seed), int(step), 0x636572]).generate_state(1)[0])
-        sums = self.history.sums_for_prediction()  # the certificate as calibrated (M60, M88)
+        sums = self.history.sums_for_prediction()  # the certificate as calibrated (M60, M89)
         pops = population_posteriors(sums, np.arange(law.P), post.hyper, rng=np.random.default_rng([seed, 0x706f70]))
         cert = is_certificate(post, law, self.G, population=pops, seed=seed, widen=widening(sums, IS_WIDEN))
         hist = np.bincount(sizes)
