@@ -132,12 +132,14 @@ def _table() -> list[list]:
     return [[None if math.isinf(hi) else hi, k] for hi, k in WIDEN]
 
 
-def fit_widening(rows: list[dict]) -> list[dict]:
-    """Per bucket of stats.certificate.WIDEN (samples per visited prompt): the smallest factor, rounded up to 0.05,
-    with which the bucket's cells together cover TARGET of their repetitions and every one of them covers at least
-    CELL_FLOOR (M61): the larger of the pooled TARGET quantile of z and the largest cell's CELL_FLOOR quantile."""
+def fit_widening(rows: list[dict], table=WIDEN) -> list[dict]:
+    """Per bucket of ``table`` (stats.certificate.WIDEN, or the prompt-IS certificate's IS_WIDEN, M89; samples per
+    visited prompt): the smallest factor, rounded up to 0.05, with which the bucket's cells together cover TARGET of
+    their repetitions and every one of them covers at least CELL_FLOOR (M61): the larger of the pooled TARGET
+    quantile of z and the largest cell's CELL_FLOOR quantile. A row is a cell with ``z`` (its repetitions' z),
+    ``samples_per_prompt``, ``instance``, ``seed_offset``, ``history_steps`` (and ``rule`` for IS_WIDEN)."""
     out, lo = [], 0.0
-    for hi, _ in WIDEN:
+    for hi, _ in table:
         cells = [r for r in rows if lo <= r["samples_per_prompt"] < hi]
         need, worst = 1.0, None
         if cells:
@@ -146,8 +148,8 @@ def fit_widening(rows: list[dict]) -> list[dict]:
             need = max(pooled, float(np.quantile(worst["z"], CELL_FLOOR)))
         out.append({"samples_per_prompt_below": None if math.isinf(hi) else hi, "cells": len(cells),
                     "widen": max(1.0, math.ceil(need * 20 - 1e-9) / 20),
-                    "worst": f"{worst['instance']} offset {worst['seed_offset']} at {worst['history_steps']} steps"
-                    if worst else None})
+                    "worst": f"{worst['instance']}{' ' + worst['rule'] if 'rule' in worst else ''} offset "
+                             f"{worst['seed_offset']} at {worst['history_steps']} steps" if worst else None})
         lo = hi
     return out
 

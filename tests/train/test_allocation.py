@@ -413,5 +413,11 @@ def test_prompt_is_report_quotes_the_shipped_is_coverage(tmp_path, monkeypatch):
     monkeypatch.setattr(cov, "IS_COVERAGE_FILE", tmp_path / "is.json")
     assert cov.is_coverage_phrase() == ("its nominal 95% interval held the true ratio in 61% (2 steps of history), "
                                         "74% (10 steps of history) of the lab's histories (bench)")
+    table.update(widening=[[25.0, 2.0], [None, 1.5]])
+    table["by_history_steps"][0]["cell_min"] = 0.833
+    (tmp_path / "is.json").write_text(json.dumps(table))
+    assert cov.is_coverage_phrase() == ("its nominal 95% interval, widened by a factor calibrated by simulation on "
+                                        "other instances (M89), held the true ratio in 61% (2 steps of history; "
+                                        "lowest cell 83%), 74% (10 steps of history) of the lab's histories (bench)")
     monkeypatch.setattr(cov, "IS_COVERAGE_FILE", tmp_path / "absent.json")
     assert "not been measured" in cov.is_coverage_phrase()

@@ -13,7 +13,9 @@ from train_helpers import assert_same_parameters, killed_and_resumed, metrics_ro
 
 from ugrpo.lm.logprobs import completion_logprobs
 from ugrpo.lm.sampling import sample_groups
+from ugrpo.report.coverage import is_coverage_phrase
 from ugrpo.stats.history import PromptHistory, ScoreNorms
+from ugrpo.stats.is_certificate import IS_WIDEN
 from ugrpo.stats.is_guard import guarded_law
 from ugrpo.stats.prompt_is import batch_sizes, is_law
 from ugrpo.stats.ragged import ragged_advantages
@@ -166,6 +168,7 @@ def test_prompt_is_run_metrics_and_report(is_run):
         assert 1 <= r["is_ess"] <= 4 and 0 < r["is_weight_min"] <= r["is_weight_max"] <= 10 + 1e-9
         assert 0 < r["is_q_entropy"] <= r["is_q_entropy_max"] + 1e-12 and r["is_expected_samples"] > 0
         assert r["is_predicted_ratio_low"] <= r["is_predicted_ratio"] <= r["is_predicted_ratio_high"]
+        assert r["is_predicted_ratio_widen"] in [k for _, k in IS_WIDEN]  # the calibrated certificate (M89)
         assert r["samples_zero_std"] >= 0 and r["s_alloc_scores"] > 0
         assert r["is_guard_choice"] in ("ustat-is", "uniform-is", "own", "uniform") and r["is_guard_fallback"] >= 0
         assert r["alloc_g_min"] >= 3  # the guard's held-out U-statistics (M78)
@@ -176,6 +179,7 @@ def test_prompt_is_run_metrics_and_report(is_run):
     report = (out / "report.md").read_text()
     assert "Prompt importance sampling" in report and "effective sample size" in report
     assert "held-out guard (M78) used" in report
+    assert is_coverage_phrase() in report  # the shipped coverage of the calibrated certificate (M89, A8)
 
 
 def test_prompt_is_killed_and_resumed_equals_the_unkilled_run(is_run, tmp_path):

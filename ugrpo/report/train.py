@@ -186,7 +186,7 @@ def _is_text(al: list[dict]) -> str:
             f"1/lambda), entropy of q {_f(mean('is_q_entropy'))} nats of {_f(mean('is_q_entropy_max'))} (uniform), "
             f"samples per step {_f(sum(spent) / max(len(spent), 1))} spent against {_f(mean('is_expected_samples'))} "
             f"expected. Certificate: the posterior median of the second moment S(q, G) over uniform prompts' "
-            f"(`is_predicted_ratio`, M59; the MSE ratio lies below it when it is below 1) averaged "
+            f"(`is_predicted_ratio`, M59, M89; the MSE ratio lies below it when it is below 1) averaged "
             f"{_f(mean('is_predicted_ratio'))} (a prediction, not a measurement: {is_coverage_phrase()}, "
             f"docs/allocation.md A8)."
             + guard)

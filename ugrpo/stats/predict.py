@@ -650,10 +650,12 @@ def bootstrap_posteriors(history, prompts: np.ndarray | None, *, scores: bool, r
 
 
 def draw_mixture(posts: Posterior | Sequence[Posterior], rng: np.random.Generator,
-                 draws: int) -> tuple[np.ndarray, np.ndarray]:
-    """(D, B) draws of (c2, c3) split as evenly as possible over the posteriors ``posts`` (e.g. the bootstrap
-    replicates of :func:`bootstrap_posteriors`, M51): draws from their equal-weight mixture."""
+                 draws: int, *, with_g2: bool = False) -> tuple[np.ndarray, ...]:
+    """(D, B) draws of (c2, c3), and of ||g(x)||^2 with ``with_g2`` (the prompt-IS certificate, M59, M89), split as
+    evenly as possible over the posteriors ``posts`` (e.g. the population draws of
+    :func:`ugrpo.stats.population.population_posteriors`, M60, or the bootstrap replicates of
+    :func:`bootstrap_posteriors`, M51): draws from their equal-weight mixture."""
     posts = [posts] if isinstance(posts, Posterior) else list(posts)
     n = len(posts)
-    parts = [draw(p, rng, draws // n + (k < draws % n))[1:] for k, p in enumerate(posts)]
-    return np.concatenate([c2 for c2, _ in parts]), np.concatenate([c3 for _, c3 in parts])
+    parts = [draw(p, rng, draws // n + (k < draws % n), with_g2=with_g2)[1:] for k, p in enumerate(posts)]
+    return tuple(np.concatenate(x) for x in zip(*parts))

@@ -33,7 +33,7 @@ from torch import Tensor
 from ugrpo.stats.allocation import IS_RULES
 from ugrpo.stats.certificate import certificate, widening
 from ugrpo.stats.history import FIELDS, SECOND, PromptHistory, ScoreNorms, check_unit_rewards
-from ugrpo.stats.is_certificate import is_certificate
+from ugrpo.stats.is_certificate import IS_WIDEN, is_certificate
 from ugrpo.stats.is_guard import GUARD_G_MIN, GuardedLaw, guarded_law
 from ugrpo.stats.population import population_posteriors
 from ugrpo.stats.predict import Posterior, posterior_means, reward_variance
@@ -209,14 +209,17 @@ class Allocator:
 
     def _choose_is(self, prompts: np.ndarray, step: int) -> tuple[np.ndarray, dict]:
         """Prompt IS: G_x of the drawn prompts, their weights (kept for the loss and the history) and the step's
-        metrics (M58) with the guard's choice (M78) and the certificate (M59)."""
+        metrics (M58) with the guard's choice (M78) and the certificate (M59: under population draws, M60, and widened
+        by the history's factor, M89)."""
         gl = self.law(step)
         law, post = gl.law, gl.posterior
         self._weights = law.weights(prompts)
         sizes = batch_sizes(law, gl.moments, prompts, self.N, spend=self.al.is_spend, g_min=self.g_min,
                             g_max=self.g_max)  # G_x (M56), or exactly N in all (M88)
         seed = int(np.random.SeedSequence([int(self.cfg.seed), int(step), 0x636572]).generate_state(1)[0])
-        cert = is_certificate(post, law, self.G, seed=seed)
+        sums = self.history.sums_for_prediction()  # the certificate as calibrated (M60, M89)
+        pops = population_posteriors(sums, np.arange(law.P), post.hyper, rng=np.random.default_rng([seed, 0x706f70]))
+        cert = is_certificate(post, law, self.G, population=pops, seed=seed, widen=widening(sums, IS_WIDEN))
         hist = np.bincount(sizes)
         return sizes, {
             "alloc_g_min": int(sizes.min()), "alloc_g_max": int(sizes.max()),
@@ -224,6 +227,7 @@ class Allocator:
             **({"is_expected_samples": float(self.N)} if self.exact_spend else {}),  # M88 spends exactly N
             "is_predicted_ratio": cert.ratio, "is_predicted_ratio_low": cert.ratio_low,
             "is_predicted_ratio_high": cert.ratio_high, "is_predicted_ratio_plugin": cert.plugin,
+            "is_predicted_ratio_widen": cert.widen,
             "reward_var_predicted": float(reward_variance(post.take(prompts)).mean()), **guard_metrics(gl),
         }
 
