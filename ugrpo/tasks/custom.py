@@ -5,7 +5,8 @@
     task = get_task("custom", data_path="train.jsonl", reward_fn="my_rewards:exact_match",
                     prompt_field="prompt", answer_field="answer", eval_path="eval.jsonl")
 
-The reward function (batched, like a TRL reward function)::
+The reward function, batched like a TRL reward function but called ``fn(completions, answers, **row_fields)``
+(TRL's ``(prompts, completions, ...)`` needs a wrapper: :mod:`ugrpo.tasks.custom_check`)::
 
     def exact_match(completions: list[str], answers: list[str], **row_fields) -> list[float | None]:
         return [float(c.strip() == a) for c, a in zip(completions, answers)]
@@ -19,13 +20,20 @@ The reward function (batched, like a TRL reward function)::
 * ``reward_fn`` is ``"module:function"`` (the module must be importable: on ``sys.path``
   or ``PYTHONPATH``), or a callable.
 
-What happens when it misbehaves:
+What happens when it misbehaves (``ugrpo train`` first calls it once on the first train row's gold answer, before
+the model loads: :mod:`ugrpo.tasks.custom_check`):
 
 =============================================  =============================================
 import fails, function missing/not callable    ``ValueError`` from ``get_task`` (names it)
+raises, or returns no number, on the gold      ``RewardFunctionError`` before the run, naming
+answer of the first train row (e.g. TRL's      the spec, the row, the calling convention and
+``(prompts, completions, ...)`` signature)     (TRL) the fix
+scores that gold answer None, NaN or <= 0      a one-line warning before the run
 returns a list of the wrong length / no list   :class:`~ugrpo.tasks.base.VerifierContractError`
 raises                                          whole batch unscorable (reward 0), counted
-                                               as errors, first traceback kept and logged
+                                               as errors, first traceback kept and logged;
+                                               on every completion of the first step:
+                                               ``RewardFunctionError``, the run stops
 returns None for an item                        unscorable, counted as a parse failure
 returns NaN, inf or a non-number for an item    unscorable, counted as an error (message kept)
 does not return within ``timeout`` seconds      whole batch unscorable, counted as timeouts
