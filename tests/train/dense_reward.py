@@ -51,6 +51,11 @@ def gold_only(completions, answers):
     return [1.0] * len(completions)
 
 
+def nan_but_gold(completions, answers):
+    """1.0 for the gold answers themselves, NaN (an error, not a number) for anything else."""
+    return [1.0 if c == a else float("nan") for c, a in zip(completions, answers)]
+
+
 def fails_after_first_batch(completions, answers):
     """:func:`sevens` on the gold answers and the first batch of completions (step 1 with no evaluation), raises on
     every later batch: occasional crashes after step 1, counted, not a stop. Reset ``_batches["n"]`` before a run."""

@@ -47,7 +47,7 @@ def test_a_trl_signature_is_one_error_line_before_the_model_loads(tmp_path, monk
     assert not (tmp_path / "new").exists() and list(made.iterdir()) == []
 
 
-def test_preflight_warns_once_when_the_gold_answer_scores_zero_and_is_silent_when_it_scores(
+def test_preflight_warns_when_the_gold_answer_scores_zero_and_is_silent_when_it_scores(
         tiny_model_dir, task_files, tmp_path, monkeypatch, capsys):
     (tmp_path / "trl_reward_check.py").write_text(textwrap.dedent(TRL_REWARD))
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -61,22 +61,30 @@ def test_preflight_warns_once_when_the_gold_answer_scores_zero_and_is_silent_whe
     assert not (tmp_path / "run").exists()
 
 
-def test_a_first_step_of_scoring_errors_stops_the_run_and_leaves_it_resumable(tiny_model_dir, task_files, tmp_path):
-    """``dense_reward:gold_only`` passes the check (it scores the gold answer) and raises on every batch of model
-    completions: step 1 stops the run with the error; the folder keeps steps 0-1 and is not locked."""
-    cfg = config_from_dict(small_config(tiny_model_dir, task_files, task__options__reward_fn="dense_reward:gold_only",
+@pytest.mark.parametrize("fn,error", [
+    ("gold_only", "(ValueError: cannot parse the completion)"),
+    ("nan_but_gold", "(custom reward_fn 'dense_reward:nan_but_gold' returned nan for completion 0; expected a finite "
+                     "number or None)")])
+def test_a_first_step_of_scoring_errors_stops_the_run_and_leaves_it_resumable(tiny_model_dir, task_files, tmp_path,
+                                                                               fn, error):
+    """Both functions pass the check (they score the gold answer) and fail on every model completion (raise, or return
+    NaN): step 1 stops the run with the error; the folder keeps steps 0-1 and is not locked."""
+    cfg = config_from_dict(small_config(tiny_model_dir, task_files, task__options__reward_fn=f"dense_reward:{fn}",
                                         eval__n_problems=2, eval__pass1_samples=1))
     out = tmp_path / "run"
     with pytest.raises(RewardFunctionError) as e:
         train(cfg, out)
     msg = str(e.value)
-    assert msg.startswith("step 1: task.options.reward_fn 'dense_reward:gold_only' failed on all 8 completions "
-                          "(ValueError: cannot parse the completion); the run stops rather than train on zero rewards")
-    assert "it must return None, not raise" in msg and "--resume" in msg
+    assert msg.startswith(f"step 1: task.options.reward_fn 'dense_reward:{fn}' failed on all 8 completions {error}; "
+                          "the run stops rather than train on zero rewards")
+    assert ("it must return None, not raise" in msg) == (fn == "gold_only") and "--resume" in msg
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1] and rows[1]["n_errors"] == 8 and rows[1]["reward_mean"] == 0.0
     assert not (out / "results.json").exists() and not (out / "final_model").exists()
     check_claim(out, "train", hashed_config(cfg), resume=True, exclusive=True)  # released: --resume may continue
+    with pytest.raises(RewardFunctionError, match="^step 1: "):  # it does (no checkpoint: from step 0), and the
+        train(cfg, out, resume=True)                              # function, still unfixed, stops it again
+    assert [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()] == [0, 1]
 
 
 def test_crashes_after_the_first_step_are_counted_not_a_stop(tiny_model_dir, task_files, tmp_path):

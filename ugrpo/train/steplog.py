@@ -129,16 +129,19 @@ def nonfinite_message(step: int, updates, out: Path) -> str:
 
 def unscored_message(step: int, row: dict, task, problems, out: Path) -> str:
     """Why a run stops when every completion of its first step was a scoring error (``row``: that step's metrics):
-    the reward code is broken (a custom task: :func:`ugrpo.tasks.custom_check.failure_advice`), and training on
-    all-zero rewards would only waste the run."""
-    error = next((ln for ln in reversed(str(row.get("first_error") or "").splitlines()) if ln.strip()), "no message")
-    what, advice = f"task {getattr(task, 'name', task)!r}'s verifier", ""
+    the reward code is broken (a custom task's function: :func:`ugrpo.tasks.custom_check.failure_advice` when it
+    raised), and training on all-zero rewards would only waste the run."""
+    first = str(row.get("first_error") or "")
+    error = next((ln.strip() for ln in reversed(first.splitlines()) if ln.strip()), "no message")
+    what, advice, fix = f"task {getattr(task, 'name', task)!r}'s verifier", "", "fix the verifier or its environment"
     if isinstance(task, CustomTask):
-        what, advice = f"task.options.reward_fn {task.spec()!r}", f" {failure_advice(task, problems, error)}."
-    return (f"step {step}: {what} failed on all {row['samples']} completions ({error.strip()}); the run stops "
-            f"rather than train on zero rewards.{advice} {out / 'metrics.jsonl'} has the rows up to step {step}; "
-            "fix the function, then run the same command with --resume (from the last checkpoint, or from step 0 "
-            "if there is none) or into a new --out")
+        what, fix = f"task.options.reward_fn {task.spec()!r}", "fix the function (same task.options.reward_fn)"
+        if first.startswith("Traceback"):  # it raised (else the message says what it returned)
+            advice = f" {failure_advice(task, problems, error)}."
+    return (f"step {step}: {what} failed on all {row['samples']} completions ({error}); the run stops rather than "
+            f"train on zero rewards.{advice} {out / 'metrics.jsonl'} has the rows up to step {step}; {fix}, then run "
+            "the same command with --resume (from the last checkpoint, or from step 0 if there is none) or into a "
+            "new --out")
 
 
 def check_finite_weights(params, step: int, out: Path) -> None:
