@@ -38,6 +38,9 @@ def raises(completions, answers):
 def not_a_list(completions, answers):
     return 1.0
 
+def two_values(completions, answers):
+    return [1.0, 1.0]
+
 def text(completions, answers):
     return ["1.0" for _ in completions]
 
@@ -97,6 +100,7 @@ def test_an_exception_or_a_broken_return_is_an_error_without_the_trl_hint(task_o
     msg = _error(task_of("not_a_list"))
     assert "returned float; it must return a list with one float or None per completion" in msg
     assert "calls fn(completions, answers, **row_fields)" in msg
+    assert "returned 2 values for 1 completions; it must return exactly one float" in _error(task_of("two_values"))
     assert "returned ['1.0'] (str); each value must be a number" in _error(task_of("text"))
 
 
