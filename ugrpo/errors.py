@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 __all__ = ["UserError", "RunFolderError", "ResumeError", "NonFiniteError", "CheckpointError", "DiskFullError",
-           "check_allocation"]
+           "RewardFunctionError", "check_allocation"]
 
 
 class UserError(Exception):
@@ -26,6 +26,11 @@ class ResumeError(UserError):
 
 class NonFiniteError(UserError):
     """A non-finite loss or gradient under ``nonfinite=stop`` (the model is left as it was before the step)."""
+
+
+class RewardFunctionError(UserError):
+    """A reward function that cannot score: it raised (or broke its contract) on a row's gold answer before the run,
+    or on every completion of the run's first step."""
 
 
 class CheckpointError(UserError):

@@ -29,14 +29,41 @@ _calls = {"n": 0}
 
 
 def pause_at_second_call(completions, answers):
-    """:func:`sevens`, but the second call (step 2's rewards, with no evaluation) waits for the file
-    ``$UGRPO_TEST_RELEASE`` to exist (at most 60 s): the run is paused, still running, after step 1's line."""
+    """:func:`sevens`, but the second call on a batch (step 2's rewards, with no evaluation; the one-completion call
+    of the check before the run does not count) waits for the file ``$UGRPO_TEST_RELEASE`` to exist (at most 60 s):
+    the run is paused, still running, after step 1's line."""
     import os
     import time
 
-    _calls["n"] += 1
-    if _calls["n"] == 2:
+    _calls["n"] += len(completions) > 1
+    if _calls["n"] == 2 and len(completions) > 1:
         release, t0 = os.environ["UGRPO_TEST_RELEASE"], time.time()
         while not os.path.exists(release) and time.time() - t0 < 60:
             time.sleep(0.05)
     return sevens(completions, answers)
+
+
+def gold_only(completions, answers):
+    """Scores the gold answers themselves (the check before the run passes) and raises on anything else: every batch
+    of model completions is a scoring error."""
+    if list(completions) != list(answers):
+        raise ValueError("cannot parse the completion")
+    return [1.0] * len(completions)
+
+
+def nan_but_gold(completions, answers):
+    """1.0 for the gold answers themselves, NaN (an error, not a number) for anything else."""
+    return [1.0 if c == a else float("nan") for c, a in zip(completions, answers)]
+
+
+def fails_after_first_batch(completions, answers):
+    """:func:`sevens` on the gold answers and the first batch of completions (step 1 with no evaluation), raises on
+    every later batch: occasional crashes after step 1, counted, not a stop. Reset ``_batches["n"]`` before a run."""
+    if len(completions) > 1:
+        _batches["n"] += 1
+        if _batches["n"] > 1:
+            raise RuntimeError("flaky verifier")
+    return sevens(completions, answers)
+
+
+_batches = {"n": 0}

@@ -5,7 +5,8 @@
     task = get_task("custom", data_path="train.jsonl", reward_fn="my_rewards:exact_match",
                     prompt_field="prompt", answer_field="answer", eval_path="eval.jsonl")
 
-The reward function (batched, like a TRL reward function)::
+The reward function, batched like a TRL reward function but called ``fn(completions, answers, **row_fields)``
+(TRL's ``(prompts, completions, ...)`` needs a wrapper: :mod:`ugrpo.tasks.custom_check`)::
 
     def exact_match(completions: list[str], answers: list[str], **row_fields) -> list[float | None]:
         return [float(c.strip() == a) for c, a in zip(completions, answers)]
@@ -19,13 +20,20 @@ The reward function (batched, like a TRL reward function)::
 * ``reward_fn`` is ``"module:function"`` (the module must be importable: on ``sys.path``
   or ``PYTHONPATH``), or a callable.
 
-What happens when it misbehaves:
+What happens when it misbehaves (``ugrpo train`` first calls it once on the first train row's gold answer, before
+the model loads: :mod:`ugrpo.tasks.custom_check`):
 
 =============================================  =============================================
 import fails, function missing/not callable    ``ValueError`` from ``get_task`` (names it)
+raises, or returns no number, on the gold      ``RewardFunctionError`` before the run, naming
+answer of the first train row (e.g. TRL's      the spec, the row, the calling convention and
+``(prompts, completions, ...)`` signature)     (TRL) the fix
+scores that gold answer None, NaN or <= 0      a one-line warning before the run
 returns a list of the wrong length / no list   :class:`~ugrpo.tasks.base.VerifierContractError`
 raises                                          whole batch unscorable (reward 0), counted
-                                               as errors, first traceback kept and logged
+                                               as errors, first traceback kept and logged;
+                                               on every completion of the first step:
+                                               ``RewardFunctionError``, the run stops
 returns None for an item                        unscorable, counted as a parse failure
 returns NaN, inf or a non-number for an item    unscorable, counted as an error (message kept)
 does not return within ``timeout`` seconds      whole batch unscorable, counted as timeouts
@@ -55,7 +63,11 @@ from ugrpo.tasks.loading import BadRow, BadRowPolicy, RowError, read_rows, text_
 DEFAULT_TIMEOUT_S = 300.0
 """seconds one reward-function call (one batch) may take by default"""
 
-__all__ = ["CustomTask", "load_reward_fn", "make_custom"]
+__all__ = ["CALLING_CONVENTION", "CustomTask", "load_reward_fn", "make_custom"]
+
+CALLING_CONVENTION = "fn(completions, answers, **row_fields)"
+"""how training calls the reward function: the completions and their rows' gold answers positionally, ``prompts``
+and the rows' other fields as keyword lists (those the function accepts)"""
 
 RewardFn = Callable[..., Sequence[Any]]
 
@@ -154,6 +166,7 @@ class CustomTask:
             raise ValueError(f"custom: timeout must be a positive number of seconds or None, got {self.timeout!r}")
         object.__setattr__(self, "_fn", load_reward_fn(self.reward_fn))
         object.__setattr__(self, "_cache", {})
+        object.__setattr__(self, "_where", {})  # problem id -> file:line, for messages
 
     def _load(self, split: str) -> tuple[list[Problem], list[BadRow]]:
         cache: dict[str, tuple[list[Problem], list[BadRow]]] = self.__dict__["_cache"]
@@ -177,6 +190,7 @@ class CustomTask:
                 continue
             meta = {k: v for k, v in row.fields.items() if k not in (self.prompt_field, self.answer_field)}
             problems.append(Problem(f"custom-{split}-{row.index}", prompt, answer, meta))
+            self.__dict__["_where"][problems[-1].id] = row.where
         cache[split] = (problems, bad)
         return cache[split]
 
@@ -194,6 +208,29 @@ class CustomTask:
             raise ValueError(f"custom: split must be 'train' or 'eval', got {split!r}")
         return list(self._load(split)[1])
 
+    def call(self, completions: Sequence[str], problems: Sequence[Problem]) -> Any:
+        """What the reward function returns for ``completions`` of ``problems``, called as training calls it
+        (:data:`CALLING_CONVENTION`, within ``timeout``); raises what it raises, or ``TimeoutError``."""
+        return _call_with_timeout(self.__dict__["_fn"], (list(completions), [p.answer for p in problems]),
+                                  self.keywords(problems), self.timeout)
+
+    def keywords(self, problems: Sequence[Problem]) -> dict[str, list[Any]]:
+        """The keyword lists a call on ``problems`` passes: of ``prompts`` and the rows' other fields, those the
+        function accepts (by name, or all with ``**kwargs``)."""
+        fields = sorted({k for p in problems for k in p.meta} - {"prompts"})
+        columns: dict[str, list[Any]] = {"prompts": [p.prompt for p in problems]}
+        columns.update({k: [p.meta.get(k) for p in problems] for k in fields})
+        return {k: columns[k] for k in _accepted_kwargs(self.__dict__["_fn"], list(columns))}
+
+    def spec(self) -> str:
+        """The reward function as the config names it: ``'module:function'``, or a callable's qualified name."""
+        fn = self.reward_fn
+        return fn if isinstance(fn, str) else f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', fn)}"
+
+    def where(self, problem: Problem) -> str:
+        """The file and line (or row) ``problem`` was read from, e.g. ``train.jsonl:line 3``; its id if unknown."""
+        return self.__dict__["_where"].get(problem.id, problem.id)
+
     def verify_with_stats(
         self, completions: Sequence[str], problems: Sequence[Problem]
     ) -> tuple[list[float | None], VerifyStats]:
@@ -201,14 +238,9 @@ class CustomTask:
         n = len(completions)
         if len(problems) != n:
             raise ValueError(f"custom.verify: {n} completions but {len(problems)} problems")
-        fn = self.__dict__["_fn"]
-        fields = sorted({k for p in problems for k in p.meta} - {"prompts"})
-        columns: dict[str, list[Any]] = {"prompts": [p.prompt for p in problems]}
-        columns.update({k: [p.meta.get(k) for p in problems] for k in fields})
-        kwargs = {k: columns[k] for k in _accepted_kwargs(fn, list(columns))}
         stats = VerifyStats()
         try:
-            raw = _call_with_timeout(fn, (list(completions), [p.answer for p in problems]), kwargs, self.timeout)
+            raw = self.call(completions, problems)
         except TimeoutError:
             warn_once(self, f"reward_fn {self.reward_fn!r} did not return within {self.timeout:g} s; the batch's {n} "
                              "completions are unscorable (counted as timeouts); raise task.options.timeout if it "
@@ -222,6 +254,11 @@ class CustomTask:
             stats.n_errors = n
             stats.first_error = tb
             return [None] * n, stats
+        return self.values(raw, n, stats), stats
+
+    def values(self, raw: Any, n: int, stats: VerifyStats) -> list[float | None]:
+        """The reward function's return value ``raw`` for ``n`` completions as rewards (None: unscorable, counted
+        in ``stats``); :class:`VerifierContractError` when it is not a list of ``n`` values."""
         if isinstance(raw, (str, bytes)) or not isinstance(raw, Sequence) and not hasattr(raw, "__len__"):
             raise VerifierContractError(
                 f"custom reward_fn {self.reward_fn!r} returned {type(raw).__name__}; it must return a list with "
@@ -248,7 +285,7 @@ class CustomTask:
                 out.append(None)
             else:
                 out.append(x)
-        return out, stats
+        return out
 
     def verify(self, completions: Sequence[str], problems: Sequence[Problem]) -> list[float | None]:
         """The reward function's values, None where unscorable (never raises for a bad batch)."""

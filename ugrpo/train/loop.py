@@ -43,7 +43,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from ugrpo.errors import NonFiniteError, ResumeError, UserError
+from ugrpo.errors import NonFiniteError, ResumeError, RewardFunctionError, UserError
 from ugrpo.fileio import naming
 from ugrpo.lm.vllm_engine import require_vllm
 from ugrpo.runlock import abandon, claim, release
@@ -68,6 +68,7 @@ from ugrpo.train.steplog import (
     nonfinite_message,
     repair_run_metrics,
     step_metrics,
+    unscored_message,
 )
 from ugrpo.train.update import step_updates
 
@@ -227,6 +228,9 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, checked: Checked, *, r
         if n_nonfinite and cfg.optim.nonfinite == "stop":
             log(row)
             raise NonFiniteError(nonfinite_message(step, updates, out))
+        if step == start + 1 and row["n_errors"] == row["samples"]:  # the reward code failed on every completion
+            log(row)
+            raise RewardFunctionError(unscored_message(step, row, s.task, batch.problems, out))
         if step == cfg.steps or (cfg.eval.every and step % cfg.eval.every == 0):
             last_eval = run_eval()
             row.update(last_eval)

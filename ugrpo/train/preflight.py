@@ -8,7 +8,10 @@
    id that is not in the local cache;
 3. the task: its options, its train problems and, when the run evaluates, its eval problems (a GSM8K or MATH task
    without its files, a custom task's bad rows);
-4. the logging backends of ``report_to`` (:func:`ugrpo.train.report_to.check_backends`): each one installed.
+4. a custom task's reward function, called once as training calls it on the first train row's gold answer
+   (:func:`ugrpo.tasks.custom_check.check_reward_fn`): an error if it raises (a TRL-style signature) or returns
+   something else than one number or None, a warning if the gold answer scores None or <= 0;
+5. the logging backends of ``report_to`` (:func:`ugrpo.train.report_to.check_backends`): each one installed.
 
 The checks that need the model (the prompt lengths against its context, the LoRA targets) run in
 :func:`ugrpo.train.setup.build_run`, which :func:`ugrpo.train.loop.train` also runs before it claims the folder
@@ -21,12 +24,15 @@ problems are built once.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from ugrpo.lm.source import check_model_name
 from ugrpo.runlock import check_claim
 from ugrpo.tasks.base import OptionError, Problem, Task
+from ugrpo.tasks.custom import CustomTask
+from ugrpo.tasks.custom_check import check_reward_fn
 from ugrpo.tasks.registry import get_task
 from ugrpo.train.config import TrainConfig
 from ugrpo.train.report_to import check_backends
@@ -68,5 +74,7 @@ def preflight(cfg: TrainConfig, out: str | Path, *, resume: bool = False) -> Che
         eval_problems = task.eval_problems()[: cfg.eval.n_problems]
         if not eval_problems:
             raise ValueError("the task has no eval problems; check task.options, or set eval.n_problems=0")
+    if isinstance(task, CustomTask) and (warning := check_reward_fn(task, train_problems[0])) and rank0:
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
     check_backends(cfg.report_to)
     return Checked(task, train_problems, eval_problems)

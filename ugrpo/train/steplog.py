@@ -17,12 +17,14 @@ import torch
 from ugrpo.errors import NonFiniteError
 from ugrpo.report.coverage import coverage_phrase
 from ugrpo.runs import repair_metrics
+from ugrpo.tasks.custom import CustomTask
+from ugrpo.tasks.custom_check import failure_advice
 from ugrpo.train.distributed import gather_objects
 from ugrpo.train.monitor import console_column
 from ugrpo.train.report_to import open_backends
 
 __all__ = ["step_metrics", "finish_row", "MetricsLog", "repair_run_metrics", "nonfinite_message",
-           "check_finite_weights", "fmt_value", "line"]
+           "unscored_message", "check_finite_weights", "fmt_value", "line"]
 
 
 def step_metrics(step, rewards, n_groups, n_zero_std, sc, rollout, updates, lr, ctx) -> dict:
@@ -123,6 +125,23 @@ def nonfinite_message(step: int, updates, out: Path) -> str:
     return (f"step {step}: the loss ({loss}) or gradient norm ({norm}) is not finite; the update was not made "
             f"and the last checkpoint in {out / 'checkpoints'} is intact. Lower optim.lr, set optim.grad_clip or check "
             "the rewards; or set optim.nonfinite=skip to skip such steps (counted as n_nonfinite_updates)")
+
+
+def unscored_message(step: int, row: dict, task, problems, out: Path) -> str:
+    """Why a run stops when every completion of its first step was a scoring error (``row``: that step's metrics):
+    the reward code is broken (a custom task's function: :func:`ugrpo.tasks.custom_check.failure_advice` when it
+    raised), and training on all-zero rewards would only waste the run."""
+    first = str(row.get("first_error") or "")
+    error = next((ln.strip() for ln in reversed(first.splitlines()) if ln.strip()), "no message")
+    what, advice, fix = f"task {getattr(task, 'name', task)!r}'s verifier", "", "fix the verifier or its environment"
+    if isinstance(task, CustomTask):
+        what, fix = f"task.options.reward_fn {task.spec()!r}", "fix the function (same task.options.reward_fn)"
+        if first.startswith("Traceback"):  # it raised (else the message says what it returned)
+            advice = f" {failure_advice(task, problems, error)}."
+    return (f"step {step}: {what} failed on all {row['samples']} completions ({error}); the run stops rather than "
+            f"train on zero rewards.{advice} {out / 'metrics.jsonl'} has the rows up to step {step}; {fix}, then run "
+            "the same command with --resume (from the last checkpoint, or from step 0 if there is none) or into a "
+            "new --out")
 
 
 def check_finite_weights(params, step: int, out: Path) -> None:
