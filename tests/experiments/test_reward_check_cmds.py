@@ -1,6 +1,7 @@
 """Every command that takes a custom task checks its reward function once before any model work, as ``ugrpo train``
 does (tests/train/test_reward_check.py): ``mse --model``, ``plan --model``, ``sweep --config`` and ``reproduce
---task``. The function is examples/arith_reward.py:correct (TRL's signature) on the rows of examples/arith-mixed.yaml."""
+--task``. The function is examples/arith_reward.py:correct (TRL's signature) on the rows of
+examples/arith-mixed.yaml."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def _assert_one_error_line(command: str, rc: int, err: str) -> None:
                           f"{TRAIN}:line 1 ('1'): TypeError: correct() got multiple values for argument 'prompts'. "
                           "ugrpo's custom task calls fn(completions, answers, **row_fields)"), err
     assert "TRL reward functions take (prompts, completions, ...)" in err
-    assert f"return correct(completions=completions, answer=answers, **fields)" in err
+    assert "return correct(completions=completions, answer=answers, **fields)" in err
 
 
 @pytest.mark.parametrize("command, argv", [
@@ -57,3 +58,32 @@ def test_a_trl_signature_is_one_error_line_before_any_model_work(command, argv, 
     rc, _, err = run_cli([command, *argv, "--out", out], capsys)
     _assert_one_error_line(command, rc, err)
     assert not out.exists()  # checked before the run folder
+
+
+def test_a_sweep_checks_once_before_its_first_run_and_a_zero_gold_reward_is_one_warning(tmp_path, capsys, monkeypatch):
+    """Four runs, one check (in the driver, before the first run): a gold answer scoring 0 is one warning line."""
+    from ugrpo.errors import UserError
+    from ugrpo.tasks import custom_check
+
+    (tmp_path / "zero_reward_cmds.py").write_text("def zero(completions, answers, **fields):\n"
+                                                  "    return [0.0 for _ in completions]\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    calls, seen = [], []
+    real = custom_check.check_reward_fn
+    monkeypatch.setattr(custom_check, "check_reward_fn", lambda *a: calls.append(a) or real(*a))
+
+    def first_run(spec, folder):
+        seen.append((len(calls), capsys.readouterr().err))
+        raise UserError("stopped at the first run")
+
+    monkeypatch.setattr(executors, "train_one", first_run)
+    rc, _, err = run_cli(["sweep", "--config", EXAMPLES / "arith-mixed.yaml", "--set",
+                          f"task.options.data_path={TRAIN}", "--set", "task.options.reward_fn=zero_reward_cmds:zero",
+                          "--budget", "32", "--groups", "4,8", "--seeds", "2", "--steps", "1", "--workers", "1",
+                          "--no-progress", "--out", tmp_path / "out"], capsys)
+    assert rc == 2 and "stopped at the first run" in err
+    (n_checks, before), = seen
+    warnings = [line for line in before.splitlines() if line.startswith("warning:")]
+    assert n_checks == 1 and len(warnings) == 1, before
+    assert warnings[0].startswith("warning: task.options.reward_fn 'zero_reward_cmds:zero' on the gold answer of ")
+    assert "reward 0.0;" in warnings[0]
