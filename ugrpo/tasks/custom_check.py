@@ -3,22 +3,26 @@
 A reward function with another signature (TRL's ``def correct(prompts, completions, answer, **kwargs)``) raises on
 every batch; training counts each such batch as unscorable (reward 0) and goes on (:func:`ugrpo.tasks.base.score`),
 so the run would train on zeros. :func:`check_reward_fn` calls the function once on a train row's own gold answer
-(:func:`ugrpo.train.preflight.preflight`: the first train row), and :func:`failure_advice` says what ugrpo calls
-(:data:`~ugrpo.tasks.custom.CALLING_CONVENTION`) and how to adapt a TRL-style function; the trainer uses it too when
-every completion of a run's first step was a scoring error.
+(:func:`check_task_reward`: the first train row). Every command that takes a custom task calls it once, before it
+loads a model: ``train`` in :func:`ugrpo.train.preflight.preflight`, ``sweep --config`` and ``reproduce --task``
+before their first run, ``mse --model`` and ``plan --model`` before their run folder (:func:`check_named_task`).
+:func:`failure_advice` says what ugrpo calls (:data:`~ugrpo.tasks.custom.CALLING_CONVENTION`) and how to adapt a
+TRL-style function; the trainer uses it too when every completion of a run's first step was a scoring error.
 """
 
 from __future__ import annotations
 
 import inspect
 import numbers
-from collections.abc import Sequence
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ugrpo.errors import RewardFunctionError
-from ugrpo.tasks.base import Problem, VerifierContractError, VerifyStats
+from ugrpo.tasks.base import Problem, Task, VerifierContractError, VerifyStats
 from ugrpo.tasks.custom import CALLING_CONVENTION, CustomTask
 
-__all__ = ["check_reward_fn", "failure_advice"]
+__all__ = ["check_reward_fn", "check_task_reward", "check_named_task", "failure_advice"]
 
 _SIGNATURE_WORDS = ("multiple values for argument", "required positional argument", "positional argument but",
                     "positional arguments but", "unexpected keyword argument")
@@ -96,3 +100,28 @@ def check_reward_fn(task: CustomTask, problem: Problem) -> str | None:
         return (f"{head}: reward {given!r}; fine if the bare gold text is not how a completion should look, else "
                 "check the function (training would score right answers so)")
     return None
+
+
+def check_task_reward(task: Task, problems: Sequence[Problem] | None = None, *, warn: bool = True) -> None:
+    """:func:`check_reward_fn` on the first of ``problems`` (default: the task's train problems) when ``task`` is a
+    custom task; nothing for the other tasks. Its warning is one ``warning:`` line on stderr (when ``warn``).
+
+    Raises
+    ------
+    RewardFunctionError
+        As :func:`check_reward_fn`.
+    """
+    if not isinstance(task, CustomTask):
+        return
+    problems = task.train_problems() if problems is None else problems
+    if problems and (warning := check_reward_fn(task, problems[0])) and warn:
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
+
+
+def check_named_task(name: str, options: Mapping[str, Any]) -> None:
+    """:func:`check_task_reward` for the task ``name`` with ``options`` (a config's ``task`` section), built only
+    when it is the custom task: a command that trains or measures it checks once, before its first run."""
+    if name == "custom":
+        from ugrpo.tasks.registry import get_task
+
+        check_task_reward(get_task(name, **options))

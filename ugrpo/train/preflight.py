@@ -24,15 +24,13 @@ problems are built once.
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from ugrpo.lm.source import check_model_name
 from ugrpo.runlock import check_claim
 from ugrpo.tasks.base import OptionError, Problem, Task
-from ugrpo.tasks.custom import CustomTask
-from ugrpo.tasks.custom_check import check_reward_fn
+from ugrpo.tasks.custom_check import check_task_reward
 from ugrpo.tasks.registry import get_task
 from ugrpo.train.config import TrainConfig
 from ugrpo.train.report_to import check_backends
@@ -74,7 +72,6 @@ def preflight(cfg: TrainConfig, out: str | Path, *, resume: bool = False) -> Che
         eval_problems = task.eval_problems()[: cfg.eval.n_problems]
         if not eval_problems:
             raise ValueError("the task has no eval problems; check task.options, or set eval.n_problems=0")
-    if isinstance(task, CustomTask) and (warning := check_reward_fn(task, train_problems[0])) and rank0:
-        print(f"warning: {warning}", file=sys.stderr, flush=True)
+    check_task_reward(task, train_problems, warn=rank0)
     check_backends(cfg.report_to)
     return Checked(task, train_problems, eval_problems)

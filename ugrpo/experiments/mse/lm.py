@@ -50,6 +50,7 @@ from ugrpo.stats.exact_mse import hoeffding_split
 from ugrpo.stats.intervals import MEAN_KEYS, RATIO_KEYS, paired_t_interval, ratio_interval
 from ugrpo.stats.mc_mse import DT, block_squared_errors, corrected_row, reference_moments
 from ugrpo.stats.seeds import derive_seed
+from ugrpo.tasks.custom_check import check_named_task
 
 __all__ = ["LMMSEConfig", "run_lm_mse", "lm_mse_experiment"]
 
@@ -352,6 +353,7 @@ def lm_mse_experiment(cfg: LMMSEConfig, out: str, *, argv: list[str] | None = No
     from ugrpo.report.mse import write_report
 
     require_backend(cfg.sampling_backend)
+    check_named_task(cfg.task, cfg.task_options)  # a custom reward function that cannot score: before the folder
     rd = RunDir(out)
     rd.write_config({**asdict(cfg), "command": "mse", "argv": argv})
     rd.file("metrics.jsonl").unlink(missing_ok=True)

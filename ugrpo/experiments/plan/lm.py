@@ -33,6 +33,7 @@ from tqdm.auto import tqdm
 from ugrpo.runs import RunDir, to_jsonable
 from ugrpo.stats.band import check_n_boot
 from ugrpo.stats.seeds import derive_seed
+from ugrpo.tasks.custom_check import check_named_task
 
 __all__ = ["LMPlanConfig", "SketchedSamples", "parse_task_options", "load_lm_task", "sample_sketched",
            "sample_lm_pilot", "run_lm_plan", "lm_plan_experiment", "SAMPLING_BACKENDS", "check_backend",
@@ -311,6 +312,7 @@ def lm_plan_experiment(cfg: LMPlanConfig, out: str, *, argv: list[str] | None = 
     from ugrpo.report.plan import write_report
 
     require_backend(cfg.sampling_backend)
+    check_named_task(cfg.task, cfg.task_options)  # a custom reward function that cannot score: before the folder
     rd = RunDir(out)
     rd.write_config({**asdict(cfg), "command": "plan", "argv": argv})
     rd.file("metrics.jsonl").unlink(missing_ok=True)

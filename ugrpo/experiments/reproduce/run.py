@@ -23,6 +23,7 @@ from typing import Any
 
 from ugrpo.experiments.reproduce.claims import STRENGTHS
 from ugrpo.runs import RunDir, to_jsonable
+from ugrpo.tasks.custom_check import check_named_task
 
 __all__ = ["PARTS", "SCALES", "PAPER_TABLE2", "ReproduceConfig", "ScalePlan", "scale_plan", "check_paper_ready",
            "run_reproduce"]
@@ -263,6 +264,7 @@ def _thm8(cfg: ReproduceConfig, plan: ScalePlan, out: Path, progress: bool) -> s
 def run_reproduce(cfg: ReproduceConfig, *, progress: bool = True, log: Callable[[str], None] = print) -> dict:
     """Run every part not skipped (resumably), then write ``results.json`` and ``report.html``; returns results."""
     plan = scale_plan(cfg)  # --scale paper fails here, before any work
+    check_named_task(plan.task, plan.task_options)  # --task custom: its reward function, before any part
     out = Path(cfg.out)
     root = RunDir(out)
     root.write_config({**to_jsonable(asdict(cfg)), "plan": to_jsonable(asdict(plan)), "command": "reproduce"})

@@ -33,6 +33,7 @@ from ugrpo.report.sweep import METRICS, uniform_rows
 from ugrpo.runs import RunDir, read_jsonl, to_jsonable
 from ugrpo.stats.budget import check_divides
 from ugrpo.stats.intervals import t_interval
+from ugrpo.tasks.custom_check import check_named_task
 
 __all__ = ["LMSweepConfig", "RunSpec", "build_runs", "check_lm_resume", "run_lm_sweep", "collect_evals",
            "aggregate_lm", "best_lm_groups", "lm_planner", "sweep_lm", "SWEEP_KEYS"]
@@ -341,6 +342,7 @@ def sweep_lm(cfg: LMSweepConfig, out: str, *, argv: Sequence[str] | None = None,
     """The whole ``ugrpo sweep --config``: validate, run (resumably), plan, aggregate, write; returns results."""
     base = base_config(cfg)
     specs = build_runs(cfg)  # every config validated before any work
+    check_named_task(base.task.name, base.task.options)  # a custom reward function: once, not in each run's log
     root = RunDir(out)
     check_lm_resume(root.read_config("sweep"), asdict(base), out)  # another command's folder is refused as such
     root.write_config({**sweep_config_record(cfg, base), "argv": list(argv) if argv else None})
