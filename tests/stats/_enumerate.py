@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from ugrpo.stats.exact_mse import PolicyMoments, PromptMoments, policy_moments
+from ugrpo.stats.ragged import ragged_advantages, ragged_prompt_gradients
 
 DT = torch.float64
 
@@ -101,6 +102,24 @@ def enumerate_group(b: Bandit, p: int, G: int) -> tuple[Tensor, Tensor, Tensor]:
     rewards = torch.tensor([float(z) for _, z in single], dtype=DT)[idx]
     probs = prob1[idx].prod(1)
     return probs, b.scores[p][arms], rewards
+
+
+def loo_estimates(b: Bandit, p: int, G: int) -> tuple[Tensor, Tensor]:
+    """(probabilities (n,), LOO estimates (n, D)) of every outcome of G samples at prompt p."""
+    probs, W, Z = enumerate_group(b, p, G)
+    n = Z.shape[0]
+    adv = ragged_advantages(Z.reshape(-1), torch.full((n,), G))
+    return probs, ragged_prompt_gradients(W.reshape(-1, W.shape[-1]), adv, torch.full((n,), G))
+
+
+def batch_outcomes(terms: list[tuple[Tensor, Tensor]]) -> tuple[Tensor, Tensor]:
+    """Every joint outcome of independent prompt terms [(probabilities (n_b,), values (n_b, D))]: their product
+    probabilities (prod n_b,) and the summed values (prod n_b, D), divided by the number of terms B (a batch mean)."""
+    probs, total = terms[0]
+    for p2, t2 in terms[1:]:
+        probs = (probs[:, None] * p2[None, :]).reshape(-1)
+        total = (total[:, None, :] + t2[None, :, :]).reshape(-1, total.shape[-1])
+    return probs, total / len(terms)
 
 
 def sample(b: Bandit, B: int, G: int, gen: torch.Generator) -> tuple[Tensor, Tensor, Tensor]:

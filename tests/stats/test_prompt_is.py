@@ -24,17 +24,15 @@ from ugrpo.stats.prompt_is import (
     second_moment,
     second_moments,
 )
-from ugrpo.stats.ragged import ragged_advantages, ragged_prompt_gradients
 
-from ._enumerate import enumerate_group, policy_moments_exact, prompt_moments_exact, softmax_bandit, true_grads
-
-
-def _prompt_estimates(b, p: int, G: int):
-    """(probabilities (n,), LOO estimates (n, D)) of every outcome of G samples at prompt p."""
-    probs, W, Z = enumerate_group(b, p, G)
-    n = Z.shape[0]
-    adv = ragged_advantages(Z.reshape(-1), torch.full((n,), G))
-    return probs, ragged_prompt_gradients(W.reshape(-1, W.shape[-1]), adv, torch.full((n,), G))
+from ._enumerate import (
+    batch_outcomes,
+    loo_estimates,
+    policy_moments_exact,
+    prompt_moments_exact,
+    softmax_bandit,
+    true_grads,
+)
 
 
 @pytest.mark.parametrize("B", [1, 2])
@@ -44,18 +42,14 @@ def test_weighted_estimate_is_unbiased_and_its_mse_is_m53_by_enumeration(B):
     b = softmax_bandit(3, 2, seed=7)
     sizes = np.array([2, 3, 2])
     q = np.array([0.5, 0.2, 0.3])
-    est = [_prompt_estimates(b, x, int(G)) for x, G in enumerate(sizes)]
+    est = [loo_estimates(b, x, int(G)) for x, G in enumerate(sizes)]
     g = true_grads(b).mean(0)
     mean, mse = torch.zeros_like(g), 0.0
     for draw in itertools.product(range(3), repeat=B):
         pq = float(np.prod(q[list(draw)]))
         # the B terms w(X_b) ghat(X_b) over the product of the outcomes
         terms = [(est[x][0], est[x][1] / (3 * q[x])) for x in draw]
-        probs, total = terms[0]
-        for p2, t2 in terms[1:]:
-            probs = (probs[:, None] * p2[None, :]).reshape(-1)
-            total = (total[:, None, :] + t2[None, :, :]).reshape(-1, total.shape[-1])
-        total = total / B
+        probs, total = batch_outcomes(terms)
         mean += pq * torch.einsum("n,nd->d", probs, total)
         mse += pq * float((probs * ((total - g) ** 2).sum(-1)).sum())
     torch.testing.assert_close(mean, g, rtol=1e-12, atol=1e-14)

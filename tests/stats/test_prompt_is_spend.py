@@ -13,9 +13,8 @@ import torch
 from ugrpo.stats.allocation import PromptStats
 from ugrpo.stats.exact_mse import prompt_error
 from ugrpo.stats.prompt_is import PromptLaw, batch_sizes, between_mse, exact_spend_sizes, is_law
-from ugrpo.stats.ragged import ragged_advantages, ragged_prompt_gradients
 
-from ._enumerate import enumerate_group, prompt_moments_exact, softmax_bandit, true_grads
+from ._enumerate import batch_outcomes, loo_estimates, prompt_moments_exact, softmax_bandit, true_grads
 
 
 def _stats(P: int, seed: int) -> PromptStats:
@@ -49,14 +48,6 @@ def test_every_batch_spends_exactly_n_within_the_bounds_at_the_weighted_optimum(
         assert got.sum() == 15 and got_cost == pytest.approx(float(costs.min()), rel=1e-12)
 
 
-def _estimates(b, p: int, G: int):
-    """(probabilities (n,), LOO estimates (n, D)) of every outcome of G samples at prompt p."""
-    probs, W, Z = enumerate_group(b, p, G)
-    n = Z.shape[0]
-    adv = ragged_advantages(Z.reshape(-1), torch.full((n,), G))
-    return probs, ragged_prompt_gradients(W.reshape(-1, W.shape[-1]), adv, torch.full((n,), G))
-
-
 def test_weighted_estimate_with_draw_dependent_sizes_is_unbiased_with_the_m88_mse_by_enumeration():
     """3 prompts, B = 2 drawn iid from q, N = 7 split by exact_spend_sizes from (wrong) predicted moments: over every
     draw (probability q_a q_b) and every outcome of its G_b samples, E ghat = mean_x g(x) to 1e-12 and E||ghat - g||^2
@@ -81,14 +72,10 @@ def test_weighted_estimate_with_draw_dependent_sizes_is_unbiased_with_the_m88_ms
         terms = []
         for x, G, wx in zip(draw, sizes.tolist(), w):
             if (x, G) not in cache:
-                cache[(x, G)] = _estimates(b, x, G)
+                cache[(x, G)] = loo_estimates(b, x, G)
             probs_x, est_x = cache[(x, G)]
             terms.append((probs_x, est_x * wx))
-        probs, total = terms[0]
-        for p2, t2 in terms[1:]:
-            probs = (probs[:, None] * p2[None, :]).reshape(-1)
-            total = (total[:, None, :] + t2[None, :, :]).reshape(-1, total.shape[-1])
-        total = total / B
+        probs, total = batch_outcomes(terms)
         mean += pq * torch.einsum("n,nd->d", probs, total)
         mse += pq * float((probs * ((total - g) ** 2).sum(-1)).sum())
         t = true.take(idx)
