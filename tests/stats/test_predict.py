@@ -11,7 +11,6 @@ import pytest
 from ugrpo.stats.history import bernoulli_stats
 from ugrpo.stats.predict import (
     REQUIRED,
-    _normal_update,
     check_sums,
     draw,
     fit_hyper,
@@ -21,6 +20,7 @@ from ugrpo.stats.predict import (
     random_effects,
     reward_variance,
 )
+from ugrpo.stats.predict_posterior import _normal_update
 from ugrpo.stats.prior_p import P_GRID, _beta_from_logs, fit_p_prior, posterior_weights
 
 P_TRUE = np.array([0.05, 0.2, 0.35, 0.5, 0.65, 0.8, 0.9])

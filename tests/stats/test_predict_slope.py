@@ -7,18 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ugrpo.stats.predict import (
-    Hyper,
-    _bivariate,
-    _divisor,
-    _e_parts,
-    _eta_obs,
-    _fit,
-    _log_means,
-    _parts,
-    check_sums,
-    random_effects,
-)
+from ugrpo.stats.predict import Hyper, check_sums, random_effects
+from ugrpo.stats.predict_hyper import _bivariate, _eta_obs, _log_means
+from ugrpo.stats.predict_posterior import _divisor, _e_parts, _fit, _parts
 from ugrpo.stats.prior_p import P_GRID, posterior_nodes
 
 

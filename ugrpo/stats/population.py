@@ -28,7 +28,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from .predict import Hyper, Posterior, _fit_eta, _parts, check_sums, posterior, score_population
+from .predict import Hyper, Posterior, check_sums, posterior, score_population
+from .predict_hyper import _fit_eta
+from .predict_posterior import _parts
 from .prior_p import P_GRID, _log_lik
 
 __all__ = ["population_posteriors", "p_population_draws", "p_basis", "REPLICATES", "P_TAU", "P_DEFENSIVE",

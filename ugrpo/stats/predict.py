@@ -49,16 +49,8 @@ import numpy as np
 
 from .allocation import PromptStats
 from .predict_hyper import _NO_RANGE, REQUIRED, SECOND_MOMENTS, Hyper, _covariate, check_sums, random_effects
-from .predict_hyper import _bivariate as _bivariate  # internals that ugrpo.stats.population and tests import
-from .predict_hyper import _eta_obs as _eta_obs
-from .predict_hyper import _fit_eta as _fit_eta
-from .predict_hyper import _log_means as _log_means
 from .predict_hyper import score_population as score_population
 from .predict_posterior import Posterior, _e_parts, bootstrap_posteriors, fit_hyper, posterior
-from .predict_posterior import _divisor as _divisor
-from .predict_posterior import _fit as _fit
-from .predict_posterior import _normal_update as _normal_update
-from .predict_posterior import _parts as _parts
 from .prior_p import P_GRID, fit_beta_prior, fit_p_prior
 
 __all__ = ["Hyper", "Posterior", "P_GRID", "fit_beta_prior", "fit_p_prior", "fit_hyper", "posterior", "predict",
