@@ -12,7 +12,7 @@ import torch
 
 from ugrpo.stats.allocation import PromptStats
 from ugrpo.stats.exact_mse import prompt_error
-from ugrpo.stats.prompt_is import PromptLaw, batch_sizes, between_mse, exact_spend_sizes, is_law
+from ugrpo.stats.prompt_is import PromptLaw, batch_sizes, between_mse, exact_spend_sizes, is_law, within_mse
 
 from ._enumerate import batch_outcomes, loo_estimates, prompt_moments_exact, softmax_bandit, true_grads
 
@@ -79,7 +79,7 @@ def test_weighted_estimate_with_draw_dependent_sizes_is_unbiased_with_the_m88_ms
         mean += pq * torch.einsum("n,nd->d", probs, total)
         mse += pq * float((probs * ((total - g) ** 2).sum(-1)).sum())
         t = true.take(idx)
-        within += pq * float((w**2 * prompt_error(t.c2, t.c3, sizes.astype(float))).sum()) / B**2
+        within += pq * within_mse(w, t, sizes)
     assert len(seen) >= 3  # the sizes depend on the draw
     torch.testing.assert_close(mean, g, rtol=1e-10, atol=1e-12)
     assert between_mse(q, B, true, float((g**2).sum())) + within == pytest.approx(mse, rel=1e-10)

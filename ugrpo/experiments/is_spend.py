@@ -17,8 +17,7 @@ import math
 import numpy as np
 
 from ugrpo.stats.allocation import PromptStats
-from ugrpo.stats.exact_mse import prompt_error
-from ugrpo.stats.prompt_is import PromptLaw, batch_sizes, between_mse, is_mse
+from ugrpo.stats.prompt_is import PromptLaw, batch_sizes, between_mse, is_mse, within_mse
 
 __all__ = ["exact_spend_mse"]
 
@@ -48,9 +47,7 @@ def exact_spend_mse(law: PromptLaw, moments: PromptStats, true: PromptStats, g_x
     for j in range(draws):
         idx = law.draw(rng)
         sizes = batch_sizes(law, moments, idx, N, spend="exact", g_min=g_min, g_max=g_max)
-        t = true.take(idx)
-        w = law.weights(idx)
-        within[j] = float((w**2 * prompt_error(t.c2, t.c3, sizes.astype(np.float64))).sum()) / B**2
+        within[j] = within_mse(law.weights(idx), true.take(idx), sizes)
         spent[j] = int(sizes.sum())
     between = between_mse(law.q, B, true, g2)
     se = float(within.std(ddof=1) / math.sqrt(draws)) if draws > 1 else 0.0

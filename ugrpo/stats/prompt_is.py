@@ -34,9 +34,9 @@ from .allocation import IS_RULES, PromptStats, greedy_allocation, rule_table
 from .exact_mse import prompt_error
 from .is_solver import solve_joint
 
-__all__ = ["IS_LAMBDA", "IS_SPEND", "PromptLaw", "exact_spend_sizes", "batch_sizes", "between_mse", "check_lambda",
-           "check_law", "second_moments", "second_moment", "is_mse", "floor_law", "is_law", "ess", "entropy",
-           "step_metrics", "mixture_bound"]
+__all__ = ["IS_LAMBDA", "IS_SPEND", "PromptLaw", "exact_spend_sizes", "batch_sizes", "between_mse", "within_mse",
+           "check_lambda", "check_law", "second_moments", "second_moment", "is_mse", "floor_law", "is_law", "ess",
+           "entropy", "step_metrics", "mixture_bound"]
 
 IS_LAMBDA = 0.1
 """default defensive floor: q(x) >= lambda / P, so every weight 1/(P q(x)) is at most 1/lambda (M55)"""
@@ -278,3 +278,16 @@ def between_mse(q, B: int, stats: PromptStats, g_norm2: float) -> float:
     (M88): the part of the MSE that the sizes do not change; M53 with f_x = 0."""
     q = check_law(q)
     return float((_g2(stats) / q).sum() / len(q) ** 2 - float(g_norm2)) / int(B)
+
+
+def within_mse(weights: np.ndarray, drawn: PromptStats, sizes: np.ndarray) -> float:
+    """The conditional within-prompt variance of one drawn batch, (1/B^2) sum_b w_b^2 f_{x_b}(G_b) (M88), with
+    ``weights`` w_b = 1/(P q(x_b)), ``drawn`` the (B,) drawn prompts' moments and ``sizes`` their G_b; its mean over
+    draws plus :func:`between_mse` is the MSE at exact spend.
+
+    >>> st = PromptStats(value=np.zeros(2), c2=np.ones(2), c3=np.zeros(2))
+    >>> within_mse(np.ones(2), st, np.array([2, 2]))  # (1/4) (1/2 + 1/2)
+    0.25
+    """
+    w = np.asarray(weights, dtype=np.float64)
+    return float((w**2 * prompt_error(drawn.c2, drawn.c3, np.asarray(sizes, dtype=np.float64))).sum()) / len(w) ** 2
