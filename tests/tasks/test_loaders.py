@@ -119,8 +119,11 @@ def test_limit_template_and_missing_paths(tmp_path: Path) -> None:
     assert len(tr) == 2 and tr[0].prompt == f"Q: {GSM_ROWS[0]['question']}\nA: \\boxed{{}}"
     with pytest.raises(ValueError, match="eval_path is not set"):
         task.eval_problems()
-    with pytest.raises(FileNotFoundError, match="does not exist"):
+    with pytest.raises(FileNotFoundError, match="does not exist") as err:
         get_task("gsm8k", train_path=str(tmp_path / "nope.jsonl")).train_problems()
+    assert "current directory" not in str(err.value)  # an absolute path needs no hint
+    with pytest.raises(FileNotFoundError, match="a relative path is read from the current directory"):
+        get_task("gsm8k", train_path="no/such/file.jsonl").train_problems()
     with pytest.raises(ValueError, match=r"unknown type '\.csv'"):
         (tmp_path / "x.csv").write_text("a,b\n")
         get_task("gsm8k", train_path=str(tmp_path / "x.csv")).train_problems()

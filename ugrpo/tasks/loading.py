@@ -71,7 +71,9 @@ def read_rows(path: str | os.PathLike[str], *, split: str | None = None) -> list
     """
     p = Path(path)
     if not p.exists():
-        raise FileNotFoundError(f"data file {str(p)!r} does not exist (nothing is downloaded: give a local path)")
+        where = "" if p.is_absolute() else f"; a relative path is read from the current directory, {Path.cwd()}"
+        raise FileNotFoundError(f"data file {str(p)!r} does not exist (nothing is downloaded: give a local "
+                                f"path{where})")
     if p.is_dir():
         return _read_dataset_dir(p, split)
     suffix = p.suffix.lower()
