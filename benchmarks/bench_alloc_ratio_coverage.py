@@ -25,7 +25,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import write_result  # noqa: E402
+from common import results_folder, write_result  # noqa: E402
 
 from ugrpo.envs.generate import random_env  # noqa: E402
 from ugrpo.stats.allocation import PromptStats, allocate, predicted_mse  # noqa: E402
@@ -73,7 +73,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--studies", type=int, default=400)
     ap.add_argument("--reps", default="60,200")
-    ap.add_argument("--out", default=None)
+    ap.add_argument("--out", type=results_folder, default=None, help="results folder, default benchmarks/results/local")
     a = ap.parse_args()
     t0 = time.perf_counter()
     rows = []

@@ -36,7 +36,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import write_result  # noqa: E402
+from common import results_folder, write_result  # noqa: E402
 
 from ugrpo.envs import builtin_env, random_env  # noqa: E402
 from ugrpo.experiments.allocate import AllocateConfig, run_allocate  # noqa: E402
@@ -115,7 +115,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seed-offset", type=int, default=0)
     ap.add_argument("--only", default="", help="comma-separated instance names (default: all)")
-    ap.add_argument("--out", default=None)
+    ap.add_argument("--out", type=results_folder, default=None, help="results folder, default benchmarks/results/local")
     args = ap.parse_args()
     torch.set_num_threads(1)
     out = []

@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_allocation import INSTANCES, _env  # noqa: E402
-from common import write_result  # noqa: E402
+from common import results_folder, write_result  # noqa: E402
 
 from ugrpo.experiments.allocate import AllocateConfig, build_lab, history_sums  # noqa: E402
 from ugrpo.stats.certificate import WIDEN, certificate, samples_per_prompt, widening  # noqa: E402
@@ -163,7 +163,7 @@ def main() -> None:
     ap.add_argument("--no-widen", action="store_true", help="the posterior quantiles only (no M61 factor)")
     ap.add_argument("--fit-widening", action="store_true",
                     help="also fit the M61 factors on these cells -> certificate_widening.json (development offsets)")
-    ap.add_argument("--out", default=None)
+    ap.add_argument("--out", type=results_folder, default=None, help="results folder, default benchmarks/results/local")
     ap.add_argument("--ship", action="store_true", help=f"also write the coverage table to {SHIP}")
     a = ap.parse_args()
     torch.set_num_threads(1)

@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_allocation import INSTANCES, _env  # noqa: E402
 from bench_certificate_calibration import CELL_FLOOR, TARGET, _z, fit_widening  # noqa: E402
-from common import write_result  # noqa: E402
+from common import results_folder, write_result  # noqa: E402
 
 from ugrpo.experiments.allocate import AllocateConfig, build_lab, simulated_history  # noqa: E402
 from ugrpo.stats.allocation import best_uniform  # noqa: E402
@@ -141,7 +141,7 @@ def main() -> None:
                     help="also fit IS_WIDEN's factors on these cells -> is_certificate_widening.json (development "
                          "offsets)")
     ap.add_argument("--fit-from", default=None, help="result JSONs (comma-separated): fit IS_WIDEN, run nothing")
-    ap.add_argument("--out", default=None)
+    ap.add_argument("--out", type=results_folder, default=None, help="results folder, default benchmarks/results/local")
     ap.add_argument("--ship", action="store_true", help=f"also write the coverage table the trainer's report quotes "
                                                         f"to {SHIP}")
     ap.add_argument("--ship-from", default=None, help="write that table from earlier result JSONs (comma-separated: "

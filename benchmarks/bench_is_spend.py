@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_allocation import INSTANCES, SEED, _env  # noqa: E402
-from common import write_result  # noqa: E402
+from common import results_folder, write_result  # noqa: E402
 
 from ugrpo.experiments.allocate import AllocateConfig, _is_g_min, build_lab, predicted_stats  # noqa: E402
 from ugrpo.experiments.is_spend import exact_spend_mse  # noqa: E402
@@ -58,7 +58,7 @@ def _laws(env, cfg: AllocateConfig, lab, B: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--draws", type=int, default=DRAWS)
-    ap.add_argument("--out", default=None)
+    ap.add_argument("--out", type=results_folder, default=None, help="results folder, default benchmarks/results/local")
     args = ap.parse_args()
     torch.set_num_threads(1)
     out = []

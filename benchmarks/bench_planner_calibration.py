@@ -48,7 +48,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import write_result  # noqa: E402
+from common import results_folder, write_result  # noqa: E402
 
 from ugrpo.envs.generate import random_env  # noqa: E402
 from ugrpo.envs.policies import LinearSoftmax  # noqa: E402
@@ -343,7 +343,7 @@ def main() -> None:
     ap.add_argument("--sizes", default=None, help="comma-separated pilot sizes B0 (default: 16,64,256)")
     ap.add_argument("--interval-methods", action="store_true", help="also score the plain and equal-tailed "
                     "bootstrap-t intervals of the same replicates")
-    ap.add_argument("--out", default=None, help="results folder (default benchmarks/results/local)")
+    ap.add_argument("--out", type=results_folder, default=None, help="results folder, default benchmarks/results/local")
     a = ap.parse_args()
     torch.set_num_threads(1)
     fams = family_option(ap, a.families)

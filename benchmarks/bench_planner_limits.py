@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_planner_calibration import TOL, N, build, family_option, instances, rare_prompts  # noqa: E402
-from common import write_result  # noqa: E402
+from common import results_folder, write_result  # noqa: E402
 from scipy.stats import beta  # noqa: E402
 
 from ugrpo.envs.likelihood import (  # noqa: E402
@@ -232,7 +232,7 @@ def main() -> None:
     ap.add_argument("--sizes", default=None, help="comma-separated pilot sizes B0 (default 16,64,256)")
     ap.add_argument("--families", default=None, help="comma-separated family names (default: all)")
     ap.add_argument("--quick", action="store_true", help="500 pilots, 200 to select, 100 twins, t in 0.2..2.0 by 0.2")
-    ap.add_argument("--out", default=None, help="results folder (default benchmarks/results/local)")
+    ap.add_argument("--out", type=results_folder, default=None, help="results folder, default benchmarks/results/local")
     a = ap.parse_args()
     fams = family_option(ap, a.families)
     sizes = SIZES if a.sizes is None else tuple(int(s) for s in a.sizes.split(","))

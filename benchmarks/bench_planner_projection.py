@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_planner_calibration import G0, METHOD, TOL, N, build, family_option, instances  # noqa: E402
-from common import write_result  # noqa: E402
+from common import results_folder, write_result  # noqa: E402
 
 from ugrpo.stats.band import _FACTORS, worst_ratio  # noqa: E402
 from ugrpo.stats.components import estimate_components  # noqa: E402
@@ -111,7 +111,7 @@ def main() -> None:
     ap.add_argument("--cap", type=int, default=1024, help="largest fresh pilot drawn (prompts)")
     ap.add_argument("--n-boot", type=int, default=200, help="bootstrap replicates per plan")
     ap.add_argument("--families", default=None, help="comma-separated family names (default: all)")
-    ap.add_argument("--out", default=None, help="results folder (default benchmarks/results/local)")
+    ap.add_argument("--out", type=results_folder, default=None, help="results folder, default benchmarks/results/local")
     a = ap.parse_args()
     fams = family_option(ap, a.families)
     t0 = time.perf_counter()

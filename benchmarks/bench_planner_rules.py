@@ -51,7 +51,7 @@ from bench_planner_calibration import (  # noqa: E402
     instances,
     joint_rule,
 )
-from common import write_result  # noqa: E402
+from common import results_folder, write_result  # noqa: E402
 
 from ugrpo.stats.band import ratio_table  # noqa: E402
 from ugrpo.stats.components import centred_c1_terms, estimate_components  # noqa: E402
@@ -202,7 +202,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="64", help="comma-separated pilot sizes B0 (default 64)")
     ap.add_argument("--families", default=None, help="comma-separated family names (default: all)")
     ap.add_argument("--c1-noise", action="store_true", help="also part 2: where the spread of c1's estimate comes from")
-    ap.add_argument("--out", default=None, help="results folder (default benchmarks/results/local)")
+    ap.add_argument("--out", type=results_folder, default=None, help="results folder, default benchmarks/results/local")
     a = ap.parse_args()
     if a.seed_offset == 0:
         ap.error("--seed-offset 0 is the calibration benchmark's own seeds; develop on others (e.g. 5000)")

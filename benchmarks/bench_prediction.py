@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_allocation import INSTANCES, _env  # noqa: E402
-from common import write_result  # noqa: E402
+from common import results_folder, write_result  # noqa: E402
 
 from ugrpo.experiments.allocate import AllocateConfig, build_lab, history_sums  # noqa: E402
 from ugrpo.stats.exact_mse import prompt_error  # noqa: E402
@@ -66,7 +66,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--steps", default=",".join(map(str, STEPS)))
     ap.add_argument("--seed-offset", type=int, default=0)
-    ap.add_argument("--out", default=None)
+    ap.add_argument("--out", type=results_folder, default=None, help="results folder, default benchmarks/results/local")
     a = ap.parse_args()
     torch.set_num_threads(1)
     t0 = time.perf_counter()

@@ -26,7 +26,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import write_result  # noqa: E402
+from common import results_folder, write_result  # noqa: E402
 
 from ugrpo.experiments.sweep.lm_alloc import bootstrap_ratio, reach_ratio  # noqa: E402
 
@@ -80,7 +80,7 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=8)
     p.add_argument("--seed-sd", type=float, default=0.02)
     p.add_argument("--eval-sd", type=float, default=0.04)
-    p.add_argument("--out", default=None, help="results folder (default benchmarks/results/local)")
+    p.add_argument("--out", type=results_folder, default=None, help="results folder, default benchmarks/results/local")
     args = p.parse_args()
     rng = np.random.default_rng(0)
     t0 = time.time()

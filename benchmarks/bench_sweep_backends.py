@@ -36,7 +36,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import yaml  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import write_result  # noqa: E402
+from common import results_folder, write_result  # noqa: E402
 
 from ugrpo.experiments.sweep.executors import RayOptions  # noqa: E402
 from ugrpo.experiments.sweep.lm import LMSweepConfig, sweep_lm  # noqa: E402
@@ -52,7 +52,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=40, help="training steps per run")
     p.add_argument("--workers", type=int, default=2, help="pool workers and local Ray CPUs")
     p.add_argument("--repeats", type=int, default=2, help="timed sweeps per backend (alternating)")
-    p.add_argument("--out", type=Path, default=None, help="results folder (default benchmarks/results/local)")
+    p.add_argument("--out", type=results_folder, default=None, help="results folder, default benchmarks/results/local")
     return p.parse_args(argv)
 
 

@@ -1,9 +1,11 @@
 """Tiny benchmark helpers: alternate the timed functions, take medians, write JSON results.
 
 Results go to ``benchmarks/results/local/<name>.json`` (untracked: ``make bench`` never rewrites a
-tracked file). The committed reference results, measured on 2 shared CPU cores and quoted in the
-README, are ``benchmarks/results/<name>.json``; compare a local run against them. Timings on shared
-CPUs are noisy: the functions are called in alternation (A B A B ...) so that load changes hit all of them.
+tracked file). A benchmark's ``--out`` is another results folder (:func:`results_folder`, as ``write_result`` takes
+it; ``bench_train_step.py`` and ``bench_train_allocation.py``, which write one file, take its path). The committed
+reference results, measured on 2 shared CPU cores and quoted in the README, are ``benchmarks/results/<name>.json``;
+compare a local run against them. Timings on shared CPUs are noisy: the functions are called in alternation
+(A B A B ...) so that load changes hit all of them.
 """
 
 from __future__ import annotations
@@ -53,6 +55,20 @@ def environment() -> dict:
         "machine": platform.machine(),
         "unix_time": time.time(),
     }
+
+
+def results_folder(value: str) -> Path:
+    """``--out``: the results folder a benchmark's :func:`write_result` writes ``<name>.json`` into (argparse
+    ``type``). A ``.json`` name or an existing file is refused while the arguments are parsed, before any work
+    (it would become a folder named like a file)."""
+    import argparse
+
+    out = Path(value)
+    if out.suffix == ".json" or out.exists() and not out.is_dir():
+        raise argparse.ArgumentTypeError(
+            f"{value} names a file; --out is the results folder (the benchmark writes <folder>/<name>.json): give a "
+            f"folder, e.g. --out {out.parent / out.stem if out.suffix == '.json' else RESULTS_DIR}")
+    return out
 
 
 def write_result(name: str, payload: dict, results_dir: Path | None = None) -> Path:

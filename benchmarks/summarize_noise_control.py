@@ -31,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from common import write_result  # noqa: E402
+from common import results_folder, write_result  # noqa: E402
 
 from ugrpo.experiments.sweep.lm_alloc import bootstrap_ratio, reach_ratio  # noqa: E402
 from ugrpo.stats.intervals import paired_t_interval  # noqa: E402
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--command", default="")
     ap.add_argument("--design", default="")
     ap.add_argument("--machine", default="")
-    ap.add_argument("--out", type=Path, default=None, help="results folder (default benchmarks/results/local)")
+    ap.add_argument("--out", type=results_folder, default=None, help="results folder, default benchmarks/results/local")
     ap.add_argument("--plot", type=Path, default=None, help="also write the curves to this PNG")
     args = ap.parse_args(argv)
     data = load(args.run)

@@ -88,14 +88,20 @@ def test_lm_sweep_files_aggregate_and_resume(tmp_path, capsys, lm_config):
 
 def test_lm_sweep_takes_dotted_overrides(tmp_path, capsys, lm_config):
     """``ugrpo sweep --config FILE --optim.lr 0.05``: the same override syntax as ``ugrpo train``, applied to every
-    run (and ``--set`` still works); an unknown dotted field is an error naming the closest one."""
+    run (and ``--set`` still works); an unknown dotted field is an error naming the closest one. The report's header
+    and results.json name the task with its effective options, a ``--task.options.*`` override included."""
     out = tmp_path / "dot"
     argv = ["sweep", "--config", lm_config, "--budget", "8", "--groups", "4", "--seeds", "1", "--steps", "1",
             "--no-progress", "--out", out]
-    rc, _, err = run_cli([*argv, "--optim.lr", "0.05", "--eval.every", "0", "--set", "optim.grad_clip=2.5"], capsys)
+    rc, _, err = run_cli([*argv, "--optim.lr", "0.05", "--eval.every", "0", "--set", "optim.grad_clip=2.5",
+                          "--task.options.timeout", "7"], capsys)
     assert rc == 0, err
     cfg = json.loads((out / "runs" / "N8-G4-s0" / "config.json").read_text())
     assert cfg["optim"]["lr"] == 0.05 and cfg["optim"]["grad_clip"] == 2.5 and cfg["eval"]["every"] == 0
+    assert results(out)["task"] == {"name": "custom", "options": cfg["task"]["options"]}
+    assert cfg["task"]["options"]["timeout"] == 7
+    line = next(x for x in (out / "report.md").read_text().splitlines() if x.startswith("Config "))
+    assert f"model `{cfg['model']['name']}`, task `custom` (" in line and "timeout=7" in line, line
     rc, _, err = run_cli([*argv[:-1], tmp_path / "bad", "--optim.lrr", "1"], capsys)
     assert rc == 2 and "unknown config key 'optim.lrr'" in err and "optim.lr" in err, err
     rc, _, err = run_cli([*argv[:-1], tmp_path / "bad", "--budget.group_size", "2"], capsys)

@@ -453,3 +453,34 @@ def test_issue24_items3_5_errors_name_the_file_what_is_wrong_and_the_fix(tmp_pat
     line = _one_error_line(err)
     assert rc == 2 and line.startswith(f"ugrpo {argv[0]}: error: ") and str(first) in line, line
     assert all(s in line for s in says) and not any(s in err for s in never), line
+
+
+# ---------------------------------------------------------------------- LM measurements: input errors before the folder
+LM_ARGS = {"mse": ["--groups", "4", "--reps", "2", "--ref-samples", "4", "--prompts", "4", "--sketch-dim", "8",
+                   "--no-progress"],
+           "plan": ["--pilot-batch", "4", "--pilot-group", "4", "--budget", "16", "--n-boot", "10"]}
+
+
+@pytest.mark.parametrize("command", ["mse", "plan"])
+def test_an_lm_input_error_is_one_line_and_leaves_no_run_folder(command, tmp_path, capsys, tiny_model_dir,
+                                                               train_folder, monkeypatch):
+    """``mse --model`` / ``plan --model``: a missing model, a bad task option or a prompt longer than the model's
+    context (found only once the model is loaded) is one error line and leaves no folder, so the run is not left
+    looking like a crashed one (as ``train``: tests/train/test_preflight.py); another command's folder is refused
+    before the model loads, and left as it was."""
+    from ugrpo.lm import loading
+
+    base = [command, *LM_ARGS[command], "--task", "arithmetic"]
+    cases = [(["--model", tmp_path / "no-such-model"], "local model folder"),
+             (["--model", tiny_model_dir, "--task-option", "colour=red"], "unknown option(s) colour"),
+             (["--model", tiny_model_dir, "--max-new-tokens", "60"], "> model context 64")]
+    for i, (extra, says) in enumerate(cases):
+        out = tmp_path / f"out-{i}"
+        rc, _, err = run_cli([*base, *extra, "--out", out], capsys)
+        assert rc == 2 and says in err and len(err.strip().splitlines()) == 1, (extra, err)
+        assert not out.exists(), (extra, sorted(p.name for p in out.iterdir()))
+    before = {p.name: p.read_bytes() for p in train_folder.iterdir()}
+    monkeypatch.setattr(loading, "load_policy", lambda *a, **k: pytest.fail("the model loaded before the folder check"))
+    rc, _, err = run_cli([*base, "--model", tiny_model_dir, "--out", train_folder], capsys)
+    assert rc == 2 and "belongs to a 'ugrpo train' run" in err
+    assert {p.name: p.read_bytes() for p in train_folder.iterdir()} == before

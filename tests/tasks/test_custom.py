@@ -91,6 +91,30 @@ def test_raising_reward_fn_is_counted_not_a_crash(reward_module: str, data: Path
     assert res.first_error is not None and "Traceback" in res.first_error and "user bug in reward" in res.first_error
 
 
+def test_a_reward_fn_raising_on_some_batches_is_one_warning_line_per_run(data: Path, caplog) -> None:
+    """Rewards zeroed on part of a run are told once per run (each run builds its own task: the second run of a
+    sweep in the same process is told too), on one line naming the exception, the count and the metric to read."""
+    import logging
+
+    def picky(completions, answers):
+        if "100" in completions:
+            raise ValueError("cannot score '100'")
+        return [float(c == a) for c, a in zip(completions, answers)]
+
+    for run in range(2):
+        task = get_task("custom", data_path=str(data), reward_fn=picky)
+        ps = task.train_problems()
+        with caplog.at_level(logging.WARNING, logger="ugrpo.tasks.base"):
+            caplog.clear()
+            counts = [score(task, batch, ps).n_errors for batch in (["4", "1", "-2"], ["4", "100", "-2"],
+                                                                     ["100", "100", "0"])]
+        assert counts == [0, 3, 3], run
+        logged = [r.getMessage() for r in caplog.records]
+        assert len(logged) == 1 and "\n" not in logged[0], (run, logged)
+        assert "raised ValueError: cannot score '100' on a batch of 3 completions" in logged[0], logged[0]
+        assert "n_errors" in logged[0] and "metrics.jsonl" in logged[0] and "Not logged again" in logged[0]
+
+
 @pytest.mark.parametrize("fn", ["wrong_length", "not_a_list"])
 def test_wrong_shape_is_an_error(reward_module: str, data: Path, fn: str) -> None:
     task = get_task("custom", data_path=str(data), reward_fn=f"{reward_module}:{fn}")

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["count", "fmt", "fmt_ci", "fmt_values", "md_table", "text_table", "header", "image", "config_block",
-           "read_run"]
+           "task_text", "read_run"]
 
 
 def count(n: int, noun: str) -> str:
@@ -92,6 +92,14 @@ def header(title: str, argv: Sequence[str] | None = None) -> str:
     if argv:
         s += "\nCommand:\n\n```\n" + " ".join(shlex.quote(a) for a in argv) + "\n```\n"
     return s
+
+
+def task_text(task: dict[str, Any]) -> str:
+    """``task `arithmetic` (difficulty=medium, n_train=200)``: a task and its effective options (the config file's
+    with every command-line override applied), sorted by name."""
+    opts = task.get("options") or {}
+    text = ", ".join(f"{k}={v}" for k, v in sorted(opts.items()))
+    return f"task `{task.get('name')}`" + (f" ({text})" if text else " (default options)")
 
 
 def image(path: str, alt: str) -> str:

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ugrpo.report.markdown import count, fmt, fmt_ci, fmt_values, header, image, md_table
+from ugrpo.report.markdown import count, fmt, fmt_ci, fmt_values, header, image, md_table, task_text
 from ugrpo.report.plots import Marker, Panel, Series, line_plot, panel_plot
 from ugrpo.runs import RunDir
 
@@ -287,7 +287,9 @@ def _write_lm(run: RunDir, results: dict[str, Any], argv: Sequence[str] | None) 
     title = ("ugrpo sweep --config --allocation: held-out accuracy vs samples spent per allocation rule" if rules else
              "ugrpo sweep --config: held-out accuracy vs group size at a fixed budget (paper Fig. 5, Table 2)")
     md = [header(title, argv),
-          f"Config `{cfg['config']}`, {results['steps']} steps per run, {count(cfg['seeds'], 'seed')} per "
+          f"Config `{cfg['config']}`"
+          + (f", model `{results['model']}`, {task_text(results['task'])}" if "task" in results else "")
+          + f", {results['steps']} steps per run, {count(cfg['seeds'], 'seed')} per "
           f"{'(N, G, rule)' if rules else '(N, G)'}, groups "
           f"{fmt_values(cfg['groups'], prefix='')}; checkpoints at "
           f"{fmt_values(results['checkpoints'], prefix='steps ')}; mean over seeds with a "

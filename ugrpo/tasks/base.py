@@ -32,6 +32,7 @@ __all__ = [
     "check_options",
     "VerifierContractError",
     "warn_once",
+    "error_line",
 ]
 
 log = logging.getLogger(__name__)
@@ -167,15 +168,33 @@ _MAX_REWARD = 3.4028234663852886e38
 """float32's largest value: a larger reward overflows the float32 loss to inf, so it is unscorable too."""
 
 
-_WARNED: set[str] = set()
+_WARNED: set[int] = set()  # id() of tasks that cannot hold the flag themselves (no __dict__)
+COUNTS = ("n_errors, n_timeouts and n_parse_failures per step in a training run's metrics.jsonl "
+          "(eval_n_unscorable at evaluations)")
+"""Where the counts of unscorable completions are read (named by the one-time warning)."""
 
 
 def warn_once(task: object, message: str) -> None:
-    """Log a scoring problem the first time a task has it (the counts are in every ScoreResult)."""
+    """Log a scoring problem on one line the first time a task object has it: once per run, since every run builds
+    its own task (the counts are in every ScoreResult, the traceback in its ``first_error``)."""
     name = str(getattr(task, "name", type(task).__name__))
-    if name not in _WARNED:
-        _WARNED.add(name)
-        log.warning("task %r: %s\n(further scoring errors of this task are counted, not logged)", name, message)
+    d = getattr(task, "__dict__", None)
+    if (d.get("_ugrpo_warned", False) if d is not None else id(task) in _WARNED):
+        return
+    if d is not None:
+        d["_ugrpo_warned"] = True
+    else:
+        _WARNED.add(id(task))
+    log.warning("task %r: %s; those completions score 0 and are counted: %s. Not logged again in this run.",
+                name, message, COUNTS)
+
+
+def error_line(error: str | BaseException) -> str:
+    """``'KeyError: 'x''``: an exception, or the last line of a traceback or error message, on one line."""
+    if isinstance(error, BaseException):
+        return f"{type(error).__name__}: {error}"
+    lines = [x.strip() for x in error.strip().splitlines() if x.strip()]
+    return lines[-1] if lines else error
 
 
 def score(task: Task, completions: Sequence[str], problems: Sequence[Problem]) -> ScoreResult:
@@ -220,9 +239,9 @@ def score(task: Task, completions: Sequence[str], problems: Sequence[Problem]) -
             raw = list(task.verify(completions, problems))
     except VerifierContractError:
         raise
-    except Exception:  # a crashing verifier must not end the run: count it, log it
+    except Exception as e:  # a crashing verifier must not end the run: count it, log it
         tb = traceback.format_exc()
-        warn_once(task, f"verify raised; all {n} completions of the batch scored 0.0 (counted as errors)\n{tb}")
+        warn_once(task, f"verify raised {error_line(e)} on a batch of {n} completions")
         return ScoreResult([0.0] * n, [True] * n, 0, 0, n, tb)
     if len(raw) != n:
         raise VerifierContractError(
@@ -255,7 +274,7 @@ def score(task: Task, completions: Sequence[str], problems: Sequence[Problem]) -
     n_errors = n_err_task + unclassified + n_bad_values
     first_error = (stats.first_error if stats else None) or first_bad
     if first_error is not None and n_errors:
-        warn_once(task, f"{n_errors} scoring error(s) in a batch of {n}; first: {first_error}")
+        warn_once(task, f"{n_errors} scoring error(s) in a batch of {n} completions; first: {error_line(first_error)}")
     return ScoreResult(rewards, unscorable, n_timeouts, n_parse, n_errors, first_error)
 
 

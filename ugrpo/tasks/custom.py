@@ -31,7 +31,8 @@ answer of the first train row (e.g. TRL's      the spec, the row, the calling co
 scores that gold answer None, NaN or <= 0      a one-line warning before the run
 returns a list of the wrong length / no list   :class:`~ugrpo.tasks.base.VerifierContractError`
 raises                                          whole batch unscorable (reward 0), counted
-                                               as errors, first traceback kept and logged;
+                                               as errors, traceback kept (``first_error``);
+                                               the first time in a run: one warning line;
                                                on every completion of the first step:
                                                ``RewardFunctionError``, the run stops
 returns None for an item                        unscorable, counted as a parse failure
@@ -57,7 +58,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ugrpo.tasks.base import OptionError, Problem, VerifierContractError, VerifyStats, check_options, warn_once
+from ugrpo.tasks.base import (
+    OptionError,
+    Problem,
+    VerifierContractError,
+    VerifyStats,
+    check_options,
+    error_line,
+    warn_once,
+)
 from ugrpo.tasks.loading import BadRow, BadRowPolicy, RowError, read_rows, text_field
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -242,15 +251,14 @@ class CustomTask:
         try:
             raw = self.call(completions, problems)
         except TimeoutError:
-            warn_once(self, f"reward_fn {self.reward_fn!r} did not return within {self.timeout:g} s; the batch's {n} "
-                             "completions are unscorable (counted as timeouts); raise task.options.timeout if it "
-                             "is just slow")
+            warn_once(self, f"reward_fn {self.reward_fn!r} did not return within {self.timeout:g} s on a batch of {n} "
+                             "completions (raise task.options.timeout if it is just slow)")
             stats.n_timeouts = n
             stats.first_error = f"reward_fn {self.reward_fn!r} timed out after {self.timeout:g} s"
             return [None] * n, stats
-        except Exception:
+        except Exception as e:
             tb = traceback.format_exc()
-            warn_once(self, f"reward_fn {self.reward_fn!r} raised; {n} completions unscorable\n{tb}")
+            warn_once(self, f"reward_fn {self.reward_fn!r} raised {error_line(e)} on a batch of {n} completions")
             stats.n_errors = n
             stats.first_error = tb
             return [None] * n, stats

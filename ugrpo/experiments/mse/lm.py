@@ -37,20 +37,12 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from ugrpo.experiments.mse.env import ESTIMATORS
-from ugrpo.experiments.plan.lm import (
-    check_backend,
-    check_context,
-    load_lm_task,
-    policy_device,
-    require_backend,
-    sample_sketched,
-)
+from ugrpo.experiments.plan.lm import FrozenPolicy, check_backend, check_lm_run, load_frozen, sample_sketched
 from ugrpo.runs import RunDir, to_jsonable
 from ugrpo.stats.exact_mse import hoeffding_split
 from ugrpo.stats.intervals import MEAN_KEYS, RATIO_KEYS, paired_t_interval, ratio_interval
 from ugrpo.stats.mc_mse import DT, block_squared_errors, corrected_row, reference_moments
 from ugrpo.stats.seeds import derive_seed
-from ugrpo.tasks.custom_check import check_named_task
 
 __all__ = ["LMMSEConfig", "run_lm_mse", "lm_mse_experiment"]
 
@@ -266,21 +258,16 @@ def _predicted(comp: dict[str, Any], est: str, B: int, G: int) -> float:
     return minibatch_mse(pm, est, B, G)
 
 
-def run_lm_mse(cfg: LMMSEConfig, run: RunDir, *, progress: bool = True, n_boot: int = 500) -> dict[str, Any]:
-    """Sample the pool, sketch, and measure every estimator's MSE per G; returns the results.json object."""
+def run_lm_mse(cfg: LMMSEConfig, run: RunDir, *, progress: bool = True, n_boot: int = 500,
+               frozen: FrozenPolicy | None = None) -> dict[str, Any]:
+    """Sample the pool, sketch, and measure every estimator's MSE per G; returns the results.json object.
+    ``frozen``: the first P problems and the policy, loaded and checked already (None: loaded here)."""
     t_start = time.perf_counter()
-    from ugrpo.lm.loading import load_policy
     from ugrpo.lm.vllm_engine import frozen_sampler
 
-    task, opts = load_lm_task(cfg.model, cfg.task, dict(cfg.task_options))
-    problems = task.train_problems()
-    if len(problems) < cfg.prompts:
-        raise ValueError(f"--prompts P = {cfg.prompts} but task {cfg.task!r} has only {len(problems)} training "
-                         "problems; "
-                         f"lower --prompts or raise --task-option n_train")
-    problems = problems[: cfg.prompts]
-    policy = load_policy(cfg.model, seed=cfg.seed, device=policy_device(cfg.sampling_backend))
-    longest = check_context(policy, problems, cfg.max_new_tokens, cfg.chat)
+    frozen = frozen or load_frozen(cfg.model, cfg.task, cfg.task_options, seed=cfg.seed, backend=cfg.sampling_backend,
+                                   max_new_tokens=cfg.max_new_tokens, chat=cfg.chat, prompts=cfg.prompts)
+    task, opts, problems, policy, longest = frozen.task, frozen.options, frozen.problems, frozen.policy, frozen.longest
     idx = torch.randint(0, cfg.prompts, (cfg.reps, cfg.batch), generator=torch.Generator().manual_seed(cfg.seed))
     with frozen_sampler(policy.model, policy.tokenizer, cfg.sampling_backend, max_model_len=longest) as sampler:
         ref_s, ref_z, est_s, est_z, hist, cost = _sample_pool(policy, task, problems, idx, cfg, progress, sampler)
@@ -352,11 +339,11 @@ def lm_mse_experiment(cfg: LMMSEConfig, out: str, *, argv: list[str] | None = No
     """``ugrpo mse --model``: measure ``cfg`` into the run folder ``out`` (fresh), write its outputs, return results."""
     from ugrpo.report.mse import write_report
 
-    require_backend(cfg.sampling_backend)
-    check_named_task(cfg.task, cfg.task_options)  # a custom reward function that cannot score: before the folder
+    config = {**asdict(cfg), "command": "mse", "argv": argv}
+    frozen = check_lm_run(cfg, out, config, prompts=cfg.prompts)  # every input error before the folder
     rd = RunDir(out)
-    rd.write_config({**asdict(cfg), "command": "mse", "argv": argv})
+    rd.write_config(config)
     rd.file("metrics.jsonl").unlink(missing_ok=True)
-    results = run_lm_mse(cfg, rd, progress=progress)
+    results = run_lm_mse(cfg, rd, progress=progress, frozen=frozen)
     write_report(rd, results, argv)
     return results

@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from ugrpo.runlock import check_claim
 from ugrpo.runs import RunDir, to_jsonable
 from ugrpo.stats.band import check_n_boot
 from ugrpo.stats.seeds import derive_seed
@@ -37,7 +38,7 @@ from ugrpo.tasks.custom_check import check_named_task
 
 __all__ = ["LMPlanConfig", "SketchedSamples", "parse_task_options", "load_lm_task", "sample_sketched",
            "sample_lm_pilot", "run_lm_plan", "lm_plan_experiment", "SAMPLING_BACKENDS", "check_backend",
-           "policy_device", "require_backend"]
+           "policy_device", "require_backend", "FrozenPolicy", "load_frozen", "check_lm_run"]
 
 DT = torch.float64
 SAMPLING_BACKENDS = ("hf", "vllm")
@@ -139,6 +140,50 @@ def check_context(policy, problems, max_new_tokens: int, chat: bool) -> int:
     return max(lengths) + max_new_tokens
 
 
+@dataclass(frozen=True, eq=False)
+class FrozenPolicy:
+    """What ``plan --model`` and ``mse --model`` load and check before their run folder: the task, its resolved
+    options, the problems the run samples from, the policy, and the longest prompt + completion in tokens."""
+
+    task: Any
+    options: dict
+    problems: list
+    policy: Any
+    longest: int
+
+
+def load_frozen(model: str, task: str, options: dict[str, Any], *, seed: int, backend: str, max_new_tokens: int,
+                chat: bool, prompts: int | None = None) -> FrozenPolicy:
+    """The task (its first ``prompts`` training problems, or all), the policy, and the prompt-length check: every
+    input error that needs the model (a missing model, a prompt too long for its context) raised here, before the
+    caller writes anything (as ``train`` loads its model before it claims its folder)."""
+    from ugrpo.lm.loading import load_policy
+
+    t, opts = load_lm_task(model, task, dict(options))
+    problems = t.train_problems()
+    if not problems:
+        raise ValueError(f"task {task!r} has no training problems; check --task-option")
+    if prompts is not None:
+        if len(problems) < prompts:
+            raise ValueError(f"--prompts P = {prompts} but task {task!r} has only {len(problems)} training problems; "
+                             "lower --prompts or raise --task-option n_train")
+        problems = problems[:prompts]
+    policy = load_policy(model, seed=seed, device=policy_device(backend))
+    return FrozenPolicy(t, opts, problems, policy, check_context(policy, problems, max_new_tokens, chat))
+
+
+def check_lm_run(cfg: Any, out: str, config: dict[str, Any], *, prompts: int | None = None) -> FrozenPolicy:
+    """Every check of ``plan --model`` / ``mse --model`` (``cfg``: an ``LMPlanConfig`` or ``LMMSEConfig``) before
+    the run folder ``out`` is created: the backend, a custom task's reward function, the folder read-only
+    (:func:`ugrpo.runlock.check_claim` of ``config``, the config.json to be written), then the model and task
+    (:func:`load_frozen`). An input error leaves no folder behind (docs/run-folders.md)."""
+    require_backend(cfg.sampling_backend)
+    check_named_task(cfg.task, cfg.task_options)  # a custom reward function that cannot score
+    check_claim(out, config["command"], config)  # another command's folder, a file in the way: before the model loads
+    return load_frozen(cfg.model, cfg.task, cfg.task_options, seed=cfg.seed, backend=cfg.sampling_backend,
+                       max_new_tokens=cfg.max_new_tokens, chat=cfg.chat, prompts=prompts)
+
+
 def sample_sketched(policy, task, problems, group_size: int, seeds: Sequence[int], *, k: int, sketch_seed: int,
                     temperature: float, max_new_tokens: int, chat: bool, chunk_size: int,
                     keep_rollout: bool = False, sampler=None) -> SketchedSamples:
@@ -236,18 +281,15 @@ def _backward_seconds(model, rollout, temperature: float, chunk_size: int) -> fl
         model.train(was)
 
 
-def sample_lm_pilot(cfg: LMPlanConfig, *, progress: bool = True):
-    """Sample, score and sketch the pilot in chunks of prompts; returns (Pilot, pilot cost, step cost)."""
+def sample_lm_pilot(cfg: LMPlanConfig, *, progress: bool = True, frozen: FrozenPolicy | None = None):
+    """Sample, score and sketch the pilot in chunks of prompts; returns (Pilot, pilot cost, step cost).
+    ``frozen``: the task and policy :func:`load_frozen` loaded and checked already (None: loaded here)."""
     from ugrpo.experiments.plan.pilot_io import Pilot
-    from ugrpo.lm.loading import load_policy
     from ugrpo.lm.vllm_engine import frozen_sampler
 
-    task, opts = load_lm_task(cfg.model, cfg.task, dict(cfg.task_options))
-    problems = task.train_problems()
-    if not problems:
-        raise ValueError(f"task {cfg.task!r} has no training problems; check --task-option")
-    policy = load_policy(cfg.model, seed=cfg.seed, device=policy_device(cfg.sampling_backend))
-    longest = check_context(policy, problems, cfg.max_new_tokens, cfg.chat)
+    frozen = frozen or load_frozen(cfg.model, cfg.task, cfg.task_options, seed=cfg.seed, backend=cfg.sampling_backend,
+                                   max_new_tokens=cfg.max_new_tokens, chat=cfg.chat)
+    task, opts, problems, policy, longest = frozen.task, frozen.options, frozen.problems, frozen.policy, frozen.longest
     gen = torch.Generator().manual_seed(cfg.seed)
     idx = torch.randint(0, len(problems), (cfg.pilot_batch,), generator=gen).tolist()
     drawn = [problems[i] for i in idx]
@@ -290,12 +332,13 @@ def sample_lm_pilot(cfg: LMPlanConfig, *, progress: bool = True):
     return Pilot(rewards=rewards, scores=scores, meta=to_jsonable(meta)), cost, step
 
 
-def run_lm_plan(cfg: LMPlanConfig, run: RunDir, *, progress: bool = True) -> dict[str, Any]:
+def run_lm_plan(cfg: LMPlanConfig, run: RunDir, *, progress: bool = True,
+                frozen: FrozenPolicy | None = None) -> dict[str, Any]:
     """Pilot -> pilot.npz -> c1, c2, c3 and G* for the budget (``run_plan``), plus costs; the results.json object."""
     from ugrpo.experiments.plan.env import run_plan
     from ugrpo.experiments.plan.pilot_io import save_pilot
 
-    pilot, cost, step = sample_lm_pilot(cfg, progress=progress)
+    pilot, cost, step = sample_lm_pilot(cfg, progress=progress, frozen=frozen)
     save_pilot(run.file("pilot.npz"), pilot)
     results = run_plan(pilot, cfg.budget, n_boot=cfg.n_boot, seed=cfg.seed, run=run, group=cfg.group)
     results["pilot_cost"] = cost
@@ -311,11 +354,11 @@ def lm_plan_experiment(cfg: LMPlanConfig, out: str, *, argv: list[str] | None = 
     plan.png, report.md with the costs); returns the results."""
     from ugrpo.report.plan import write_report
 
-    require_backend(cfg.sampling_backend)
-    check_named_task(cfg.task, cfg.task_options)  # a custom reward function that cannot score: before the folder
+    config = {**asdict(cfg), "command": "plan", "argv": argv}
+    frozen = check_lm_run(cfg, out, config)  # every input error before the folder
     rd = RunDir(out)
-    rd.write_config({**asdict(cfg), "command": "plan", "argv": argv})
+    rd.write_config(config)
     rd.file("metrics.jsonl").unlink(missing_ok=True)
-    results = run_lm_plan(cfg, rd)
+    results = run_lm_plan(cfg, rd, frozen=frozen)
     write_report(rd, results, argv)
     return results

@@ -359,7 +359,8 @@ def sweep_lm(cfg: LMSweepConfig, out: str, *, argv: Sequence[str] | None = None,
         raise ValueError(f"the runs in {root.file('runs')} share no evaluated step; check eval.every in {cfg.config}")
     results = {"rows": rows, "best_G": best_lm_groups(uniform_rows(rows)), "checkpoints": cps, "planner": planner,
                "interval": "95% t-interval over seeds" + (", cut to [0, 1] (an accuracy's range)" if bounds else ""),
-               "config": to_jsonable(asdict(cfg)), "steps": base.steps, "runs": [
+               "config": to_jsonable(asdict(cfg)), "steps": base.steps, "model": base.model.name,
+               "task": to_jsonable({"name": base.task.name, "options": dict(base.task.options)}), "runs": [
                    {k: r[k] for k in ("budget", "G", "seed", "name", "rule", "samples_source")}
                    | {"action": actions[r["name"]]} for r in runs]}
     if cfg.rules:
