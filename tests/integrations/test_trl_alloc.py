@@ -461,13 +461,14 @@ def test_bad_ugrpo_config_fields_are_errors_naming_the_field(tmp_path, field, va
 
 
 @pytest.mark.slow  # ~40 s each: a 1-process and a 2-process TRL run of 6 steps, each its own interpreter
-@pytest.mark.parametrize("rule", ["ustat", "uniform-is"])
+@pytest.mark.parametrize("rule", ["ustat", "uniform-is", "ustat-is"])
 def test_two_processes_give_the_sizes_and_parameters_of_one(tmp_path, rule):
     """torchrun with 2 gloo processes (8 rows each) against 1 process (16 rows), same global batch, same seeds:
     ``ustat`` (gathered rewards and score norms; ``scores: output`` measures whole groups per process): the same G_b
     at every step, including a step whose group is split between the processes; ``uniform-is`` (unguarded, so the law
-    moves from the first step): the same drawn prompts and weights; both: the same parameters after 6 SGD steps
-    (tests/integrations/trl_alloc_driver.py)."""
+    moves from the first step): the same drawn prompts and weights; ``ustat-is`` (unguarded, exact spend, M88): the
+    same drawn prompts, weights and G_x, which differ between prompts at some step; all: the same parameters after
+    the SGD steps (tests/integrations/trl_alloc_driver.py)."""
     import os
     import socket
     import subprocess
@@ -500,7 +501,7 @@ def test_two_processes_give_the_sizes_and_parameters_of_one(tmp_path, rule):
         proc = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     sizes_one, sizes_two = (json.loads((d / "sizes.json").read_text()) for d in (one, two))
-    if rule == "uniform-is":  # the weights agree to the float32 rounding of the score norms (groups are measured by
+    if rule != "ustat":  # the weights agree to the float32 rounding of the score norms (groups are measured by
         w_one, w_two = sizes_one[-1].pop("weights"), sizes_two[-1].pop("weights")  # the process holding them)
         np.testing.assert_allclose(w_two, w_one, rtol=1e-6)
         assert max(w_one) != min(w_one)  # the law is not uniform
@@ -508,6 +509,8 @@ def test_two_processes_give_the_sizes_and_parameters_of_one(tmp_path, rule):
     if rule == "ustat":
         split = [s for s in sizes_one if 8 not in np.cumsum(s["sizes"]).tolist()]
         assert split, sizes_one  # some step has a group whose rows sit on both processes
+    if rule == "ustat-is":
+        assert any(len(set(s["sizes"])) > 1 for s in sizes_one), sizes_one  # the exact-spend sizes are not uniform
     a, b = (load_file(str(d / "model.safetensors")) for d in (one, two))
     start = {k: v.detach() for k, v in build_tiny_model(build_char_tokenizer(), size="1m", seed=0).named_parameters()}
     assert max(float((a[k] - start[k]).abs().max()) for k in a) > 1e-4  # the runs moved the parameters
