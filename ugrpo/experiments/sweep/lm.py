@@ -21,7 +21,7 @@ on GPUs; here any config ``ugrpo train`` accepts, at the scale the machine allow
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -36,6 +36,7 @@ from ugrpo.stats.intervals import t_interval
 from ugrpo.tasks.custom_check import check_named_task
 
 __all__ = ["LMSweepConfig", "RunSpec", "build_runs", "check_lm_resume", "run_lm_sweep", "collect_evals",
+           "UNSCORABLE", "unscorable_counts", "unscorable_summary",
            "aggregate_lm", "best_lm_groups", "lm_planner", "sweep_lm", "SWEEP_KEYS"]
 
 @dataclass(frozen=True)
@@ -228,18 +229,44 @@ def run_lm_sweep(cfg: LMSweepConfig, specs: Sequence[RunSpec], root: RunDir, *,
 # ---------------------------------------------------------------------------------------------- aggregation
 
 
+UNSCORABLE = ("n_errors", "n_timeouts", "n_parse_failures", "eval_n_unscorable")
+"""The metrics.jsonl keys that count a run's unscorable completions (:data:`ugrpo.tasks.base.COUNTS`)."""
+
+
+def unscorable_counts(rows: Iterable[dict[str, Any]]) -> dict[str, int]:
+    """A run's unscorable completions by kind (:data:`UNSCORABLE`), summed over its metrics.jsonl rows; only the
+    kinds that occurred ({} for none).
+
+    >>> unscorable_counts([{"step": 0, "eval_n_unscorable": 2}, {"step": 1, "n_errors": 8, "n_timeouts": 0}])
+    {'n_errors': 8, 'eval_n_unscorable': 2}
+    """
+    totals = {k: sum(int(r.get(k) or 0) for r in rows) for k in UNSCORABLE}
+    return {k: n for k, n in totals.items() if n}
+
+
 def collect_evals(root: RunDir, specs: Sequence[RunSpec]) -> list[dict[str, Any]]:
-    """One row per run: {budget, G, seed, name, rule, samples_source, evals: {step: {metric: value, samples}}} from
-    its metrics.jsonl (samples spent: :func:`ugrpo.experiments.sweep.lm_alloc.eval_points`)."""
+    """One row per run: {budget, G, seed, name, rule, samples_source, evals: {step: {metric: value, samples}},
+    unscorable: :func:`unscorable_counts`} from its metrics.jsonl (samples spent:
+    :func:`ugrpo.experiments.sweep.lm_alloc.eval_points`)."""
     from ugrpo.experiments.sweep.lm_alloc import eval_points
 
     out = []
     for sp in specs:
-        evals, source = eval_points(read_jsonl(root.file("runs") / sp.name / "metrics.jsonl"), sp.budget, METRICS,
-                                    rule=sp.rule)
+        rows = list(read_jsonl(root.file("runs") / sp.name / "metrics.jsonl"))
+        evals, source = eval_points(rows, sp.budget, METRICS, rule=sp.rule)
         out.append({"budget": sp.budget, "G": sp.G, "seed": sp.seed, "name": sp.name, "rule": sp.rule,
-                    "samples_source": source, "evals": evals})
+                    "samples_source": source, "evals": evals, "unscorable": unscorable_counts(rows)})
     return out
+
+
+def unscorable_summary(runs: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """{runs: the names of the runs with unscorable completions, of: how many runs, counts: the totals by kind} over
+    :func:`collect_evals`' rows; None when no run had any."""
+    hit = [r for r in runs if r["unscorable"]]
+    if not hit:
+        return None
+    return {"runs": [r["name"] for r in hit], "of": len(runs),
+            "counts": {k: n for k in UNSCORABLE if (n := sum(r["unscorable"].get(k, 0) for r in hit))}}
 
 
 BINARY_TASKS = ("arithmetic", "gsm8k", "math")
@@ -360,8 +387,9 @@ def sweep_lm(cfg: LMSweepConfig, out: str, *, argv: Sequence[str] | None = None,
     results = {"rows": rows, "best_G": best_lm_groups(uniform_rows(rows)), "checkpoints": cps, "planner": planner,
                "interval": "95% t-interval over seeds" + (", cut to [0, 1] (an accuracy's range)" if bounds else ""),
                "config": to_jsonable(asdict(cfg)), "steps": base.steps, "model": base.model.name,
-               "task": to_jsonable({"name": base.task.name, "options": dict(base.task.options)}), "runs": [
-                   {k: r[k] for k in ("budget", "G", "seed", "name", "rule", "samples_source")}
+               "task": to_jsonable({"name": base.task.name, "options": dict(base.task.options)}),
+               "unscorable": unscorable_summary(runs), "runs": [
+                   {k: r[k] for k in ("budget", "G", "seed", "name", "rule", "samples_source", "unscorable")}
                    | {"action": actions[r["name"]]} for r in runs]}
     if cfg.rules:
         from ugrpo.experiments.sweep.lm_alloc import allocation_section
