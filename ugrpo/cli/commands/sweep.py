@@ -166,11 +166,11 @@ def _lm_config(args: argparse.Namespace):
 def _main_lm(args: argparse.Namespace) -> int:
     from ugrpo.experiments.sweep.lm import sweep_lm
     from ugrpo.report.markdown import fmt_ci, fmt_values, text_table
-    from ugrpo.report.sweep import unscorable_text
+    from ugrpo.report.sweep import scoring_errors_text
 
     results = sweep_lm(_lm_config(args), args.out, argv=command_line("sweep", args), progress=not args.no_progress)
-    if unscorable := unscorable_text(results, str(Path(args.out) / "runs")):
-        print(f"warning: {unscorable}", file=sys.stderr, flush=True)
+    if faults := scoring_errors_text(results, str(Path(args.out) / "runs")):
+        print(f"warning: {faults}", file=sys.stderr, flush=True)
     if results.get("allocation"):
         return _print_alloc_lm(args, results)
     rows = results["rows"]
