@@ -350,3 +350,41 @@ def test_accuracy_intervals_stay_in_0_1_and_say_they_were_cut():
     for r, q in zip(rows, raw):
         assert 0.0 <= r["ci_low"] <= r["mean"] <= r["ci_high"] <= 1.0
         assert r["clipped"] and (r["ci_low"], r["ci_high"]) == (max(q["ci_low"], 0.0), min(q["ci_high"], 1.0))
+
+
+def test_lm_sweep_tells_of_scoring_errors_once_and_not_of_answerless_completions(tmp_path, capsys, lm_config):
+    """A run's scoring warning goes to its own train.log; the sweep sums the scoring errors of every run's
+    metrics.jsonl and says so once, on the console (stderr) and in report.md: how many runs, the totals by kind, where
+    to read them. Here the reward function raises on every held-out batch (eval_n_errors) and never in training. A
+    reward that returns None for completions without an answer (parse failures, routine for a small model) is not
+    a scoring error: nothing is said."""
+    argv = ["sweep", "--config", lm_config, "--budget", "8", "--groups", "4", "--steps", "1", "--workers", "1",
+            "--no-progress"]
+    out = tmp_path / "bad"
+    rc, _, err = run_cli([*argv, "--seeds", "2", "--out", out, "--task.options.reward_fn",
+                          "dense_reward:fails_on_held_out"], capsys)
+    assert rc == 0, err
+    names = ["N8-G4-s0", "N8-G4-s1"]
+    per_run = [sum(r.get("eval_n_errors", 0) for r in _evals(out / "runs" / n).values()) for n in names]
+    assert per_run[0] > 0 and per_run[0] == per_run[1]  # every evaluated completion, at steps 0 and 1
+    for n in names:
+        assert "raised ValueError: cannot score a held-out problem" in (out / "runs" / n / "train.log").read_text()
+    warned = [x for x in err.splitlines() if "scoring errors" in x]
+    assert warned == [f"warning: 2 of 2 runs had scoring errors (the reward function or verifier raised or timed out; "
+                      f"those completions scored 0; eval_n_errors {sum(per_run)} in all): counted per step in each "
+                      "run's metrics.jsonl (a traceback in first_error; a run's first scoring error is also a warning "
+                      f"line in its train.log) in {out / 'runs'}/ (N8-G4-s0, N8-G4-s1)"], err
+    res = results(out)
+    assert res["scoring_errors"] == {"runs": names, "of": 2, "counts": {"eval_n_errors": sum(per_run)}}
+    assert [r["scoring_errors"] for r in res["runs"]] == [{"eval_n_errors": k} for k in per_run]
+    report = (out / "report.md").read_text()
+    warned = [x for x in report.splitlines() if "scoring errors" in x]
+    assert len(warned) == 1 and warned[0].startswith("**Warning**: 2 of 2 runs had scoring errors"), warned
+    assert "in runs/ (N8-G4-s0, N8-G4-s1)." in report
+    quiet = tmp_path / "quiet"  # sevens: None (unscorable, a parse failure) for every completion with a '0'
+    rc, _, err = run_cli([*argv, "--seeds", "1", "--out", quiet, "--task.options.reward_fn", "dense_reward:sevens"],
+                         capsys)
+    rows = [json.loads(x) for x in (quiet / "runs" / "N8-G4-s0" / "metrics.jsonl").read_text().splitlines()]
+    assert sum(r.get("n_parse_failures", 0) + r.get("eval_n_unscorable", 0) for r in rows) > 0  # there were some
+    assert rc == 0 and "scoring errors" not in err, err
+    assert results(quiet)["scoring_errors"] is None and "scoring errors" not in (quiet / "report.md").read_text()

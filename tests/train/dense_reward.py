@@ -67,3 +67,13 @@ def fails_after_first_batch(completions, answers):
 
 
 _batches = {"n": 0}
+
+
+def fails_on_held_out(completions, answers, prompts):
+    """:func:`varied` on the training prompts (never unscorable), raises on a batch with a held-out prompt
+    (``train_helpers.EVAL_PROMPTS``): every evaluation's completions are unscorable, no training step's."""
+    from train_helpers import EVAL_PROMPTS
+
+    if set(prompts) & set(EVAL_PROMPTS):
+        raise ValueError("cannot score a held-out problem")
+    return varied(completions, answers)

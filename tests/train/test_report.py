@@ -90,3 +90,16 @@ def test_a_run_records_each_problems_rewards_behind_its_accuracies(tiny_model_di
         assert sum(per["greedy"]) / 4 == pytest.approx(r["eval_accuracy"])
         assert sum(per["pass1"]) / 4 == pytest.approx(r["eval_pass1"])
     assert "| change, paired over the problems | " in (tmp_path / "r" / "report.md").read_text()
+
+
+def test_the_report_names_the_task_with_its_effective_options(tmp_path):
+    """The header names the task as the sweep report does (``report.markdown.task_text``): with the options the run
+    used (config.json's, every command-line override applied), so two variants of a task are told apart."""
+    run = RunDir(tmp_path)
+    run.write_config({"model": {"name": "m"}, "task": {"name": "arithmetic",
+                                                      "options": {"n_train": 200, "difficulty": "medium"}},
+                      "budget": {}})
+    for r in _rows():
+        run.append_metrics(r)
+    run.write_results({"steps": 4, "minutes": 0.1})
+    assert "Model `m`, task `arithmetic` (difficulty=medium, n_train=200), algorithm" in write_report(run).read_text()

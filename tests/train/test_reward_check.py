@@ -94,3 +94,27 @@ def test_crashes_after_the_first_step_are_counted_not_a_stop(tiny_model_dir, tas
     result = train(cfg, tmp_path / "run")
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert result.steps == 3 and [r.get("n_errors") for r in rows if r["step"]] == [0, 8, 8]
+
+
+def test_a_scoring_warning_under_the_training_bar_is_written_above_it(tiny_model_dir, task_files, tmp_path, capsys,
+                                                                     monkeypatch):
+    """The one-line scoring warning (``logging``, step 2 here) is written as the step lines are (``tqdm.write``):
+    the bar is cleared, the warning gets a line of its own, the bar is drawn again below; not appended to the bar's
+    line. No logging set up (as under ``ugrpo``): Python's last-resort handler would write it; as quiet as that one
+    (WARNING and up); the handlers are restored after the run."""
+    import logging
+
+    monkeypatch.setattr(logging.root, "handlers", [])  # pytest's capture handlers off: the console as the CLI has it
+    dense_reward._batches["n"] = 0
+    cfg = config_from_dict(small_config(tiny_model_dir, task_files, steps=3, eval__n_problems=0, checkpoint_every=0,
+                                        task__options__reward_fn="dense_reward:fails_after_first_batch"))
+    chatty = logging.getLogger("ugrpo.test_chatty")
+    monkeypatch.setattr(chatty, "level", logging.INFO)  # a library logging INFO stays quiet, as before: WARNING up
+    train(cfg, tmp_path / "run", on_step=lambda step, row: chatty.info("an info record at step %d", step))
+    err = capsys.readouterr().err
+    assert "an info record" not in err
+    at = [x for x in err.split("\n") if "flaky verifier" in x]
+    assert len(at) == 1 and "train:" in err, err
+    assert at[0].split("\r")[-1].startswith("task 'custom': reward_fn 'dense_reward:fails_after_first_batch' raised "
+                                            "RuntimeError: flaky verifier"), repr(at[0])
+    assert logging.root.handlers == []

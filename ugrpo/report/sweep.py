@@ -25,7 +25,7 @@ from ugrpo.runs import RunDir
 
 __all__ = ["write_report", "reading", "rules_reading", "lm_reading", "table2", "best_g_table", "uniform_rows",
            "swept_g_star", "METRICS", "comparison_table", "allocation_reading", "allocation_markdown",
-           "ALLOCATION_PLOTS"]
+           "ALLOCATION_PLOTS", "scoring_errors_text"]
 
 METRICS = ("eval_accuracy", "eval_pass1")
 """held-out metrics of a language-model sweep (greedy accuracy, sampled pass@1), as logged by the trainer"""
@@ -295,6 +295,8 @@ def _write_lm(run: RunDir, results: dict[str, Any], argv: Sequence[str] | None) 
           f"{fmt_values(results['checkpoints'], prefix='steps ')}; mean over seeds with a "
           + results.get("interval", "95% t-interval over seeds")
           + (" (one seed: no interval)." if cfg["seeds"] == 1 else "."), ""]
+    if faults := scoring_errors_text(results):
+        md += [f"**Warning**: {faults}.", ""]
     if show_g:
         md += ["## Reading", "", *[f"- {s}" for s in lm_reading(results)], ""]
     md += allocation_markdown(run, results)
@@ -315,6 +317,22 @@ def _write_lm(run: RunDir, results: dict[str, Any], argv: Sequence[str] | None) 
                       r["mean"], "-" if r["ci_low"] is None else fmt_ci(r["ci_low"], r["ci_high"]), r["seeds"]]
                      for r in results["rows"]]), ""]
     return run.write_report("\n".join(md))
+
+
+def scoring_errors_text(results: dict[str, Any], runs: str = "runs") -> str | None:
+    """One line when the scorer of some runs of an LM sweep failed on completions (their reward function or verifier
+    raised or timed out: scored 0, counted in metrics.jsonl): how many runs, the totals by kind, where to read them
+    (``runs``: the runs' folder); None when none had any. Completions without an answer are not scoring errors."""
+    u = results.get("scoring_errors")
+    if not u:
+        return None
+    names = u["runs"]
+    shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    kinds = ", ".join(f"{k} {n}" for k, n in u["counts"].items())
+    return (f"{len(names)} of {count(u['of'], 'run')} had scoring errors (the reward function or verifier raised or "
+            f"timed out; those completions scored 0; {kinds} in all): "
+            "counted per step in each run's metrics.jsonl (a traceback in first_error; a run's first scoring error "
+            f"is also a warning line in its train.log) in {runs}/ ({shown})")
 
 
 def swept_g_star(planner: dict[str, Any]) -> str:

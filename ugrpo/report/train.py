@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ugrpo.report.coverage import coverage_phrase, is_coverage_phrase
+from ugrpo.report.markdown import task_text
 from ugrpo.report.plots import Series, line_plot
 from ugrpo.runs import RunDir
 from ugrpo.stats.intervals import wilson_interval
@@ -238,7 +239,7 @@ def write_report(run: RunDir, results: dict | None = None, argv: Sequence[str] |
     N, G = budget.get("samples_per_step"), budget.get("group_size")
     text = f"""# Training report
 
-Model `{model.get('name')}`, task `{task.get('name')}`, algorithm {cfg.get('algorithm')},
+Model `{model.get('name')}`, {task_text(task)}, algorithm {cfg.get('algorithm')},
 baseline `{cfg.get('baseline')}`, scale `{cfg.get('scale')}`, N = {N}, G = {G},
 {res.get('steps', len(train_rows))} steps, optimizer {optim.get('name')} lr {optim.get('lr')},
 {_f(res.get('minutes'))} minutes of training{_load(res)}.

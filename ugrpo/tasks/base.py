@@ -170,7 +170,7 @@ _MAX_REWARD = 3.4028234663852886e38
 
 _WARNED: set[int] = set()  # id() of tasks that cannot hold the flag themselves (no __dict__)
 COUNTS = ("n_errors, n_timeouts and n_parse_failures per step in a training run's metrics.jsonl "
-          "(eval_n_unscorable at evaluations)")
+          "(eval_n_errors at evaluations)")
 """Where the counts of unscorable completions are read (named by the one-time warning)."""
 
 

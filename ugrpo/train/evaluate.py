@@ -29,13 +29,16 @@ __all__ = ["EvalResult", "evaluate", "eval_metrics", "greedy_completions", "eval
 class EvalResult:
     """``accuracy``: mean reward of greedy completions (= accuracy for a binary verifier);
     ``pass1``: mean reward of sampled completions; None where that evaluation is disabled. ``per_problem``: each
-    problem's greedy reward and mean sampled reward, in problem order (what a paired before/after change needs)."""
+    problem's greedy reward and mean sampled reward, in problem order (what a paired before/after change needs).
+    ``n_unscorable``: completions scored 0 because they could not be scored (no answer in them included);
+    ``n_errors``: those of them that the scorer failed on (it raised or timed out), a fault of the scorer."""
 
     accuracy: float | None
     pass1: float | None
     n_problems: int
     n_unscorable: int
     per_problem: dict[str, list[float]] | None = None
+    n_errors: int = 0
 
 
 def eval_seed(seed: int, index: int) -> int:
@@ -92,7 +95,7 @@ def evaluate(
     mine = shard(len(problems), ctx)
     probs = [problems[i] for i in mine]
     texts = [prompts[i] for i in mine]
-    sums = [0.0, 0.0, 0.0, 0.0]  # greedy reward sum, sampled reward sum, n sampled, unscorable
+    sums = [0.0, 0.0, 0.0, 0.0, 0.0]  # greedy reward sum, sampled reward sum, n sampled, unscorable, scorer faults
     mine_greedy: list[float] = []
     mine_pass1: list[float] = []
     if probs and greedy:
@@ -101,6 +104,7 @@ def evaluate(
         sc = score(task, done, probs)
         sums[0] += sum(sc.rewards)
         sums[3] += sc.n_unscorable
+        sums[4] += sc.n_errors + sc.n_timeouts
         mine_greedy = [float(r) for r in sc.rewards]
     if probs and pass1_samples > 0:
         k = pass1_samples
@@ -110,8 +114,9 @@ def evaluate(
         sums[1] += sum(sc.rewards)
         sums[2] += len(sc.rewards)
         sums[3] += sc.n_unscorable
+        sums[4] += sc.n_errors + sc.n_timeouts
         mine_pass1 = [float(sum(sc.rewards[i * k:(i + 1) * k])) / k for i in range(len(probs))]  # prompt-major
-    g_sum, s_sum, s_n, bad = reduce_sum(sums, ctx)
+    g_sum, s_sum, s_n, bad, faults = reduce_sum(sums, ctx)
     parts = gather_objects((mine_greedy, mine_pass1), ctx)  # contiguous shards in rank order: problem order
     n = len(problems)
     per_problem = {"greedy": [v for p in parts for v in p[0]], "pass1": [v for p in parts for v in p[1]]}
@@ -121,6 +126,7 @@ def evaluate(
         n_problems=n,
         n_unscorable=int(bad),
         per_problem={k: v for k, v in per_problem.items() if v} or None,
+        n_errors=int(faults),
     )
 
 
@@ -133,4 +139,4 @@ def eval_metrics(cfg: TrainConfig, model, tokenizer, task, problems: Sequence[Pr
         batch_size=cfg.eval.batch_size, seed=cfg.seed, ctx=ctx, engine=engine,
     )
     return {"eval_accuracy": ev.accuracy, "eval_pass1": ev.pass1, "eval_n_unscorable": ev.n_unscorable,
-            "eval_n_problems": ev.n_problems, "eval_per_problem": ev.per_problem}
+            "eval_n_errors": ev.n_errors, "eval_n_problems": ev.n_problems, "eval_per_problem": ev.per_problem}

@@ -65,6 +65,7 @@ from ugrpo.train.steplog import (
     finish_row,
     fmt_value,
     line,
+    logs_above_bar,
     nonfinite_message,
     repair_run_metrics,
     step_metrics,
@@ -127,7 +128,8 @@ def train(
         require_vllm(run_device(cfg, ctx))
     checked = checked or preflight(cfg, out, resume=resume)
     try:
-        return _train(cfg, out, ctx, checked, resume=resume, on_step=on_step)
+        with logs_above_bar():  # a warning logged while the training bar is shown goes above it, not onto its line
+            return _train(cfg, out, ctx, checked, resume=resume, on_step=on_step)
     except KeyboardInterrupt:
         raise KeyboardInterrupt(_saved_state(out)) from None
     finally:

@@ -28,6 +28,7 @@ A flag of another mode is an error naming it.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from ugrpo.cli.options import add_override_flags, config_default, given, parse_bool, parse_overrides, ray_options
@@ -165,8 +166,11 @@ def _lm_config(args: argparse.Namespace):
 def _main_lm(args: argparse.Namespace) -> int:
     from ugrpo.experiments.sweep.lm import sweep_lm
     from ugrpo.report.markdown import fmt_ci, fmt_values, text_table
+    from ugrpo.report.sweep import scoring_errors_text
 
     results = sweep_lm(_lm_config(args), args.out, argv=command_line("sweep", args), progress=not args.no_progress)
+    if faults := scoring_errors_text(results, str(Path(args.out) / "runs")):
+        print(f"warning: {faults}", file=sys.stderr, flush=True)
     if results.get("allocation"):
         return _print_alloc_lm(args, results)
     rows = results["rows"]

@@ -21,7 +21,7 @@ on GPUs; here any config ``ugrpo train`` accepts, at the scale the machine allow
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -36,6 +36,7 @@ from ugrpo.stats.intervals import t_interval
 from ugrpo.tasks.custom_check import check_named_task
 
 __all__ = ["LMSweepConfig", "RunSpec", "build_runs", "check_lm_resume", "run_lm_sweep", "collect_evals",
+           "SCORING_FAULTS", "scoring_fault_counts", "scoring_fault_summary",
            "aggregate_lm", "best_lm_groups", "lm_planner", "sweep_lm", "SWEEP_KEYS"]
 
 @dataclass(frozen=True)
@@ -228,18 +229,47 @@ def run_lm_sweep(cfg: LMSweepConfig, specs: Sequence[RunSpec], root: RunDir, *,
 # ---------------------------------------------------------------------------------------------- aggregation
 
 
+SCORING_FAULTS = ("n_errors", "n_timeouts", "eval_n_errors")
+"""The metrics.jsonl keys that count completions a run's scorer failed on (it raised or timed out; at evaluations
+both in ``eval_n_errors``): a fault of the reward function or verifier. A completion with no answer in it
+(``n_parse_failures``, part of ``eval_n_unscorable``) is the model's doing, routine for a small model, and not one."""
+
+
+def scoring_fault_counts(rows: Iterable[dict[str, Any]]) -> dict[str, int]:
+    """A run's scoring faults by kind (:data:`SCORING_FAULTS`), summed over its metrics.jsonl rows; only the kinds
+    that occurred ({} for none).
+
+    >>> scoring_fault_counts([{"step": 0, "eval_n_errors": 2}, {"step": 1, "n_errors": 8, "n_parse_failures": 3}])
+    {'n_errors': 8, 'eval_n_errors': 2}
+    """
+    totals = {k: sum(int(r.get(k) or 0) for r in rows) for k in SCORING_FAULTS}
+    return {k: n for k, n in totals.items() if n}
+
+
 def collect_evals(root: RunDir, specs: Sequence[RunSpec]) -> list[dict[str, Any]]:
-    """One row per run: {budget, G, seed, name, rule, samples_source, evals: {step: {metric: value, samples}}} from
-    its metrics.jsonl (samples spent: :func:`ugrpo.experiments.sweep.lm_alloc.eval_points`)."""
+    """One row per run: {budget, G, seed, name, rule, samples_source, evals: {step: {metric: value, samples}},
+    scoring_errors: :func:`scoring_fault_counts`} from its metrics.jsonl (samples spent:
+    :func:`ugrpo.experiments.sweep.lm_alloc.eval_points`)."""
     from ugrpo.experiments.sweep.lm_alloc import eval_points
 
     out = []
     for sp in specs:
-        evals, source = eval_points(read_jsonl(root.file("runs") / sp.name / "metrics.jsonl"), sp.budget, METRICS,
-                                    rule=sp.rule)
+        rows = list(read_jsonl(root.file("runs") / sp.name / "metrics.jsonl"))
+        evals, source = eval_points(rows, sp.budget, METRICS, rule=sp.rule)
         out.append({"budget": sp.budget, "G": sp.G, "seed": sp.seed, "name": sp.name, "rule": sp.rule,
-                    "samples_source": source, "evals": evals})
+                    "samples_source": source, "evals": evals,
+                    "scoring_errors": scoring_fault_counts(rows)})
     return out
+
+
+def scoring_fault_summary(runs: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """{runs: the names of the runs whose scorer failed on some completions, of: how many runs, counts: the totals by
+    kind} over :func:`collect_evals`' rows; None when no run had any."""
+    hit = [r for r in runs if r["scoring_errors"]]
+    if not hit:
+        return None
+    return {"runs": [r["name"] for r in hit], "of": len(runs),
+            "counts": {k: n for k in SCORING_FAULTS if (n := sum(r["scoring_errors"].get(k, 0) for r in hit))}}
 
 
 BINARY_TASKS = ("arithmetic", "gsm8k", "math")
@@ -360,8 +390,9 @@ def sweep_lm(cfg: LMSweepConfig, out: str, *, argv: Sequence[str] | None = None,
     results = {"rows": rows, "best_G": best_lm_groups(uniform_rows(rows)), "checkpoints": cps, "planner": planner,
                "interval": "95% t-interval over seeds" + (", cut to [0, 1] (an accuracy's range)" if bounds else ""),
                "config": to_jsonable(asdict(cfg)), "steps": base.steps, "model": base.model.name,
-               "task": to_jsonable({"name": base.task.name, "options": dict(base.task.options)}), "runs": [
-                   {k: r[k] for k in ("budget", "G", "seed", "name", "rule", "samples_source")}
+               "task": to_jsonable({"name": base.task.name, "options": dict(base.task.options)}),
+               "scoring_errors": scoring_fault_summary(runs), "runs": [
+                   {k: r[k] for k in ("budget", "G", "seed", "name", "rule", "samples_source", "scoring_errors")}
                    | {"action": actions[r["name"]]} for r in runs]}
     if cfg.rules:
         from ugrpo.experiments.sweep.lm_alloc import allocation_section
