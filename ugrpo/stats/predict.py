@@ -122,12 +122,29 @@ def reward_variance(post: Posterior) -> np.ndarray:
     return np.where(post.seen, own, float(_pq((post.pool.pv, post.pool.pw), 1, 1).mean()))
 
 
-def _draw_p(rng: np.random.Generator, pv: np.ndarray, pw: np.ndarray, D: int) -> np.ndarray:
-    """(D, B) draws of p, column b from the discrete posterior (pv[b], pw[b]) (B, K) by inverse CDF."""
+def _inverse_cdf(pv: np.ndarray, pw: np.ndarray, rows: np.ndarray, u: np.ndarray, *, strict: bool) -> np.ndarray:
+    """Draws of p by inverse CDF: entry (d, j) from the discrete posterior (pv[r], pw[r]) of row r = rows[d, j]
+    ((R, K) each) at the uniform u[d, j]: the first grid value whose cumulative weight exceeds u times the row's
+    total (``strict``: reaches it; the two differ only on ties of measure zero)."""
     cdf = np.cumsum(pw, -1)
-    u = rng.uniform(size=(D, len(pw))) * cdf[:, -1]
-    k = np.stack([np.searchsorted(cdf[b], u[:, b], side="right") for b in range(len(pw))], 1)
-    return pv[np.arange(len(pv))[None], np.minimum(k, pv.shape[1] - 1)]
+    k = _count_below(cdf, rows, u * cdf[rows, -1], strict=strict)
+    return pv[rows, np.minimum(k, pv.shape[1] - 1)]
+
+
+def _count_below(cdf: np.ndarray, rows: np.ndarray, x: np.ndarray, *, strict: bool) -> np.ndarray:
+    """How many entries of the non-decreasing row ``cdf[r]`` lie below ``x`` (``strict``: < x, else <= x), for every
+    entry r of ``rows`` and x of ``x`` (same shapes): ``np.searchsorted(cdf[r], x, side="left" / "right")`` per entry,
+    by one binary search over all entries at once (log2 K passes, not a Python call per row)."""
+    K = cdf.shape[1]
+    flat, base = cdf.reshape(-1), rows * K - 1
+    pos = np.zeros(x.shape, dtype=np.int64)
+    step = 1 << (K.bit_length() - 1)
+    while step:
+        cand = np.minimum(pos + step, K)                # the first cand entries lie below x when entry cand-1 does
+        v = flat[base + cand]
+        pos = np.where((v < x) if strict else (v <= x), cand, pos)
+        step >>= 1
+    return pos
 
 
 def _draw_rows(rng: np.random.Generator, p, logm, slope, logm_cov, eta, eta_sd, scores: bool,
@@ -168,18 +185,22 @@ def draw(post: Posterior, rng: np.random.Generator, draws: int, *, with_g2: bool
     """
     D = int(draws)
     keys = ("logm", "slope", "logm_cov", "eta", "eta_sd")
-    args = [np.broadcast_to(getattr(post, k), (D,) + getattr(post, k).shape) for k in keys]
-    p = _draw_p(rng, post.pv, post.pw, D)                                               # (D, B)
+    B = len(post)
+    u = rng.uniform(size=(D, B))                   # p of every prompt by inverse CDF (an unseen one's is replaced)
     un = np.flatnonzero(~post.seen)
-    if len(un):  # an unseen prompt: per draw a random visited prompt's posterior
-        pool = post.pool
+    if not len(un):
+        args = [np.broadcast_to(getattr(post, k), (D,) + getattr(post, k).shape) for k in keys]
+        p = _inverse_cdf(post.pv, post.pw, np.broadcast_to(np.arange(B), (D, B)), u, strict=False)
+    else:  # an unseen prompt: per draw a random visited prompt's posterior (row B + donor of post + pool)
+        pool, sn = post.pool, np.flatnonzero(post.seen)
         donor = rng.integers(len(pool), size=(D, len(un)))
-        args = [x.copy() for x in args]
-        for x, k in zip(args, keys):
-            x[:, un] = getattr(pool, k)[donor]
-        cdf = np.cumsum(pool.pw[donor], -1)                                              # (D, n_un, K)
-        k = (rng.uniform(size=donor.shape)[..., None] * cdf[..., -1:] > cdf).sum(-1)
-        p[:, un] = pool.pv[donor, np.minimum(k, pool.pv.shape[1] - 1)]
+        rows = np.empty((D, B), dtype=np.int64)
+        rows[:, sn], rows[:, un] = sn, B + donor
+        args = [np.concatenate([getattr(post, k), getattr(pool, k)])[rows] for k in keys]
+        p = np.empty((D, B))
+        p[:, sn] = _inverse_cdf(post.pv[sn], post.pw[sn], np.broadcast_to(np.arange(len(sn)), (D, len(sn))),
+                                u[:, sn], strict=False)
+        p[:, un] = _inverse_cdf(pool.pv, pool.pw, donor, rng.uniform(size=donor.shape), strict=True)
     out = _draw_rows(rng, p, *args, scores=post.hyper.scores, c_range=post.hyper.c_range)
     return out if with_g2 else out[:3]
 
