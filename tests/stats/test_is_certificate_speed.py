@@ -11,7 +11,7 @@ from ugrpo.envs.generate import random_env
 from ugrpo.stats.history import PromptHistory
 from ugrpo.stats.is_certificate import is_certificate
 from ugrpo.stats.population import population_posteriors
-from ugrpo.stats.predict import _draw_rows, draw, draw_mixture, posterior_means
+from ugrpo.stats.predict import _covariate, draw, draw_mixture, posterior_means
 from ugrpo.stats.prompt_is import is_law
 
 
@@ -23,8 +23,34 @@ def _reference_draw_p(rng, pv, pw, D):
     return pv[np.arange(len(pv))[None], np.minimum(k, pv.shape[1] - 1)]
 
 
+def _reference_draw_rows(rng, p, logm, slope, logm_cov, eta, eta_sd, scores, c_range):
+    """The score draws as first built (every parameter broadcast to (D, B), the Cholesky factor per entry)."""
+    from scipy.special import ndtr, ndtri
+
+    a = eta
+    q = p * (1 - p)
+    if not scores:
+        return p, q, q, np.zeros_like(q)
+    l00 = np.sqrt(np.maximum(logm_cov[..., 0, 0], 0.0))
+    l10 = np.where(l00 > 0, logm_cov[..., 1, 0] / np.where(l00 > 0, l00, 1.0), 0.0)
+    l11 = np.sqrt(np.maximum(logm_cov[..., 1, 1] - l10**2, 0.0))
+    u0, u1 = rng.standard_normal(a.shape), rng.standard_normal(a.shape)
+    at = logm + slope * _covariate(p, c_range)[..., None]
+    m1 = np.exp(at[..., 0] + l00 * u0)
+    m0 = np.exp(at[..., 1] + l10 * u0 + l11 * u1)
+    e = q * ((1 - p) * m1 + p * m0)
+    hi = 1.0 / np.maximum(q, 1e-300)
+    safe = np.where(eta_sd > 0, eta_sd, 1.0)
+    lo, up = ndtr(-eta / safe), ndtr((hi - eta) / safe)
+    u = lo + (up - lo) * rng.uniform(size=a.shape)
+    x = np.where(eta_sd > 0, eta + safe * ndtri(np.clip(u, 1e-300, 1 - 1e-16)), eta)
+    g2 = np.clip(x, 0.0, hi) * q * e
+    return p, np.clip(e - g2, 0.0, None), q * (p * m1 + (1 - p) * m0) + g2, g2
+
+
 def _reference_draw(post, rng, draws, *, with_g2=False):
-    """:func:`ugrpo.stats.predict.draw` as first built (a (D, n_unseen, K) cumulative sum per call)."""
+    """:func:`ugrpo.stats.predict.draw` as first built (a (D, n_unseen, K) cumulative sum per call, the unseen
+    prompts' parameters copied into (D, B) arrays)."""
     D = int(draws)
     keys = ("logm", "slope", "logm_cov", "eta", "eta_sd")
     args = [np.broadcast_to(getattr(post, k), (D,) + getattr(post, k).shape) for k in keys]
@@ -39,7 +65,7 @@ def _reference_draw(post, rng, draws, *, with_g2=False):
         cdf = np.cumsum(pool.pw[donor], -1)
         k = (rng.uniform(size=donor.shape)[..., None] * cdf[..., -1:] > cdf).sum(-1)
         p[:, un] = pool.pv[donor, np.minimum(k, pool.pv.shape[1] - 1)]
-    out = _draw_rows(rng, p, *args, scores=post.hyper.scores, c_range=post.hyper.c_range)
+    out = _reference_draw_rows(rng, p, *args, scores=post.hyper.scores, c_range=post.hyper.c_range)
     return out if with_g2 else out[:3]
 
 
@@ -93,7 +119,7 @@ def test_the_binary_search_is_searchsorted_on_ties_and_ends():
         x = np.concatenate([np.zeros((1, 40)), cdf[rows[1:3], rng.integers(K, size=(2, 40))],
                             rng.uniform(size=(6, 40)) * cdf[rows[3:], -1]])
         for strict, side in ((True, "left"), (False, "right")):
-            ref = np.vectorize(lambda r, v, s=side: np.searchsorted(cdf[r], v, side=s))(rows, x)
+            ref = np.vectorize(lambda r, v, s=side, c=cdf: np.searchsorted(c[r], v, side=s))(rows, x)
             assert np.array_equal(_count_below(cdf, rows, x, strict=strict), ref)
 
 
