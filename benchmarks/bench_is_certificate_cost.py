@@ -5,8 +5,12 @@ steps (N = 512, 4 samples per prompt: ``ugrpo.experiments.allocate.simulated_his
 instance with P prompts: the guarded law (``is_guard.guarded_law``, what the step computes anyway), the certificate
 as first built (``m59``: 1000 draws from the one posterior of every pool prompt) and the calibrated one the trainer
 now computes (``m88``: ``population.population_posteriors`` of every pool prompt, M60, then the certificate over
-them with the history's widening, M89). P = 1000 (arith-tiny-like) and 7473 (a GSM8K-sized train set; most of its
-prompts never visited). Also the peak resident memory of the process after each case (it only grows).
+them with the history's widening, M89), each also with the code as it was before the certfast branch
+(``*_reference``: tests/stats/_draw_reference.py, a Python searchsorted per prompt, a (D, n_unseen, K) cumulative
+sum per call, every posterior row computed; the new code gives the same certificate to the last bit, checked here
+too). P = 1000 (arith-tiny-like) and 7473 (a GSM8K-sized train set; most of its prompts never visited). Also the
+peak memory numpy allocates in one call of each certificate (tracemalloc), the peak resident memory of the process
+after each case (it only grows: after the reference's calls) and the load average.
 
 Run: ``nice -n 10 python benchmarks/bench_is_certificate_cost.py [OUT_DIR]`` -> benchmarks/results/local/
 is_certificate_cost.json (seconds).
@@ -14,8 +18,10 @@ is_certificate_cost.json (seconds).
 
 from __future__ import annotations
 
+import os
 import resource
 import sys
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import time_alternating, write_result  # noqa: E402
 
+from tests.stats._draw_reference import reference_code  # noqa: E402
 from ugrpo.envs.generate import random_env  # noqa: E402
 from ugrpo.experiments.allocate import AllocateConfig, simulated_history  # noqa: E402
 from ugrpo.stats.certificate import widening  # noqa: E402
@@ -56,12 +63,31 @@ def _case(P: int) -> dict:
         pops = population_posteriors(sums, np.arange(P), gl.posterior.hyper, rng=np.random.default_rng(2))
         return is_certificate(gl.posterior, gl.law, G, population=pops, seed=1, widen=widening(sums, IS_WIDEN))
 
-    t = time_alternating({"law": law, "m59": m59, "m88": m88}, repeats=REPEATS)
-    out = {"P": P, "visited": int((sums["visits"] > 0).sum()), "law_choice": gl.choice,
-           **{f"{k}_median_s": v["median_s"] for k, v in t.items()},
-           "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6}
+    def reference(fn):
+        def run():
+            with reference_code():
+                return fn()
+        return run
+
+    fns = {"law": law, "m59": m59, "m88": m88, "law_reference": reference(law), "m59_reference": reference(m59),
+           "m88_reference": reference(m88)}
+    identical = m59() == fns["m59_reference"]() and m88() == fns["m88_reference"]()
+    peak = {}
+    for k in ("m59", "m59_reference", "m88", "m88_reference"):
+        tracemalloc.start()
+        fns[k]()
+        peak[f"{k}_peak_alloc_gb"] = tracemalloc.get_traced_memory()[1] / 1e9
+        tracemalloc.stop()
+    t = time_alternating(fns, repeats=REPEATS)
+    out = {"P": P, "visited": int((sums["visits"] > 0).sum()), "law_choice": gl.choice, "identical": identical,
+           **{f"{k}_median_s": v["median_s"] for k, v in t.items()}, **peak,
+           "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6,
+           "load_average": list(os.getloadavg())}
+    for k in ("law", "m59", "m88"):
+        out[f"{k}_reference_over_new"] = out[f"{k}_reference_median_s"] / out[f"{k}_median_s"]
     out["m88_over_m59"] = out["m88_median_s"] / out["m59_median_s"]
     out["m88_over_law"] = out["m88_median_s"] / out["law_median_s"]
+    out["m88_reference_over_law"] = out["m88_reference_median_s"] / out["law_median_s"]
     return out
 
 

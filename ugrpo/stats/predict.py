@@ -122,37 +122,66 @@ def reward_variance(post: Posterior) -> np.ndarray:
     return np.where(post.seen, own, float(_pq((post.pool.pv, post.pool.pw), 1, 1).mean()))
 
 
-def _draw_p(rng: np.random.Generator, pv: np.ndarray, pw: np.ndarray, D: int) -> np.ndarray:
-    """(D, B) draws of p, column b from the discrete posterior (pv[b], pw[b]) (B, K) by inverse CDF."""
+def _inverse_cdf(pv: np.ndarray, pw: np.ndarray, rows: np.ndarray, u: np.ndarray, *, strict: bool) -> np.ndarray:
+    """Draws of p by inverse CDF: entry (d, j) from the discrete posterior (pv[r], pw[r]) of row r = rows[d, j]
+    ((R, K) each) at the uniform u[d, j]: the first grid value whose cumulative weight exceeds u times the row's
+    total (``strict``: reaches it; the two differ only on ties of measure zero)."""
     cdf = np.cumsum(pw, -1)
-    u = rng.uniform(size=(D, len(pw))) * cdf[:, -1]
-    k = np.stack([np.searchsorted(cdf[b], u[:, b], side="right") for b in range(len(pw))], 1)
-    return pv[np.arange(len(pv))[None], np.minimum(k, pv.shape[1] - 1)]
+    k = _count_below(cdf, rows, u * cdf[rows, -1], strict=strict)
+    return pv[rows, np.minimum(k, pv.shape[1] - 1)]
 
 
-def _draw_rows(rng: np.random.Generator, p, logm, slope, logm_cov, eta, eta_sd, scores: bool,
+def _count_below(cdf: np.ndarray, rows: np.ndarray, x: np.ndarray, *, strict: bool) -> np.ndarray:
+    """How many entries of the non-decreasing row ``cdf[r]`` lie below ``x`` (``strict``: < x, else <= x), for every
+    entry r of ``rows`` and x of ``x`` (same shapes): ``np.searchsorted(cdf[r], x, side="left" / "right")`` per entry,
+    by one binary search over all entries at once (log2 K passes, not a Python call per row)."""
+    K = cdf.shape[1]
+    flat, base = cdf.reshape(-1), rows * K - 1
+    pos = np.zeros(x.shape, dtype=np.int64)
+    step = 1 << (K.bit_length() - 1)
+    while step:
+        cand = np.minimum(pos + step, K)                # the first cand entries lie below x when entry cand-1 does
+        v = flat[base + cand]
+        pos = np.where((v < x) if strict else (v <= x), cand, pos)
+        step >>= 1
+    return pos
+
+
+def _row_params(post: Posterior) -> dict[str, np.ndarray]:
+    """(R,) arrays the score draws read of each posterior row (M86, M48): the means and slopes of (log m_1, log
+    m_0), the Cholesky factor (l00, l10, l11) of ``logm_cov``, eta's mean, sd (1 where it is 0, then ``has_sd``
+    is False) and the normal CDF at eta's lower truncation point 0 (``lo``)."""
+    from scipy.special import ndtr
+
+    cov, eta, eta_sd = post.logm_cov, post.eta, post.eta_sd
+    l00 = np.sqrt(np.maximum(cov[:, 0, 0], 0.0))
+    l10 = np.where(l00 > 0, cov[:, 1, 0] / np.where(l00 > 0, l00, 1.0), 0.0)
+    safe = np.where(eta_sd > 0, eta_sd, 1.0)
+    return {"a1": post.logm[:, 0], "a0": post.logm[:, 1], "b1": post.slope[:, 0], "b0": post.slope[:, 1],
+            "l00": l00, "l10": l10, "l11": np.sqrt(np.maximum(cov[:, 1, 1] - l10**2, 0.0)), "eta": eta, "safe": safe,
+            "has_sd": eta_sd > 0, "lo": ndtr(-eta / safe)}
+
+
+def _draw_rows(rng: np.random.Generator, p: np.ndarray, r: dict[str, np.ndarray], scores: bool,
                c_range: tuple[float, float] = _NO_RANGE):
-    """(p, c2, c3, ||g||^2) for drawn p and one draw of the score parameters per entry given it (shapes (...,),
-    (..., 2), (..., 2), (..., 2, 2), (...,), (...,)): log m ~ N(logm + slope c(p), logm_cov) (M86)."""
+    """(p, c2, c3, ||g||^2) for drawn p (D, B) and one draw of the score parameters per entry given it, ``r`` the
+    :func:`_row_params` of each entry's posterior row (arrays broadcasting to p): log m ~ N(logm + slope c(p),
+    logm_cov) (M86), eta ~ N(eta, eta_sd^2) cut to [0, 1/(p(1-p))] (M48)."""
     from scipy.special import ndtr, ndtri
 
-    a = eta
     q = p * (1 - p)
     if not scores:
         return p, q, q, np.zeros_like(q)
-    l00 = np.sqrt(np.maximum(logm_cov[..., 0, 0], 0.0))
-    l10 = np.where(l00 > 0, logm_cov[..., 1, 0] / np.where(l00 > 0, l00, 1.0), 0.0)
-    l11 = np.sqrt(np.maximum(logm_cov[..., 1, 1] - l10**2, 0.0))
-    u0, u1 = rng.standard_normal(a.shape), rng.standard_normal(a.shape)
-    at = logm + slope * _covariate(p, c_range)[..., None]
-    m1 = np.exp(at[..., 0] + l00 * u0)
-    m0 = np.exp(at[..., 1] + l10 * u0 + l11 * u1)
+    u0, u1 = rng.standard_normal(p.shape), rng.standard_normal(p.shape)
+    c = _covariate(p, c_range)
+    m1 = np.exp((r["a1"] + r["b1"] * c) + r["l00"] * u0)
+    m0 = np.exp((r["a0"] + r["b0"] * c) + r["l10"] * u0 + r["l11"] * u1)
     e = q * ((1 - p) * m1 + p * m0)
     hi = 1.0 / np.maximum(q, 1e-300)                              # c2 >= 0: eta p(1-p) <= 1
-    safe = np.where(eta_sd > 0, eta_sd, 1.0)
-    lo, up = ndtr(-eta / safe), ndtr((hi - eta) / safe)
-    u = lo + (up - lo) * rng.uniform(size=a.shape)
-    x = np.where(eta_sd > 0, eta + safe * ndtri(np.clip(u, 1e-300, 1 - 1e-16)), eta)
+    eta, safe, lo = r["eta"], r["safe"], r["lo"]
+    up = ndtr((hi - eta) / safe)
+    u = lo + (up - lo) * rng.uniform(size=p.shape)
+    x = np.where(r["has_sd"], eta + safe * ndtri(np.clip(u, 1e-300, 1 - 1e-16)), eta)
     g2 = np.clip(x, 0.0, hi) * q * e
     return p, np.clip(e - g2, 0.0, None), q * (p * m1 + (1 - p) * m0) + g2, g2
 
@@ -167,20 +196,24 @@ def draw(post: Posterior, rng: np.random.Generator, draws: int, *, with_g2: bool
     ||g||^2. An unseen prompt: per draw a visited prompt chosen uniformly, then a draw of its posterior.
     """
     D = int(draws)
-    keys = ("logm", "slope", "logm_cov", "eta", "eta_sd")
-    args = [np.broadcast_to(getattr(post, k), (D,) + getattr(post, k).shape) for k in keys]
-    p = _draw_p(rng, post.pv, post.pw, D)                                               # (D, B)
+    B = len(post)
+    u = rng.uniform(size=(D, B))                   # p of every prompt by inverse CDF (an unseen one's is replaced)
     un = np.flatnonzero(~post.seen)
-    if len(un):  # an unseen prompt: per draw a random visited prompt's posterior
-        pool = post.pool
+    if not len(un):
+        rows = _row_params(post)                                                         # (B,) each
+        p = _inverse_cdf(post.pv, post.pw, np.broadcast_to(np.arange(B), (D, B)), u, strict=False)
+    else:  # an unseen prompt: per draw a random visited prompt's posterior (row B + donor of post + pool)
+        pool, sn = post.pool, np.flatnonzero(post.seen)
         donor = rng.integers(len(pool), size=(D, len(un)))
-        args = [x.copy() for x in args]
-        for x, k in zip(args, keys):
-            x[:, un] = getattr(pool, k)[donor]
-        cdf = np.cumsum(pool.pw[donor], -1)                                              # (D, n_un, K)
-        k = (rng.uniform(size=donor.shape)[..., None] * cdf[..., -1:] > cdf).sum(-1)
-        p[:, un] = pool.pv[donor, np.minimum(k, pool.pv.shape[1] - 1)]
-    out = _draw_rows(rng, p, *args, scores=post.hyper.scores, c_range=post.hyper.c_range)
+        idx = np.empty((D, B), dtype=np.int64)
+        idx[:, sn], idx[:, un] = sn, B + donor
+        rows = {k: np.concatenate([v, w])[idx] for (k, v), w in zip(_row_params(post).items(),
+                                                                     _row_params(pool).values())}  # (D, B) each
+        p = np.empty((D, B))
+        p[:, sn] = _inverse_cdf(post.pv[sn], post.pw[sn], np.broadcast_to(np.arange(len(sn)), (D, len(sn))),
+                                u[:, sn], strict=False)
+        p[:, un] = _inverse_cdf(pool.pv, pool.pw, donor, rng.uniform(size=donor.shape), strict=True)
+    out = _draw_rows(rng, p, rows, scores=post.hyper.scores, c_range=post.hyper.c_range)
     return out if with_g2 else out[:3]
 
 

@@ -141,7 +141,18 @@ def _divisor(post) -> tuple[np.ndarray, np.ndarray]:
 def _parts(s: dict, h: Hyper) -> dict:
     """Per-prompt joint posterior of p and the log moments under the model ``h`` (M86), and what the eta model
     reads (M85): the divisor's mean and squared coefficient of variation and u = E||Z W||^2 = E p m_1."""
-    y, v, _ = _log_means(s, h.scores, h.cv2)
+    y, v, _ = _log_means(s, h.scores, h.cv2)                # reads the pooled mean of every row
+    _, first, inv = np.unique(np.column_stack([s["successes"], s["samples"], y, v]), axis=0, return_index=True,
+                              return_inverse=True)
+    if len(first) < len(y):  # prompts with the same counts and log moments (e.g. every never-visited one) share
+        one = _row_parts({k: s[k][first] for k in ("successes", "samples")}, h, y[first], v[first])  # one computation
+        return {k: x if k == "c_range" else x[inv.reshape(-1)] for k, x in one.items()}
+    return _row_parts(s, h, y, v)
+
+
+def _row_parts(s: dict, h: Hyper, y: np.ndarray, v: np.ndarray) -> dict:
+    """:func:`_parts` given the observed log moments (y, v) of :func:`_log_means`: row by row, from the counts
+    ``successes``, ``samples`` of ``s``."""
     pv, pw = posterior_nodes(h.p_prior, s["successes"], s["samples"])
     if h.scores and h.beta != 0:
         lw = np.log(np.maximum(pw, 1e-300)) + _score_loglik(h, y, v, pv)
