@@ -2,10 +2,10 @@
 
 Layers, lowest first: ``stats`` <- ``envs``, ``tasks``, ``lm`` <- ``report`` <- ``train`` <- ``integrations``,
 ``experiments`` <- ``cli``; ``runs`` (run folders), ``runlock`` (their manifest and lock), ``fileio`` (atomic
-writes) and ``errors`` (the user errors) are shared by all and import nothing of ugrpo but each other. A package
-may import its own modules and any lower layer, never a higher one nor a sibling of its own layer (one
-exception: ``lm`` uses ``tasks``, the tiny model warms up on arithmetic). No import cycle between modules, and
-no PEP 562 module ``__getattr__`` hiding one.
+writes), ``errors`` (the user errors) and ``console`` (log records above progress bars) are shared by all and
+import nothing of ugrpo but each other. A package may import its own modules and any lower layer, never a higher
+one nor a sibling of its own layer (one exception: ``lm`` uses ``tasks``, the tiny model warms up on arithmetic).
+No import cycle between modules, and no PEP 562 module ``__getattr__`` hiding one.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1] / "ugrpo"
 LAYER = {"stats": 0, "envs": 1, "tasks": 1, "lm": 1, "report": 2, "train": 3, "integrations": 4, "experiments": 4,
          "cli": 5}
 """rank of each package; the ``SHARED`` modules and the top-level ``ugrpo`` module are below them all"""
-SHARED = {"runs", "runlock", "fileio", "errors", ""}
+SHARED = {"runs", "runlock", "fileio", "errors", "console", ""}
 """top-level modules every layer may import; they import only each other"""
 SIBLINGS = {("lm", "tasks")}
 """imports allowed within one layer"""

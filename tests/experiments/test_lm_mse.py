@@ -208,6 +208,32 @@ def test_lm_mse_end_to_end(tmp_path, capsys, tiny_model_dir, task_args):
     assert [r["mse"] for r in results(out2)["rows"]] == [r["mse"] for r in res["rows"]]
 
 
+def test_a_scoring_warning_under_the_pool_bar_is_written_above_it(tmp_path, capsys, monkeypatch, tiny_model_dir):
+    """The one-line scoring warning (``logging``; the reward function raises from the second prompt's batch on) is
+    written above the sampling bar (``ugrpo.console.logs_above_bar``), on a line of its own, not appended to the
+    bar's line; no logging set up, as under ``ugrpo``; the handlers are restored after the run."""
+    import logging
+    from pathlib import Path
+
+    monkeypatch.setattr(logging.root, "handlers", [])  # pytest's capture handlers off: the console as the CLI has it
+    tests_train = Path(__file__).resolve().parents[1] / "train"
+    monkeypatch.syspath_prepend(str(tests_train))  # dense_reward
+    import dense_reward
+
+    monkeypatch.setitem(dense_reward._batches, "n", 0)
+    rc, _, err = run_cli(["mse", "--model", tiny_model_dir, "--task", "custom", "--task-option",
+                          f"data_path={tests_train.parents[1] / 'examples' / 'data' / 'arith-mixed-train.jsonl'}",
+                          "--task-option", "reward_fn=dense_reward:fails_after_first_batch", "--groups", 4,
+                          "--batch", 2, "--reps", 2, "--ref-samples", 4, "--prompts", 4, "--sketch-dim", 4,
+                          "--max-new-tokens", 2, "--out", tmp_path / "m"], capsys)
+    assert rc == 0, err
+    at = [x for x in err.split("\n") if "flaky verifier" in x]
+    assert len(at) == 1 and "mse pool (sample+sketch)" in err, err
+    assert at[0].split("\r")[-1].startswith("task 'custom': reward_fn 'dense_reward:fails_after_first_batch' raised "
+                                            "RuntimeError: flaky verifier"), repr(at[0])
+    assert logging.root.handlers == []
+
+
 def test_lm_mse_bad_inputs_exit_2(tmp_path, capsys, tiny_model_dir):
     base = ["mse", "--model", tiny_model_dir, "--out", tmp_path / "o", "--no-progress"]
     cases = [

@@ -274,7 +274,7 @@ def test_table2_and_t_interval_closed_forms():
 def test_best_g_overlap_and_table():
     """The best G per (N, checkpoint) lists exactly the G whose 95% interval overlaps its own; the per-checkpoint
     table drops step 0 and carries the planner's G* among the swept G."""
-    from ugrpo.experiments.sweep.lm import best_lm_groups
+    from ugrpo.experiments.sweep.lm_aggregate import best_lm_groups
     from ugrpo.report.sweep import best_g_table, swept_g_star
 
     def row(G, c, mean, lo, hi):
@@ -335,7 +335,8 @@ def test_ray_sweep_ctrl_c_then_resume(tmp_path, lm_config):
 
 def test_accuracy_intervals_stay_in_0_1_and_say_they_were_cut():
     """Three seeds near 0 or 1: the t-interval leaves [0, 1]; with the accuracy's bounds it is cut, and marked."""
-    from ugrpo.experiments.sweep.lm import aggregate_lm, t_interval
+    from ugrpo.experiments.sweep.lm_aggregate import aggregate_lm
+    from ugrpo.stats.intervals import t_interval
 
     def run(G, seed, acc):
         return {"budget": 8, "G": G, "seed": seed, "name": f"G{G}-s{seed}", "evals": {4: {"eval_accuracy": acc,

@@ -43,6 +43,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from ugrpo.console import logs_above_bar
 from ugrpo.errors import NonFiniteError, ResumeError, RewardFunctionError, UserError
 from ugrpo.fileio import naming
 from ugrpo.lm.vllm_engine import require_vllm
@@ -65,7 +66,6 @@ from ugrpo.train.steplog import (
     finish_row,
     fmt_value,
     line,
-    logs_above_bar,
     nonfinite_message,
     repair_run_metrics,
     step_metrics,

@@ -6,16 +6,13 @@ Helpers of :mod:`ugrpo.train.loop`, kept apart so the loop reads top to bottom.
 
 from __future__ import annotations
 
-import logging
 import sys
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm.contrib.logging import logging_redirect_tqdm
 
 from ugrpo.errors import NonFiniteError
 from ugrpo.report.coverage import coverage_phrase
@@ -27,7 +24,7 @@ from ugrpo.train.monitor import console_column
 from ugrpo.train.report_to import open_backends
 
 __all__ = ["step_metrics", "finish_row", "MetricsLog", "repair_run_metrics", "nonfinite_message",
-           "unscored_message", "check_finite_weights", "fmt_value", "line", "logs_above_bar"]
+           "unscored_message", "check_finite_weights", "fmt_value", "line"]
 
 
 def step_metrics(step, rewards, n_groups, n_zero_std, sc, rollout, updates, lr, ctx) -> dict:
@@ -158,23 +155,6 @@ def check_finite_weights(params, step: int, out: Path) -> None:
 
 def fmt_value(v) -> str:
     return "-" if v is None else f"{v:.3f}"
-
-
-@contextmanager
-def logs_above_bar() -> Iterator[None]:
-    """Console log records (a task's one-line scoring warning) go above the training bar through ``tqdm.write``, as
-    the step lines do, instead of onto the bar's line (tqdm's ``logging_redirect_tqdm`` on the root logger; handlers
-    that are not the console, e.g. a log file, are kept). The handler it installs keeps the level of the console
-    handler it replaces, or WARNING (Python's last-resort handler's) when none was set up: as quiet as without it."""
-    console = [h for h in logging.root.handlers
-               if isinstance(h, logging.StreamHandler) and h.stream in (sys.stdout, sys.stderr)]
-    level = console[0].level if console else getattr(logging.lastResort, "level", logging.WARNING)
-    before = list(logging.root.handlers)
-    with logging_redirect_tqdm():
-        for h in logging.root.handlers:
-            if h not in before:
-                h.setLevel(level)
-        yield
 
 
 def line(row: dict) -> str:

@@ -200,7 +200,7 @@ def _main_lm(args: argparse.Namespace) -> int:
 def _print_alloc_lm(args: argparse.Namespace, results: dict) -> int:
     """Console summary of ``sweep --config --allocation``: per (N, G) and metric the rule comparison table."""
     from ugrpo.report.markdown import text_table
-    from ugrpo.report.sweep import allocation_reading, comparison_table
+    from ugrpo.report.sweep_alloc import allocation_reading, comparison_table
 
     alloc = results["allocation"]
     for e in alloc["cells"]:

@@ -36,6 +36,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from ugrpo.console import logs_above_bar
 from ugrpo.experiments.mse.env import ESTIMATORS
 from ugrpo.experiments.plan.lm import FrozenPolicy, check_backend, check_lm_run, load_frozen, sample_sketched
 from ugrpo.runs import RunDir, to_jsonable
@@ -164,9 +165,8 @@ def _sample_pool(policy, task, problems, idx: Tensor, cfg: LMMSEConfig, progress
     blocks_z: dict[int, Tensor] = {}
     cost = {"sampling": 0.0, "scoring": 0.0, "sketch": 0.0}
     n_unscorable, tokens = 0, 0
-    bar = tqdm(total=P * M + R * B * Gmax, desc="mse pool (sample+sketch)", unit="sample", disable=not progress,
-               dynamic_ncols=True)
-    try:
+    with logs_above_bar(), tqdm(total=P * M + R * B * Gmax, desc="mse pool (sample+sketch)", unit="sample",
+                                disable=not progress, dynamic_ncols=True) as bar:  # a scoring warning: above it
         for p in range(P):
             n = M + uses[p] * Gmax
             seed = derive_seed(cfg.seed, p, stride=7_919, offset=17)  # one stream per prompt
@@ -181,8 +181,6 @@ def _sample_pool(policy, task, problems, idx: Tensor, cfg: LMMSEConfig, progress
             blocks_s[p] = ss.scores[0, M:].view(uses[p], Gmax, cfg.sketch_dim)
             blocks_z[p] = ss.rewards[0, M:].view(uses[p], Gmax)
             bar.update(n)
-    finally:
-        bar.close()
     hist = _sample_history(policy, task, problems, cfg, cost, sampler) if cfg.allocation else None
     est_s = torch.empty(R * B, Gmax, cfg.sketch_dim, dtype=DT)
     est_z = torch.empty(R * B, Gmax, dtype=DT)

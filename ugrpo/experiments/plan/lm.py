@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from ugrpo.console import logs_above_bar
 from ugrpo.runlock import check_claim
 from ugrpo.runs import RunDir, to_jsonable
 from ugrpo.stats.band import check_n_boot
@@ -301,7 +302,8 @@ def sample_lm_pilot(cfg: LMPlanConfig, *, progress: bool = True, frozen: FrozenP
     step_b = max(1, cfg.chunk_size // cfg.pilot_group)  # prompts per pass
     parts: list[SketchedSamples] = []
     t_engine = time.perf_counter()
-    with frozen_sampler(policy.model, policy.tokenizer, cfg.sampling_backend, max_model_len=longest) as sampler:
+    with frozen_sampler(policy.model, policy.tokenizer, cfg.sampling_backend, max_model_len=longest) as sampler, \
+            logs_above_bar():  # a scoring warning goes above the pilot's bar, not onto its line
         t_engine = time.perf_counter() - t_engine  # vllm: the engine's start and weight push (hf: nothing)
         for start in tqdm(range(0, cfg.pilot_batch, step_b), desc="pilot (sample+score+sketch)", unit="chunk",
                           disable=not progress, dynamic_ncols=True):

@@ -21,7 +21,7 @@ on GPUs; here any config ``ugrpo train`` accepts, at the scale the machine allow
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -29,15 +29,20 @@ from tqdm.auto import tqdm
 
 from ugrpo.experiments.sweep import DEFAULT_GROUPS, DEFAULT_SEEDS, SWEEP_KEYS
 from ugrpo.experiments.sweep.executors import RayOptions
+from ugrpo.experiments.sweep.lm_aggregate import (
+    BINARY_TASKS,
+    aggregate_lm,
+    best_lm_groups,
+    scoring_fault_counts,
+    scoring_fault_summary,
+)
 from ugrpo.report.sweep import METRICS, uniform_rows
 from ugrpo.runs import RunDir, read_jsonl, to_jsonable
 from ugrpo.stats.budget import check_divides
-from ugrpo.stats.intervals import t_interval
 from ugrpo.tasks.custom_check import check_named_task
 
 __all__ = ["LMSweepConfig", "RunSpec", "build_runs", "check_lm_resume", "run_lm_sweep", "collect_evals",
-           "SCORING_FAULTS", "scoring_fault_counts", "scoring_fault_summary",
-           "aggregate_lm", "best_lm_groups", "lm_planner", "sweep_lm", "SWEEP_KEYS"]
+           "lm_planner", "sweep_lm", "SWEEP_KEYS"]
 
 @dataclass(frozen=True)
 class LMSweepConfig:
@@ -226,30 +231,14 @@ def run_lm_sweep(cfg: LMSweepConfig, specs: Sequence[RunSpec], root: RunDir, *,
     return actions
 
 
-# ---------------------------------------------------------------------------------------------- aggregation
-
-
-SCORING_FAULTS = ("n_errors", "n_timeouts", "eval_n_errors")
-"""The metrics.jsonl keys that count completions a run's scorer failed on (it raised or timed out; at evaluations
-both in ``eval_n_errors``): a fault of the reward function or verifier. A completion with no answer in it
-(``n_parse_failures``, part of ``eval_n_unscorable``) is the model's doing, routine for a small model, and not one."""
-
-
-def scoring_fault_counts(rows: Iterable[dict[str, Any]]) -> dict[str, int]:
-    """A run's scoring faults by kind (:data:`SCORING_FAULTS`), summed over its metrics.jsonl rows; only the kinds
-    that occurred ({} for none).
-
-    >>> scoring_fault_counts([{"step": 0, "eval_n_errors": 2}, {"step": 1, "n_errors": 8, "n_parse_failures": 3}])
-    {'n_errors': 8, 'eval_n_errors': 2}
-    """
-    totals = {k: sum(int(r.get(k) or 0) for r in rows) for k in SCORING_FAULTS}
-    return {k: n for k, n in totals.items() if n}
+# ---------------------------------------------------------------------------------------------- reading the runs
+# (their aggregation: ugrpo.experiments.sweep.lm_aggregate)
 
 
 def collect_evals(root: RunDir, specs: Sequence[RunSpec]) -> list[dict[str, Any]]:
     """One row per run: {budget, G, seed, name, rule, samples_source, evals: {step: {metric: value, samples}},
-    scoring_errors: :func:`scoring_fault_counts`} from its metrics.jsonl (samples spent:
-    :func:`ugrpo.experiments.sweep.lm_alloc.eval_points`)."""
+    scoring_errors: :func:`~ugrpo.experiments.sweep.lm_aggregate.scoring_fault_counts`} from its metrics.jsonl
+    (samples spent: :func:`ugrpo.experiments.sweep.lm_alloc.eval_points`)."""
     from ugrpo.experiments.sweep.lm_alloc import eval_points
 
     out = []
@@ -259,77 +248,6 @@ def collect_evals(root: RunDir, specs: Sequence[RunSpec]) -> list[dict[str, Any]
         out.append({"budget": sp.budget, "G": sp.G, "seed": sp.seed, "name": sp.name, "rule": sp.rule,
                     "samples_source": source, "evals": evals,
                     "scoring_errors": scoring_fault_counts(rows)})
-    return out
-
-
-def scoring_fault_summary(runs: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
-    """{runs: the names of the runs whose scorer failed on some completions, of: how many runs, counts: the totals by
-    kind} over :func:`collect_evals`' rows; None when no run had any."""
-    hit = [r for r in runs if r["scoring_errors"]]
-    if not hit:
-        return None
-    return {"runs": [r["name"] for r in hit], "of": len(runs),
-            "counts": {k: n for k in SCORING_FAULTS if (n := sum(r["scoring_errors"].get(k, 0) for r in hit))}}
-
-
-BINARY_TASKS = ("arithmetic", "gsm8k", "math")
-"""Tasks whose verifier returns 0 or 1: their accuracy and pass@1 lie in [0, 1] (a custom reward may not)."""
-
-
-def aggregate_lm(runs: Sequence[dict[str, Any]], *,
-                 bounds: tuple[float, float] | None = None) -> tuple[list[int], list[dict[str, Any]]]:
-    """(checkpoints common to all runs, rows per (N, G[, rule], checkpoint, metric) with mean and 95% t-interval;
-    a row has ``rule`` when its runs do).
-
-    ``bounds``: the range the metrics can take (``(0, 1)`` for a binary task); each interval is cut to it
-    (:meth:`ugrpo.stats.intervals.Interval.clip`: the coverage is unchanged) and the row says ``clipped``.
-    """
-    common = set.intersection(*(set(r["evals"]) for r in runs)) if runs else set()
-    cps = sorted(common)
-    cells: dict[tuple[int, int, str], list[dict]] = {}
-    for r in runs:
-        cells.setdefault((r["budget"], r["G"], r.get("rule") or ""), []).append(r)
-    rows = []
-    for (N, G, rule), rs in sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][1], _rule_order(kv[0][2]))):
-        for c in cps:
-            for m in METRICS:
-                vals = [r["evals"][c][m] for r in rs]
-                if any(v is None for v in vals):
-                    continue
-                st = t_interval(vals)
-                cut = st if bounds is None else st.clip(*bounds)
-                rows.append({"budget": N, "G": G, "B": N // G, "checkpoint": c, "metric": m, "mean": st.estimate,
-                             "se": st.se, "ci_low": cut.ci_low, "ci_high": cut.ci_high, "seeds": st.n,
-                             "clipped": (cut.ci_low, cut.ci_high) != (st.ci_low, st.ci_high)}
-                            | ({"rule": rule} if rule else {}))
-    return cps, rows
-
-
-def _rule_order(rule: str) -> int:
-    from ugrpo.experiments.sweep.lm_alloc import LM_RULES
-
-    return LM_RULES.index(rule) if rule in LM_RULES else -1
-
-
-def best_lm_groups(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The empirical best G (largest mean) per (budget, checkpoint, metric); ties go to the smaller G.
-
-    Each entry carries the best cell's 95% interval and ``overlapping``: the other G whose interval
-    overlaps it (not distinguishable from the best at this many seeds; None with one seed: no intervals).
-    """
-    best: dict[tuple[int, int, str], dict] = {}
-    for r in sorted(rows, key=lambda r: r["G"]):
-        k = (r["budget"], r["checkpoint"], r["metric"])
-        if k not in best or r["mean"] > best[k]["mean"]:
-            best[k] = r
-    out = []
-    for (N, c, m), r in sorted(best.items()):
-        cell = [q for q in rows if (q["budget"], q["checkpoint"], q["metric"]) == (N, c, m) and q["G"] != r["G"]]
-        overlap = (None if r["ci_low"] is None else
-                   [q["G"] for q in cell if q["ci_high"] >= r["ci_low"] and q["ci_low"] <= r["ci_high"]])
-        out.append({"budget": N, "checkpoint": c, "metric": m, "G": r["G"], "mean": r["mean"],
-                    "ci_low": r["ci_low"], "ci_high": r["ci_high"], "seeds": r["seeds"],
-                    "tied": [q["G"] for q in cell if q["mean"] == r["mean"]], "overlapping": overlap})
     return out
 
 
