@@ -39,11 +39,15 @@ def test_allocation_end_to_end(tmp_path, capsys, tiny_model_dir, task_args):
         if r["moments"] == "predicted":
             assert r["guard_choice"] in ("uniform-is", "ustat-is", "own", "uniform") and r["guard_checks"]
             assert r["sizes"]["min"] >= 3
+            lo, hi = r["certificate"]  # the trainer's certificate of the law (M89), against the realised ratio
+            assert 0 < lo <= r["certificate_median"] <= hi and r["certificate_covers"] == (lo <= r["ratio"] <= hi)
+        else:
+            assert "certificate" not in r and "certificate_covers" not in r
         assert r["expected_samples"] == pytest.approx(9, rel=1e-6) and 1 <= r["weight_max"] <= 10 + 1e-9
         assert 0 <= r["ci_low"] <= r["mse"] <= r["ci_high"] or r["mse"] < 0 <= r["ci_high"]
         assert r["ratio_ci"][0] <= r["ratio"] <= r["ratio_ci"][1] and math.isfinite(r["predicted_ratio"])
     assert "Prompt importance sampling" in (out / "report.md").read_text()
-    assert "prompt importance sampling" in stdout
+    assert "prompt importance sampling" in stdout and "holds ratio" in stdout
     for r in rows:
         assert {"rule", "moments", "budget", "G", "mse", "ci_low", "ci_high", "ratio", "ratio_ci", "predicted",
                 "predicted_ratio"} <= set(r)

@@ -301,15 +301,20 @@ def allocation_table(alloc: dict[str, Any], part: str = "total") -> tuple[list[s
 def is_table(alloc: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
     """(headers, rows) of the prompt importance-sampling rows (docs/lm-mse.md R11): the law the guard chose (predicted
     moments, docs/math.md M78; ``-``: the true moments, unguarded), realised total MSE and the paired ratio to uniform
-    with 95% intervals, next to the predicted ratio."""
+    with 95% intervals, next to the predicted ratio and, with predicted moments, the trainer's certificate of the law
+    (docs/math.md M89) and whether it holds the realised ratio."""
     headers = ["G", "moments", "rule", "law (guard)", "G_x range", "expected N", "max weight", "MSE", "95% CI",
-               "uniform MSE", "ratio", "95% CI", "predicted ratio", "inside", "pred. ratio, true moments"]
+               "uniform MSE", "ratio", "95% CI", "predicted ratio", "inside", "pred. ratio, true moments",
+               "certificate", "holds ratio"]
     out = [[r["G"], r["moments"], r["rule"], r.get("guard_choice") or "-", f"{r['sizes']['min']}-{r['sizes']['max']}",
             r["expected_samples"],
             r["weight_max"], r["mse"], fmt_ci(r["ci_low"], r["ci_high"]), r["uniform_mse"], r["ratio"],
             fmt_ci(*r["ratio_ci"]), r["predicted_ratio"],
             "-" if r["predicted_inside"] is None else ("yes" if r["predicted_inside"] else "no"),
-            r["predicted_ratio_true_moments"]] for r in alloc.get("is_rows") or []]
+            r["predicted_ratio_true_moments"],
+            fmt_ci(*r["certificate"]) if r.get("certificate") else "-",
+            "-" if r.get("certificate_covers") is None else ("yes" if r["certificate_covers"] else "no")]
+           for r in alloc.get("is_rows") or []]
     return headers, out
 
 

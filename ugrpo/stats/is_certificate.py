@@ -27,12 +27,13 @@ from collections.abc import Sequence
 import numpy as np
 
 from .allocation import PromptStats
-from .certificate import Certificate, ratio_interval
+from .certificate import Certificate, ratio_interval, widening
 from .exact_mse import prompt_error
+from .population import population_posteriors
 from .predict import Posterior, draw_mixture, posterior_means
 from .prompt_is import PromptLaw, second_moment
 
-__all__ = ["is_certificate", "IS_WIDEN"]
+__all__ = ["is_certificate", "history_certificate", "IS_WIDEN"]
 
 IS_WIDEN: tuple[tuple[float, float], ...] = ((25.0, 1.7), (math.inf, 2.3))
 """(upper end of the history's samples per visited prompt, widening factor) of the prompt-IS certificate (M89), read
@@ -80,3 +81,12 @@ def is_certificate(post: Posterior, law: PromptLaw, group_size: int, *,
     plugin = second_moment(law.q, law.sizes, st) / s_u if s_u > 0 else 1.0
     return Certificate(ratio=med, plugin=float(plugin), ratio_low=lo, ratio_high=hi, ratio_low_posterior=plo,
                        ratio_high_posterior=phi, widen=float(widen))
+
+
+def history_certificate(post: Posterior, law: PromptLaw, group_size: int, sums, seed: int) -> Certificate:
+    """The certificate as calibrated (M89) and as the trainer and ``mse --model`` show it: :func:`is_certificate`
+    under the population draws of every pool prompt (:func:`ugrpo.stats.population.population_posteriors`, M60,
+    from the history's ``sums``: ``PromptHistory.sums_for_prediction()``) and widened by the history's factor
+    (:func:`ugrpo.stats.certificate.widening` with :data:`IS_WIDEN`); ``seed`` seeds both draws."""
+    pops = population_posteriors(sums, np.arange(law.P), post.hyper, rng=np.random.default_rng([seed, 0x706f70]))
+    return is_certificate(post, law, group_size, population=pops, seed=seed, widen=widening(sums, IS_WIDEN))

@@ -33,7 +33,7 @@ from torch import Tensor
 from ugrpo.stats.allocation import IS_RULES
 from ugrpo.stats.certificate import certificate, widening
 from ugrpo.stats.history import FIELDS, SECOND, PromptHistory, ScoreNorms, check_unit_rewards
-from ugrpo.stats.is_certificate import IS_WIDEN, is_certificate
+from ugrpo.stats.is_certificate import history_certificate
 from ugrpo.stats.is_guard import GUARD_G_MIN, GuardedLaw, guarded_law
 from ugrpo.stats.population import population_posteriors
 from ugrpo.stats.predict import Posterior, posterior_means, reward_variance
@@ -217,9 +217,7 @@ class Allocator:
         sizes = batch_sizes(law, gl.moments, prompts, self.N, spend=self.al.is_spend, g_min=self.g_min,
                             g_max=self.g_max)  # G_x (M56), or exactly N in all (M88)
         seed = int(np.random.SeedSequence([int(self.cfg.seed), int(step), 0x636572]).generate_state(1)[0])
-        sums = self.history.sums_for_prediction()  # the certificate as calibrated (M60, M89)
-        pops = population_posteriors(sums, np.arange(law.P), post.hyper, rng=np.random.default_rng([seed, 0x706f70]))
-        cert = is_certificate(post, law, self.G, population=pops, seed=seed, widen=widening(sums, IS_WIDEN))
+        cert = history_certificate(post, law, self.G, self.history.sums_for_prediction(), seed)  # M60, M89
         hist = np.bincount(sizes)
         return sizes, {
             "alloc_g_min": int(sizes.min()), "alloc_g_max": int(sizes.max()),

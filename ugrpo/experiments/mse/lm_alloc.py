@@ -38,6 +38,7 @@ from torch import Tensor
 from ugrpo.stats.allocation import IS_RULES, PromptStats, predicted_mse, prediction_quality
 from ugrpo.stats.history import PromptHistory
 from ugrpo.stats.intervals import Interval, ratio_interval
+from ugrpo.stats.is_certificate import history_certificate
 from ugrpo.stats.is_guard import GUARD_G_MIN, guarded_law
 from ugrpo.stats.mc_mse import (
     ReferenceMoments,
@@ -149,7 +150,9 @@ def _is_study(G: int, moments: str, known: PromptStats | PromptHistory, true: Pr
     (``true``) or from the history through the trainer's guard (``predicted``: :func:`ugrpo.stats.is_guard.guarded_law`,
     M78), the corrected MSE of B iid draws from it, estimated on the uniformly drawn blocks reweighted by P q(x), and
     the paired ratio to uniform's single-draw error on the same blocks; the predicted ratio (S - gamma)/(S_u - gamma)
-    with the moments the law was chosen with and with the true moments (M53; gamma the estimate of ||g||^2)."""
+    with the moments the law was chosen with and with the true moments (M53; gamma the estimate of ||g||^2); with the
+    history, also the trainer's certificate of the law (M59-M60, widened as calibrated, M89: ``certificate``, its
+    median and whether the realised ratio lies inside)."""
     R, B = idx.shape
     uni = is_block_errors(est_s, est_z, torch.full((R, B), G), torch.ones(R, B), torch.ones(R, B), total.vec)
     u_row = corrected_row(uni, total.sub, total.sd)
@@ -161,6 +164,9 @@ def _is_study(G: int, moments: str, known: PromptStats | PromptHistory, true: Pr
                              if cfg.is_guard else g_min, g_max=g_max, guard=cfg.is_guard)
             law, means = gl.law, gl.moments
             guard = {"guard": cfg.is_guard, "guard_choice": gl.choice, "guard_checks": [asdict(c) for c in gl.checks]}
+            seed = int(np.random.SeedSequence([int(cfg.seed), int(G), 0x636572]).generate_state(1)[0])
+            cert = history_certificate(gl.posterior, law, G, known.sums_for_prediction(), seed)
+            guard["certificate"], guard["certificate_median"] = [cert.ratio_low, cert.ratio_high], cert.ratio
         else:
             law, means = is_law(rule, known, B, B * G, lam=cfg.is_lambda, g_min=g_min, g_max=g_max), known
         P = law.P
@@ -178,6 +184,9 @@ def _is_study(G: int, moments: str, known: PromptStats | PromptHistory, true: Pr
                      "predicted_ratio": pr, "predicted_ratio_true_moments": _is_ratio(law, true, G, gamma),
                      "predicted_inside": None if None in (pr, r.ci_low, r.ci_high) else r.ci_low <= pr <= r.ci_high,
                      **guard})
+        if "certificate" in guard:
+            lo, hi = guard["certificate"]
+            rows[-1]["certificate_covers"] = bool(lo <= r.estimate <= hi)
     return rows
 
 
