@@ -419,5 +419,7 @@ def test_prompt_is_report_quotes_the_shipped_is_coverage(tmp_path, monkeypatch):
     assert cov.is_coverage_phrase() == ("its nominal 95% interval, widened by a factor calibrated by simulation on "
                                         "other instances (M89), held the true ratio in 61% (2 steps of history; "
                                         "lowest cell 83%), 74% (10 steps of history) of the lab's histories (bench)")
+    assert cov.is_coverage_phrase(short=True) == "lab coverage 61% (2 steps), 74% (10 steps)"
     monkeypatch.setattr(cov, "IS_COVERAGE_FILE", tmp_path / "absent.json")
     assert "not been measured" in cov.is_coverage_phrase()
+    assert cov.is_coverage_phrase(short=True) == "coverage not measured"

@@ -24,6 +24,7 @@ from ugrpo.train.config import config_from_dict
 from ugrpo.train.distributed import DistContext
 from ugrpo.train.loop import train
 from ugrpo.train.rollout import prompt_generator
+from ugrpo.train.steplog import line
 from ugrpo.train.update import update_on_rows
 
 
@@ -180,6 +181,13 @@ def test_prompt_is_run_metrics_and_report(is_run):
     assert "Prompt importance sampling" in report and "effective sample size" in report
     assert "held-out guard (M78) used" in report
     assert is_coverage_phrase() in report  # the shipped coverage of the calibrated certificate (M89, A8)
+    last = rows[-1]  # the report names the last step's interval; the console line each step's, with the coverage
+    assert (f"the last step's (step {last['step']}) 95% interval [{last['is_predicted_ratio_low']:.3f}, "
+            f"{last['is_predicted_ratio_high']:.3f}]") in report
+    text = line(last)
+    assert (f"predicted_S_ratio={last['is_predicted_ratio']:.3g} (95% interval {last['is_predicted_ratio_low']:.3g}-"
+            f"{last['is_predicted_ratio_high']:.3g}, {is_coverage_phrase(short=True)})") in text
+    assert is_coverage_phrase(short=True).startswith("lab coverage 99")  # the shipped M89 table: 99.3%, 99.6%
 
 
 def test_prompt_is_killed_and_resumed_equals_the_unkilled_run(is_run, tmp_path):

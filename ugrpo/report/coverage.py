@@ -72,19 +72,23 @@ def _side(cell: dict) -> str:
     return f" (true ratio above {over:.2f}, below {under:.2f})"
 
 
-def is_coverage_phrase() -> str:
+def is_coverage_phrase(short: bool = False) -> str:
     """How often the prompt-IS certificate's nominal interval held the true ratio in the lab, per history length,
     with its lowest cell where the table has one (``in 94% (2 steps of history; lowest cell 83%), 96% (10 steps ...)
-    of the lab's histories``), and that it is widened when it is (M89), read from the shipped table."""
+    of the lab's histories``), and that it is widened when it is (M89), read from the shipped table; ``short`` (the
+    console): ``lab coverage 94% (2 steps), 96% (10 steps)``."""
     try:
         data = json.loads(IS_COVERAGE_FILE.read_text())
+        cells = data["by_history_steps"]
         parts = [f"{_pct(c['coverage'])} ({int(c['history_steps'])} steps of history"
-                 + (f"; lowest cell {_pct(c['cell_min'])}" if "cell_min" in c else "") + ")"
-                 for c in data["by_history_steps"]]
+                 + (f"; lowest cell {_pct(c['cell_min'])}" if "cell_min" in c else "") + ")" for c in cells]
+        brief = [f"{_pct(c['coverage'])} ({int(c['history_steps'])} steps)" for c in cells]
     except (OSError, ValueError, KeyError, TypeError):
-        return "its coverage has not been measured (no calibration table)"
+        return "coverage not measured" if short else "its coverage has not been measured (no calibration table)"
     if not parts:
-        return "its coverage has not been measured (no calibration table)"
+        return "coverage not measured" if short else "its coverage has not been measured (no calibration table)"
+    if short:
+        return "lab coverage " + ", ".join(brief)
     wide = ", widened by a factor calibrated by simulation on other instances (M89)," if data.get("widening") else ""
     return f"its nominal {float(data.get('level', 0.95)):.0%} interval{wide} held the true ratio in " \
            f"{', '.join(parts)} of the lab's histories ({data.get('source', 'benchmarks/bench_is_certificate.py')})"

@@ -188,9 +188,19 @@ def _is_text(al: list[dict]) -> str:
             f"samples per step {_f(sum(spent) / max(len(spent), 1))} spent against {_f(mean('is_expected_samples'))} "
             f"expected. Certificate: the posterior median of the second moment S(q, G) over uniform prompts' "
             f"(`is_predicted_ratio`, M59, M89; the MSE ratio lies below it when it is below 1) averaged "
-            f"{_f(mean('is_predicted_ratio'))} (a prediction, not a measurement: {is_coverage_phrase()}, "
-            f"docs/allocation.md A8)."
+            f"{_f(mean('is_predicted_ratio'))}{_last_interval(al)} (a prediction, not a measurement: "
+            f"{is_coverage_phrase()}, docs/allocation.md A8; read the interval: with a thin history the median can be "
+            f"far off while the interval says so)."
             + guard)
+
+
+def _last_interval(al: list[dict]) -> str:
+    """``, the last step's 95% interval [lo, hi]`` of the prompt-IS certificate (M89), or '' without one."""
+    last = next((r for r in reversed(al) if r.get("is_predicted_ratio_low") is not None), None)
+    if last is None:
+        return ""
+    return (f", the last step's (step {last['step']}) 95% interval [{_f(last['is_predicted_ratio_low'])}, "
+            f"{_f(last['is_predicted_ratio_high'])}]")
 
 
 def _dynamic_section(rows: list[dict], cfg: dict) -> str:

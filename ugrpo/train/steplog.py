@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from ugrpo.errors import NonFiniteError
-from ugrpo.report.coverage import coverage_phrase
+from ugrpo.report.coverage import coverage_phrase, is_coverage_phrase
 from ugrpo.runs import repair_metrics
 from ugrpo.tasks.custom import CustomTask
 from ugrpo.tasks.custom_check import failure_advice
@@ -168,7 +168,9 @@ def line(row: dict) -> str:
     if "is_ess" in row:  # prompt importance sampling (docs/allocation.md A8)
         parts.append(f"law={row.get('is_guard_choice', '-')} G_b={row['alloc_g_min']}..{row['alloc_g_max']} "
                      f"samples={row['samples']} ess={row['is_ess']:.3g} w_max={row['is_weight_max']:.3g} "
-                     f"predicted_S_ratio={row['is_predicted_ratio']:.3g}")
+                     f"predicted_S_ratio={row['is_predicted_ratio']:.3g}"
+                     + (f" (95% interval {row['is_predicted_ratio_low']:.3g}-{row['is_predicted_ratio_high']:.3g}, "
+                        f"{is_coverage_phrase(short=True)})" if row.get("is_predicted_ratio_low") is not None else ""))
     elif "alloc_g_hist" in row:  # per-prompt group sizes (docs/allocation.md)
         parts.append(f"G_b={row['alloc_g_min']}..{row['alloc_g_max']} "
                      f"predicted_mse_ratio={row['alloc_predicted_ratio']:.3g}"
