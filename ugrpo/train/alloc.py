@@ -40,6 +40,7 @@ from ugrpo.stats.predict import Posterior, posterior_means, reward_variance
 from ugrpo.stats.prompt_is import batch_sizes, step_metrics
 from ugrpo.stats.ragged import compute_ragged_advantages, ragged_reward_spread
 from ugrpo.stats.safe import choose_sizes
+from ugrpo.stats.seeds import stream_seed
 from ugrpo.train.config import TrainConfig
 from ugrpo.train.rollout import choose_prompts, prompt_generator
 
@@ -165,7 +166,7 @@ class Allocator:
         then) the full-MSE ratio against the best single G* at the same N."""
         c1 = self.c1 if self.uses_scores and self.al.scores == "sketch" else None  # the monitor sketches all params
         sums = self.history.sums_for_prediction()
-        seed = int(np.random.SeedSequence([int(self.cfg.seed), int(step), 0x636572]).generate_state(1)[0])
+        seed = stream_seed(self.cfg.seed, step, 0x636572)
         posts = population_posteriors(sums, prompts, post.hyper, rng=np.random.default_rng([seed, 0x706f70]))
         c = certificate(posts, sizes, self.G, st.c2, st.c3, c1=c1, g_min=self.g_min, g_max=self.g_max, seed=seed,
                         widen=widening(sums))
@@ -216,7 +217,7 @@ class Allocator:
         self._weights = law.weights(prompts)
         sizes = batch_sizes(law, gl.moments, prompts, self.N, spend=self.al.is_spend, g_min=self.g_min,
                             g_max=self.g_max)  # G_x (M56), or exactly N in all (M88)
-        seed = int(np.random.SeedSequence([int(self.cfg.seed), int(step), 0x636572]).generate_state(1)[0])
+        seed = stream_seed(self.cfg.seed, step, 0x636572)
         cert = history_certificate(post, law, self.G, self.history.sums_for_prediction(), seed)  # M60, M89
         hist = np.bincount(sizes)
         return sizes, {

@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from ugrpo.lm.sampling import eos_token_ids
+from ugrpo.stats.seeds import stream_seed
 from ugrpo.tasks.base import Problem, score
 from ugrpo.train.config import TrainConfig
 from ugrpo.train.distributed import DistContext, gather_objects, reduce_sum, shard
@@ -43,7 +43,7 @@ class EvalResult:
 
 def eval_seed(seed: int, index: int) -> int:
     """Seed of the pass@1 samples of held-out problem ``index`` (fixed across evaluations)."""
-    return int(np.random.SeedSequence([int(seed), int(index), 7919]).generate_state(1)[0])
+    return stream_seed(seed, index, 7919)
 
 
 @torch.no_grad()

@@ -53,13 +53,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from ugrpo.stats.bootstrap_ci import Estimate
 from ugrpo.stats.components import MIN_PILOT_GROUP, estimate_components
 from ugrpo.stats.planner import candidate_groups, plan_group_size
+from ugrpo.stats.seeds import stream_seed
 
 __all__ = [
     "MonitorRecord", "Advice", "measure", "advise", "monitor_row", "console_column", "sketch_seed", "bootstrap_seed",
@@ -140,12 +140,12 @@ class Advice:
 
 def sketch_seed(seed: int) -> int:
     """Seed of the run's one sketch projection S (the same at every step, so batches can be pooled)."""
-    return int(np.random.SeedSequence([int(seed), 0x6D6F6E]).generate_state(1)[0])
+    return stream_seed(seed, 0x6D6F6E)
 
 
 def bootstrap_seed(seed: int, step: int) -> int:
     """Seed of the bootstrap resampling at ``step``."""
-    return int(np.random.SeedSequence([int(seed), int(step), 0x626F6F]).generate_state(1)[0])
+    return stream_seed(seed, step, 0x626F6F)
 
 
 def measure(

@@ -38,6 +38,7 @@ from torch import Tensor
 
 from ugrpo.lm.sampling import Rollout, concat_rollouts, sample_groups
 from ugrpo.stats.advantages import zero_std_groups
+from ugrpo.stats.seeds import stream_seed
 from ugrpo.tasks.base import ScoreResult, score
 from ugrpo.train.config import TrainConfig
 from ugrpo.train.distributed import DistContext, gather_objects, shard
@@ -58,7 +59,7 @@ def choose_prompts(n_problems: int, B: int, seed: int, step: int) -> np.ndarray:
 
 def prompt_seed(seed: int, step: int, b: int, stream: int = 0) -> int:
     """Sampling seed of prompt b of ``step`` (stream 1 = the oracle's extra samples, 1 + r = dynamic round r)."""
-    return int(np.random.SeedSequence([int(seed), int(step), int(b), int(stream)]).generate_state(1)[0])
+    return stream_seed(seed, step, b, stream)
 
 
 def round_prompts(n_problems: int, n: int, seed: int, step: int, r: int) -> np.ndarray:

@@ -52,6 +52,7 @@ from ugrpo.stats.mc_mse import (
 from ugrpo.stats.predict import Posterior, posterior, posterior_means
 from ugrpo.stats.prompt_is import is_law, second_moment
 from ugrpo.stats.safe import choose_sizes
+from ugrpo.stats.seeds import stream_seed
 
 __all__ = ["allocation_groups", "rule_sizes", "run_allocation_study"]
 
@@ -164,7 +165,7 @@ def _is_study(G: int, moments: str, known: PromptStats | PromptHistory, true: Pr
                              if cfg.is_guard else g_min, g_max=g_max, guard=cfg.is_guard)
             law, means = gl.law, gl.moments
             guard = {"guard": cfg.is_guard, "guard_choice": gl.choice, "guard_checks": [asdict(c) for c in gl.checks]}
-            seed = int(np.random.SeedSequence([int(cfg.seed), int(G), 0x636572]).generate_state(1)[0])
+            seed = stream_seed(cfg.seed, G, 0x636572)
             cert = history_certificate(gl.posterior, law, G, known.sums_for_prediction(), seed)
             guard["certificate"], guard["certificate_median"] = [cert.ratio_low, cert.ratio_high], cert.ratio
         else:
