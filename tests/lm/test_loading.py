@@ -29,6 +29,24 @@ def test_loads_a_local_folder_with_same_weights(saved_tiny, model, tokenizer):
     assert (saved_tiny / "model.safetensors").is_file()
 
 
+@pytest.mark.parametrize("bars_on", [True, False])
+def test_loading_shows_no_transformers_bar_and_keeps_the_callers_setting(saved_tiny, capfd, bars_on):
+    """A library caller (``train``, ``load_policy``) with transformers' bars on sees no "Loading weights" bar;
+    the caller's setting is the same afterwards."""
+    from transformers.utils import logging as hf_logging
+
+    before = hf_logging.is_progress_bar_enabled()
+    (hf_logging.enable_progress_bar if bars_on else hf_logging.disable_progress_bar)()
+    try:
+        capfd.readouterr()
+        load_policy(str(saved_tiny))
+        out, err = capfd.readouterr()
+        assert "Loading weights" not in out + err and "it/s" not in out + err, err
+        assert hf_logging.is_progress_bar_enabled() is bars_on
+    finally:
+        (hf_logging.enable_progress_bar if before else hf_logging.disable_progress_bar)()
+
+
 def test_missing_local_path_is_a_clear_error(tmp_path):
     missing = tmp_path / "no_such_model"
     with pytest.raises(FileNotFoundError, match="does not exist"):

@@ -19,6 +19,8 @@ The tokenizer always ends up with a pad token (the EOS token if it had none) and
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -125,7 +127,8 @@ def load_policy(
     source = str(path) if local else name_or_path
     try:
         tokenizer = load_tokenizer(source)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=DTYPES[dtype], local_files_only=True)
+        with _no_loading_bar():
+            model = AutoModelForCausalLM.from_pretrained(source, dtype=DTYPES[dtype], local_files_only=True)
     except (OSError, ValueError) as e:
         if local:
             raise FileNotFoundError(
@@ -139,6 +142,21 @@ def load_policy(
     if lora is not None:
         model = _wrap_lora(model, lora, seed)
     return Policy(model=model, tokenizer=tokenizer, name=name_or_path)
+
+
+@contextmanager
+def _no_loading_bar() -> Iterator[None]:
+    """No transformers "Loading weights" bar while ugrpo loads a model (a library caller of ``train`` or
+    ``load_policy`` sees the run's own bar only); the caller's setting is restored on exit."""
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
 
 
 def load_tokenizer(source: str | Path):

@@ -101,6 +101,7 @@ def train(
     resume: bool = False,
     on_step: Callable[[int, dict], None] | None = None,
     checked: Checked | None = None,
+    progress: bool = True,
 ) -> TrainResult:
     """Run Algorithm 1 or 2 as configured, writing the run folder ``out_dir``.
 
@@ -113,6 +114,8 @@ def train(
         interrupt a run)
     checked : what :func:`ugrpo.train.preflight.preflight` returned for this ``cfg`` and ``out`` (the command line
         runs it before it imports torch); None: it runs here
+    progress : show the training bar (rank 0 only); False where the console is a log file, as under ``sweep``,
+        whose runs' ``train.log`` keep the step lines and warnings without the bar's redraws
 
     Every check of the input runs before the run folder is claimed: :func:`~ugrpo.train.preflight.preflight` (the
     folder read only, the model name, the task's data, the logging backends), then the model and the checks that
@@ -129,7 +132,7 @@ def train(
     checked = checked or preflight(cfg, out, resume=resume)
     try:
         with logs_above_bar():  # a warning logged while the training bar is shown goes above it, not onto its line
-            return _train(cfg, out, ctx, checked, resume=resume, on_step=on_step)
+            return _train(cfg, out, ctx, checked, resume=resume, on_step=on_step, progress=progress)
     except KeyboardInterrupt:
         raise KeyboardInterrupt(_saved_state(out)) from None
     finally:
@@ -147,7 +150,8 @@ def _saved_state(out: Path) -> str:
     return f"interrupted: {rows}; the last checkpoint is {ckpt}, where a resume restarts"
 
 
-def _train(cfg: TrainConfig, out: Path, ctx: DistContext, checked: Checked, *, resume: bool, on_step) -> TrainResult:
+def _train(cfg: TrainConfig, out: Path, ctx: DistContext, checked: Checked, *, resume: bool, on_step,
+           progress: bool) -> TrainResult:
     t_start = time.time()
     if resume and (done := _finished_run(cfg, out, ctx)) is not None:
         return done  # nothing to resume: the saved result, nothing rewritten
@@ -186,7 +190,8 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, checked: Checked, *, r
         initial = {"step": 0, **run_eval(), "lr": scheduler.get_last_lr()[0], "samples": 0, "samples_cum": 0}
         log(initial)
     last_eval = next((r for r in reversed(logged) if "eval_accuracy" in r or "eval_pass1" in r), initial)
-    bar = tqdm(range(start + 1, cfg.steps + 1), desc="train", unit="step", disable=not ctx.is_main, dynamic_ncols=True)
+    bar = tqdm(range(start + 1, cfg.steps + 1), desc="train", unit="step", disable=not (ctx.is_main and progress),
+               dynamic_ncols=True)
     for step in bar:
         t0 = time.time()
         # ------------------------------------------------------------ 1. prompts: B iid from the train set

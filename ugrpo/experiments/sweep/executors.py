@@ -85,7 +85,8 @@ def run_state(folder: Path) -> str:
 
 
 def train_one(spec: Any, folder: str) -> str:
-    """Train one run to its end (skip / resume / start from the folder's state); console output to ``train.log``."""
+    """Train one run to its end (skip / resume / start from the folder's state); console output (the step lines and
+    warnings, not the training bar: the sweep shows its own) to ``train.log``."""
     from ugrpo.train.loop import train
 
     state = run_state(Path(folder))
@@ -93,7 +94,7 @@ def train_one(spec: Any, folder: str) -> str:
         Path(folder).mkdir(parents=True, exist_ok=True)
         with open(Path(folder) / "train.log", "a") as log, contextlib.redirect_stdout(log), \
                 contextlib.redirect_stderr(log):
-            train(spec.cfg, folder, resume=state in ("resume", "restart"))
+            train(spec.cfg, folder, resume=state in ("resume", "restart"), progress=False)
     return spec.name
 
 
