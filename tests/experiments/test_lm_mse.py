@@ -4,6 +4,7 @@ estimator, and the command end to end on a randomly initialised tiny model (no d
 from __future__ import annotations
 
 import itertools
+import json
 import math
 
 import pytest
@@ -206,6 +207,15 @@ def test_lm_mse_end_to_end(tmp_path, capsys, tiny_model_dir, task_args):
                           "--seed", 3, "--out", out2, "--no-progress"], capsys)
     assert rc == 0, err
     assert [r["mse"] for r in results(out2)["rows"]] == [r["mse"] for r in res["rows"]]
+    # --chunk-size 5 (groups of 8 cut across generate calls and backward passes): memory only, the same numbers
+    # to float32 rounding of the scores (other batch shapes)
+    out3 = tmp_path / "m3"
+    rc, _, err = run_cli(["mse", "--model", tiny_model_dir, *task_args, "--groups", "4,8", "--batch", 2, "--reps", 3,
+                          "--ref-samples", 8, "--prompts", 4, "--sketch-dim", 16, "--max-new-tokens", 4,
+                          "--seed", 3, "--chunk-size", 5, "--out", out3, "--no-progress"], capsys)
+    assert rc == 0, err
+    assert json.loads((out3 / "config.json").read_text())["chunk_size"] == 5
+    assert [r["mse"] for r in results(out3)["rows"]] == pytest.approx([r["mse"] for r in res["rows"]], rel=1e-3)
 
 
 def test_a_scoring_warning_under_the_pool_bar_is_written_above_it(tmp_path, capsys, monkeypatch, tiny_model_dir):
@@ -244,6 +254,7 @@ def test_lm_mse_bad_inputs_exit_2(tmp_path, capsys, tiny_model_dir):
         ([*TASK, "--groups", "1,4"], "--groups: 1 is below the minimum 2"),
         ([*TASK, "--ref-samples", 2], "--ref-samples = 2 must be an integer >= 3"),
         ([*TASK, "--env", "builtin:demo"], "not both"),
+        ([*TASK, "--chunk-size", 0], "--chunk-size = 0 must be an integer >= 1"),
     ]
     for extra, msg in cases:
         rc, _, err = run_cli([*base, *extra], capsys)

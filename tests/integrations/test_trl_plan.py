@@ -129,6 +129,30 @@ def test_cli_entry_prints_trl_answer(files, tmp_path, capsys):
     assert "Generating train split" not in printed.err  # the datasets library's progress bars are off (quiet)
 
 
+def test_cli_chunk_size_changes_memory_not_the_answer(files, tmp_path, capsys):
+    """``--chunk-size 3`` (groups of 4 cut across generate calls and backward passes): the same rewards and, to
+    float rounding, the same constants and answer as the default 64 rows per pass; 0 is refused before any folder."""
+    from ugrpo.cli import main
+
+    got = {}
+    for chunk in (None, "3"):
+        out = tmp_path / f"c{chunk}"
+        argv = ["plan", "--trl-config", str(_write(files, "chunk.json")), "--out", str(out), "--pilot-batch", "8",
+                "--pilot-group", "4", *([] if chunk is None else ["--chunk-size", chunk])]
+        assert main(argv) == 0
+        got[chunk] = json.loads((out / "results.json").read_text())
+    for k in ("c1", "c2", "c3"):
+        assert got["3"][k]["estimate"] == pytest.approx(got[None][k]["estimate"], rel=1e-4), k
+    assert got["3"]["pilot"]["frac_zero_std"] == got[None]["pilot"]["frac_zero_std"]
+    a, b = dict(got["3"]["trl"]["recommended"]), dict(got[None]["trl"]["recommended"])
+    assert a.pop("predicted_mse") == pytest.approx(b.pop("predicted_mse"), rel=1e-4) and a == b
+    capsys.readouterr()
+    assert main(["plan", "--trl-config", str(_write(files, "chunk.json")), "--out", str(tmp_path / "bad"),
+                 "--chunk-size", "0"]) == 2
+    assert "--chunk-size 0: rows per pass must be >= 1" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()
+
+
 def test_cli_trl_config_with_another_source_is_an_error(files, tmp_path, capsys):
     from ugrpo.cli import main
 

@@ -37,6 +37,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--temperature", type=float, default=1.0, help="with --model: sampling temperature")
     p.add_argument("--max-new-tokens", type=int, default=8, help="with --model: completion length cap")
     p.add_argument("--chat", action="store_true", help="with --model: wrap prompts in the chat template")
+    p.add_argument("--chunk-size", type=int, default=None, help="with --model: rows per generate call and per "
+                   "backward pass of the sketch (default 512); lower it if memory runs out: memory and speed only, "
+                   "the same samples, scores equal to float rounding")
     p.add_argument("--sampling-backend", choices=("hf", "vllm"), default="hf", help="with --model: who draws the "
                    "completions: hf (Hugging Face generate, the policy on the CPU) or vllm (one vLLM engine on the "
                    "GPU for the whole run, given the policy's weights once; pip install 'ugrpo[vllm]'; docs/vllm.md)")
@@ -82,11 +85,13 @@ def _config(args: argparse.Namespace):
                            chat=args.chat, allocation=_rules(args.allocation), g_min=args.g_min, g_max=args.g_max,
                            history_visits=args.history_visits, history_group=args.history_group,
                            is_lambda=args.is_lambda, is_guard=parse_bool(args.is_guard, "--is-guard"),
-                           sampling_backend=args.sampling_backend)
+                           sampling_backend=args.sampling_backend,
+                           chunk_size=512 if args.chunk_size is None else args.chunk_size)
     from ugrpo.experiments.mse.env import MSEConfig
 
-    if args.task is not None or args.task_option or args.sampling_backend != "hf":
-        raise ValueError("--task, --task-option and --sampling-backend need --model (an env has no task)")
+    if args.task is not None or args.task_option or args.sampling_backend != "hf" or args.chunk_size is not None:
+        raise ValueError("--task, --task-option, --sampling-backend and --chunk-size need --model (an env has no "
+                         "task)")
     if args.allocation is not None:
         raise ValueError("--allocation needs --model (on an exact env use `ugrpo allocate --env FILE`)")
     theta = None if args.theta is None else tuple(parse_float_list(args.theta, name="--theta"))

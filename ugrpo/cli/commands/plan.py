@@ -57,6 +57,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     lm.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
     lm.add_argument("--max-new-tokens", type=int, default=8, help="completion length cap")
     lm.add_argument("--chat", action="store_true", help="wrap prompts in the chat template")
+    lm.add_argument("--chunk-size", type=int, default=None, help="rows per generate call and per backward pass of "
+                    "the sketch (default 512; with --trl-config 64); lower it if memory runs out: memory and speed "
+                    "only: the same samples, scores equal to float rounding")
     lm.add_argument("--sampling-backend", choices=("hf", "vllm"), default="hf",
                     help="who draws the completions: hf (Hugging Face generate, the policy on the CPU) or vllm (one "
                     "vLLM engine on the GPU, given the policy's weights once; pip install 'ugrpo[vllm]'; docs/vllm.md)")
@@ -82,9 +85,11 @@ def _config(args: argparse.Namespace):
                             pilot_batch=args.pilot_batch, pilot_group=args.pilot_group, budget=args.budget,
                             sketch_dim=args.sketch_dim, seed=args.seed, n_boot=args.n_boot, group=args.group,
                             temperature=args.temperature, max_new_tokens=args.max_new_tokens, chat=args.chat,
-                            sampling_backend=args.sampling_backend)
-    if args.task is not None or args.task_option or args.sampling_backend != "hf":
-        raise ValueError("--task, --task-option and --sampling-backend need --model (a language-model pilot)")
+                            sampling_backend=args.sampling_backend,
+                            chunk_size=512 if args.chunk_size is None else args.chunk_size)
+    if args.task is not None or args.task_option or args.sampling_backend != "hf" or args.chunk_size is not None:
+        raise ValueError("--task, --task-option, --sampling-backend and --chunk-size need --model (a language-model "
+                         "pilot)")
     if args.pilot is not None and args.theta is not None:
         raise ValueError("--theta only applies to --env (a pilot file was sampled at its own theta)")
     from ugrpo.experiments.plan.env import PlanConfig  # torch: only once the flags are checked
@@ -144,7 +149,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _trl(args: argparse.Namespace) -> int:
-    """``ugrpo plan --trl-config FILE --out DIR [--budget N] [--pilot-batch B0] [--pilot-group G0]``.
+    """``ugrpo plan --trl-config FILE --out DIR [--budget N] [--pilot-batch B0] [--pilot-group G0] [--chunk-size R]``.
 
     ``--budget``, ``--pilot-batch`` and ``--pilot-group`` (default None) replace the file's values;
     ``sketch_dim``, ``seed`` and ``n_boot`` come from the file's ``ugrpo:`` block (the CLI defaults of
@@ -156,8 +161,11 @@ def _trl(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"--trl-config {args.trl_config}: file not found")
     from ugrpo.experiments.plan.trl import run_trl_plan
 
+    if args.chunk_size is not None and args.chunk_size < 1:
+        raise ValueError(f"--chunk-size {args.chunk_size}: rows per pass must be >= 1")
     r = run_trl_plan(args.trl_config, args.out, argv=command_line("plan", args), budget=args.budget,
-                     pilot_batch=args.pilot_batch, pilot_group=args.pilot_group)
+                     pilot_batch=args.pilot_batch, pilot_group=args.pilot_group,
+                     chunk_size=64 if args.chunk_size is None else args.chunk_size)
     for k in ("c1", "c2", "c3"):
         e = r[k]
         note = f" (unbiased estimate {e['estimate']:.4g}, below 0: shown at 0 like its interval)" if e["estimate"] < 0 \

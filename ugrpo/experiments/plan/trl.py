@@ -245,10 +245,12 @@ def _pilot_rewards(fns, weights, rows: list[dict], prompts: list, texts: list[st
 
 
 def run_trl_plan(config: str | Path | TrlPlanConfig, out: str | Path, *, argv: list[str] | None = None,
-                 progress: bool = True, **overrides) -> dict[str, Any]:
+                 progress: bool = True, chunk_size: int = 64, **overrides) -> dict[str, Any]:
     """Pilot -> c1, c2, c3 -> G* for a TRL run; writes config.json, metrics.jsonl, results.json, plan.png, report.md.
 
-    Returns the results dict; ``results["trl"]`` holds the answer in TRL's terms.
+    ``chunk_size`` rows go through each ``generate`` call and each backward pass of the sketch (memory and speed
+    only: the same samples, the scores equal up to float rounding). Returns the results dict; ``results["trl"]``
+    holds the answer in TRL's terms.
     """
     from trl.data_utils import is_conversational, maybe_apply_chat_template
 
@@ -275,13 +277,14 @@ def run_trl_plan(config: str | Path | TrlPlanConfig, out: str | Path, *, argv: l
     G0 = cfg.pilot_group
     roll = sample_groups(model, tok, texts_in, G0, seeds=[cfg.seed * 100_003 + i for i in idx],
                          temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_completion_length,
+                         batch_size=chunk_size,
                          add_special_tokens=not conversational)  # a chat template already holds the special tokens
     ids = [c[m.bool()].tolist() for c, m in zip(roll.completion_ids, roll.completion_mask)]
     weights = cfg.reward_weights or (1.0,) * len(fns)
     rewards, n_unscorable = _pilot_rewards(fns, weights, rows, prompts, roll.texts, ids, G0, cfg.prompt_column,
                                            conversational)
-    scores = sketch_scores(model, roll, cfg.sketch_dim, seed=cfg.seed, temperature=cfg.temperature, chunk_size=64,
-                           progress=progress)  # (B0 G0, k)
+    scores = sketch_scores(model, roll, cfg.sketch_dim, seed=cfg.seed, temperature=cfg.temperature,
+                           chunk_size=chunk_size, progress=progress)  # (B0 G0, k)
     pilot = Pilot(rewards=rewards, scores=scores.double().view(cfg.pilot_batch, G0, -1),
                   meta={"model": cfg.model_name_or_path, "dataset": cfg.dataset_name, "rows": idx,
                         "sketch_dim": cfg.sketch_dim, "n_unscorable": n_unscorable})
