@@ -33,6 +33,7 @@ from ._enumerate import (
     softmax_bandit,
     true_grads,
 )
+from ._solver_reference import inner_reference
 
 
 @pytest.mark.parametrize("B", [1, 2])
@@ -132,6 +133,42 @@ def test_joint_solver_equals_brute_force_on_tiny_pools(case):
     assert sol.q.min() >= lam / P * (1 - 1e-12) and sol.q.sum() == pytest.approx(1.0)
     assert (sol.q * sol.sizes).sum() <= gbar * (1 + 1e-9)
     assert dual_bound(table, cands, gbar, lam / P)[0] <= want * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_fast_inner_search_gives_the_reference_numbers_bit_for_bit(seed, monkeypatch):
+    """``is_solver._inner`` (fused passes; near the root only the prompts whose minimising size differs between the
+    bracket's ends are searched, M56's monotonicity) returns what the full search returns, to the last bit, on pools
+    of 60-3000 prompts with saturated prompts (a_x(G) constant in G, some 0), nodes that restrict sizes, and nu from 0
+    up; and so does ``solve_joint`` as a whole, whose every inner problem is then the reference's."""
+    from ugrpo.stats import is_solver
+
+    rng = np.random.default_rng(300 + seed)
+    P = [60, 300, 1000, 3000][seed]
+    cands = np.arange(3.0, 33.0)
+    p = rng.beta(0.3, 0.5, P)
+    m1 = rng.lognormal(0, 1.5, P) * (p * (1 - p) + 1e-3) ** 2
+    c2 = rng.lognormal(0, 1, P) * p * (1 - p)
+    c3 = c2 * rng.uniform(0, 2, P)
+    sat = rng.random(P) < 0.4
+    c2[sat] = c3[sat] = 0.0
+    m1[sat & (rng.random(P) < 0.5)] = 0.0
+    table, lower = is_solver._check_problem(m1[:, None] + c2[:, None] / cands + c3[:, None] / (cands * (cands - 1)),
+                                            0.1 / P)
+    mask = np.ones(table.shape, bool)
+    cut = rng.choice(P, size=max(1, P // 20), replace=False)
+    mask[cut, :] = np.arange(len(cands))[None, :] <= rng.integers(0, len(cands), size=len(cut))[:, None]
+    for m in (np.ones(table.shape, bool), mask):
+        for nu in (0.0, 1e-9, 1e-6, 1e-3, 1.0):
+            got, want = is_solver._inner(table, cands, m, nu, lower), inner_reference(table, cands, m, nu, lower)
+            assert got[0] == want[0] and len(got[1]) == len(want[1]) == 2
+            assert all(np.array_equal(a, b) for a, b in zip(got[1], want[1]))
+    if P <= 1000:
+        fast = is_solver.solve_joint(table, cands, 8.0, lower)
+        monkeypatch.setattr(is_solver, "_inner", inner_reference)
+        ref = is_solver.solve_joint(table, cands, 8.0, lower)
+        assert np.array_equal(fast.q, ref.q) and np.array_equal(fast.sizes, ref.sizes)
+        assert (fast.value, fast.bound, fast.nodes) == (ref.value, ref.bound, ref.nodes)
 
 
 def test_law_for_fixed_sizes_meets_kkt():

@@ -1,0 +1,45 @@
+"""The inner dual problem of ``ustat-is``'s joint solver (``ugrpo.stats.is_solver._inner``, M56) as first written:
+every prompt's h over every size at each mu. Kept as the reference of the fused, bracket-narrowed search that
+replaced it (``tests/stats/test_prompt_is.py`` compares them bit for bit; ``benchmarks/bench_is_solver_cost.py``
+times both in one run)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ugrpo.stats.is_solver import _h, _newton_log
+
+
+def inner_reference(table, cands, mask, nu, lower, pre=None):
+    """The inner dual problem as first written (every prompt's h over every size at each mu, through ``_h``)."""
+    P = table.shape[0]
+    rows = np.arange(P)
+    gmin = float(cands.min())
+    dc = nu * (cands - gmin)[None, :]
+    if P * lower >= 1 - 1e-12:
+        h = np.where(mask, table / lower + lower * (nu * cands[None, :]), np.inf)
+        k = h.argmin(1)
+        return float(h[rows, k].sum()), [k]
+
+    def argmins(cm):
+        h = np.where(mask, _h(table, cm + dc, lower), np.inf)
+        k = h.argmin(1)
+        return k, h[rows, k]
+
+    def f_df(cm):
+        k, _ = argmins(cm)
+        a, c = table[rows, k], cm + dc[0, k]
+        free = np.sqrt(a / c) > lower
+        q = np.where(free, np.sqrt(a / c), lower)
+        return float(q.sum()) - 1.0, -0.5 * cm * float((np.sqrt(a[free]) * c[free] ** -1.5).sum())
+
+    big = np.where(mask, table, 0.0).max(1)
+    hi = (np.sqrt(big).sum() / (1 - P * lower)) ** 2 * 1.01 + 1e-300
+    best, ks = -math.inf, []
+    for cm in _newton_log(f_df, hi * 1e-40, hi):
+        k, hv = argmins(cm)
+        best = max(best, float(hv.sum()) - (cm - nu * gmin))
+        ks.append(k)
+    return best, ks
