@@ -79,6 +79,19 @@ def test_not_distinguishable_gives_lower_bound_and_message():
     assert "the pilot cannot tell which G is best" in plan.message and "B0" not in plan.message.split(";")[0]
     assert plan.g_band[1] == 1024 and plan.band_open_ended and f"G of at least {plan.g_band[0]}" in plan.message
     assert "c1's estimate" not in plan.message  # the estimate is >= 0
+    # a band that holds every candidate is "any G", in the plan's words and in the report's
+    from dataclasses import replace
+
+    from ugrpo.report.plan import band_words
+    from ugrpo.stats.planner import band_text
+
+    smallest = plan.candidates[0][0]
+    everything = replace(plan, g_band=(smallest, 1024))
+    assert band_text(everything) == "any G" and band_text(plan) == f"G of at least {plan.g_band[0]}" != "any G"
+    band = {"low": smallest, "high": 1024, "open_ended": True, "probability": {str(c[0]): 0.5 for c in plan.candidates}}
+    assert band_words(band) == "any G" and band_words(band, "num_generations") == "any num_generations"
+    assert band_words({**band, "low": 16}) == "G of at least 16"
+    assert band_words({**band, "open_ended": False, "high": 64}) == f"G from {smallest} to 64"
     negative = plan_group_size(_vc((-0.004, 0.0, 0.02), (50.0, 40.0, 60.0), reps), 1024)
     assert "c1's estimate -0.004 is below 0 (the true c1 is >= 0; taken as 0 in the plan)" in negative.message
 

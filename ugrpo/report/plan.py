@@ -15,12 +15,16 @@ __all__ = ["write_report", "reading", "band_words"]
 
 
 def band_words(band: dict[str, Any], name: str = "G") -> str:
-    """The confidence band of a results ``band`` object in words: "G = 8", "G from 4 to 32", or "G of at least 16"
-    when it reaches the largest candidate (never "[16, largest candidate]")."""
+    """The confidence band of a results ``band`` object in words: "G = 8", "G from 4 to 32", "G of at least 16"
+    when it reaches the largest candidate (never "[16, largest candidate]"), or "any G" when it holds every
+    candidate (those of ``band["probability"]``)."""
     lo, hi = band["low"], band["high"]
     if lo == hi:
         return f"{name} = {lo}"
-    return f"{name} of at least {lo}" if band.get("open_ended") else f"{name} from {lo} to {hi}"
+    if band.get("open_ended"):
+        smallest = min((int(g) for g in band.get("probability") or {}), default=None)
+        return f"any {name}" if smallest is not None and lo <= smallest else f"{name} of at least {lo}"
+    return f"{name} from {lo} to {hi}"
 
 
 def reading(results: dict[str, Any]) -> list[str]:

@@ -361,12 +361,14 @@ def _plan_estimated(vc: VarianceComponents, c1, c2, c3, N, cands, tol) -> GroupS
 
 
 def band_text(plan: GroupSizePlan) -> str:
-    """The confidence band in words: "G = 8", "G from 4 to 32", or "G of at least 16" (it reaches the largest
-    candidate: every larger G is near-optimal when c1 is near 0)."""
+    """The confidence band in words: "G = 8", "G from 4 to 32", "G of at least 16" (it reaches the largest
+    candidate: every larger G is near-optimal when c1 is near 0), or "any G" (it holds every candidate)."""
     lo, hi = plan.g_band
     if lo == hi:
         return f"G = {lo}"
-    return f"G of at least {lo}" if plan.band_open_ended else f"G from {lo} to {hi}"
+    if plan.band_open_ended:
+        return "any G" if lo <= min(c[0] for c in plan.candidates) else f"G of at least {lo}"
+    return f"G from {lo} to {hi}"
 
 
 def estimated_message(plan: GroupSizePlan, vc: VarianceComponents) -> str:
