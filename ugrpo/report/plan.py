@@ -15,16 +15,12 @@ __all__ = ["write_report", "reading", "band_words"]
 
 
 def band_words(band: dict[str, Any], name: str = "G") -> str:
-    """The confidence band of a results ``band`` object in words: "G = 8", "G from 4 to 32", "G of at least 16"
-    when it reaches the largest candidate (never "[16, largest candidate]"), or "any G" when it holds every
-    candidate (those of ``band["probability"]``)."""
-    lo, hi = band["low"], band["high"]
-    if lo == hi:
-        return f"{name} = {lo}"
-    if band.get("open_ended"):
-        smallest = min((int(g) for g in band.get("probability") or {}), default=None)
-        return f"any {name}" if smallest is not None and lo <= smallest else f"{name} of at least {lo}"
-    return f"{name} from {lo} to {hi}"
+    """The confidence band of a results ``band`` object in words (:func:`ugrpo.stats.planner.band_words`; the
+    candidates are those of ``band["probability"]``)."""
+    from ugrpo.stats.planner import band_words as words
+
+    smallest = min((int(g) for g in band.get("probability") or {}), default=None)
+    return words(band["low"], band["high"], open_ended=bool(band.get("open_ended")), smallest=smallest, name=name)
 
 
 def reading(results: dict[str, Any]) -> list[str]:

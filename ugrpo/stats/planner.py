@@ -360,15 +360,26 @@ def _plan_estimated(vc: VarianceComponents, c1, c2, c3, N, cands, tol) -> GroupS
     return replace(plan, message=estimated_message(plan, vc))
 
 
+def band_words(low: int, high: int, *, open_ended: bool, smallest: int | None, name: str = "G") -> str:
+    """A confidence band of near-optimal group sizes in words: "G = 8", "G from 4 to 32", "G of at least 16" (it
+    reaches the largest candidate: every larger G is near-optimal when c1 is near 0, so never "[16, largest
+    candidate]"), or "any G" (it starts at ``smallest``, the smallest candidate, and is open-ended).
+
+    >>> band_words(4, 1024, open_ended=True, smallest=2), band_words(2, 1024, open_ended=True, smallest=2)
+    ('G of at least 4', 'any G')
+    >>> band_words(4, 32, open_ended=False, smallest=2, name="num_generations")
+    'num_generations from 4 to 32'
+    """
+    if low == high:
+        return f"{name} = {low}"
+    if open_ended:
+        return f"any {name}" if smallest is not None and low <= smallest else f"{name} of at least {low}"
+    return f"{name} from {low} to {high}"
+
+
 def band_text(plan: GroupSizePlan) -> str:
-    """The confidence band in words: "G = 8", "G from 4 to 32", "G of at least 16" (it reaches the largest
-    candidate: every larger G is near-optimal when c1 is near 0), or "any G" (it holds every candidate)."""
-    lo, hi = plan.g_band
-    if lo == hi:
-        return f"G = {lo}"
-    if plan.band_open_ended:
-        return "any G" if lo <= min(c[0] for c in plan.candidates) else f"G of at least {lo}"
-    return f"G from {lo} to {hi}"
+    """The plan's confidence band in words (:func:`band_words`)."""
+    return band_words(*plan.g_band, open_ended=plan.band_open_ended, smallest=min(c[0] for c in plan.candidates))
 
 
 def estimated_message(plan: GroupSizePlan, vc: VarianceComponents) -> str:
