@@ -84,10 +84,12 @@ def _bisect_log(f, lo: float, hi: float) -> tuple[float, float]:
 
 def _newton_log(f_df, lo: float, hi: float) -> tuple[float, float]:
     """(lo, hi) bracketing the root of a non-increasing f (f(lo) >= 0 > f(hi)) found by Newton steps in t = log x,
-    kept inside the bracket (a step outside it, or a flat piece, bisects). ``f_df(x)`` returns (f, df/dt); at a jump
-    of f the bracket closes on the jump."""
+    kept inside the bracket: a Newton step is taken when it lands inside the bracket and is under half the previous
+    step, otherwise the bracket is bisected (the safeguard of Numerical Recipes' ``rtsafe``: every step at least
+    halves or the bracket does, so it converges; on a flat piece df = 0 bisects). ``f_df(x)`` returns (f, df/dt); at
+    a jump of f the bracket closes on the jump."""
     lo_t, hi_t = math.log(lo), math.log(hi)
-    t, width = hi_t, hi_t - lo_t
+    t, last = hi_t, hi_t - lo_t
     for _ in range(4 * _ITERS):
         f, df = f_df(math.exp(t))
         if f >= 0:
@@ -99,9 +101,10 @@ def _newton_log(f_df, lo: float, hi: float) -> tuple[float, float]:
         if hi_t - lo_t <= 1e-13:
             break
         step = t - f / df if df < 0 else math.nan
-        newton = lo_t < step < hi_t and hi_t - lo_t < 0.5 * width  # Newton only while the bracket halves
-        width = hi_t - lo_t
-        t = step if newton else 0.5 * (lo_t + hi_t)
+        if lo_t < step < hi_t and abs(step - t) < 0.5 * last:
+            last, t = abs(step - t), step
+        else:
+            last, t = 0.5 * (hi_t - lo_t), 0.5 * (lo_t + hi_t)
     return math.exp(lo_t), math.exp(hi_t)
 
 
