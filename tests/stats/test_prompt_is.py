@@ -185,7 +185,7 @@ def test_the_safeguarded_newton_finds_the_reference_law_in_fewer_evaluations(see
     """``is_solver._newton_log`` (a Newton step when it stays in the bracket and is under half the step before,
     else bisection) against the root finder as first written (``newton_reference``, which mostly bisected): on the
     same problems ``solve_joint`` gives the same sizes, the law to 1e-9 relative, the objective and the dual bound to
-    1e-9, with fewer evaluations of f in all (counted, not timed)."""
+    1e-9, with under half the evaluations of f in all (counted, not timed)."""
     from ugrpo.stats import is_solver
 
     _, table, cands, lower, _ = _solver_problem(seed)
@@ -206,7 +206,7 @@ def test_the_safeguarded_newton_finds_the_reference_law_in_fewer_evaluations(see
     assert np.array_equal(now.sizes, ref.sizes) and now.nodes == ref.nodes
     assert np.allclose(now.q, ref.q, rtol=1e-9, atol=0)
     assert now.value == pytest.approx(ref.value, rel=1e-9) and now.bound == pytest.approx(ref.bound, rel=1e-9)
-    assert counts["now"] < 0.7 * counts["reference"]
+    assert counts["now"] < 0.5 * counts["reference"]  # 0.31-0.39 on these three problems
 
 
 def test_law_for_fixed_sizes_meets_kkt():
