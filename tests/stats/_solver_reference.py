@@ -12,8 +12,10 @@ import numpy as np
 from ugrpo.stats.is_solver import _h, _newton_log
 
 
-def inner_reference(table, cands, mask, nu, lower, pre=None):
-    """The inner dual problem as first written (every prompt's h over every size at each mu, through ``_h``)."""
+def inner_reference(table, cands, mask, nu, lower, pre=None, start=None, counts=None):
+    """The inner dual problem as first written (every prompt's h over every size at each mu, through ``_h``), on
+    every row of the pool (``counts`` None)."""
+    assert counts is None, "the reference reads every prompt's row (set is_solver._DISTINCT = 0)"
     P = table.shape[0]
     rows = np.arange(P)
     gmin = float(cands.min())
@@ -21,7 +23,7 @@ def inner_reference(table, cands, mask, nu, lower, pre=None):
     if P * lower >= 1 - 1e-12:
         h = np.where(mask, table / lower + lower * (nu * cands[None, :]), np.inf)
         k = h.argmin(1)
-        return float(h[rows, k].sum()), [k]
+        return float(h[rows, k].sum()), [k], 1.0
 
     def argmins(cm):
         h = np.where(mask, _h(table, cm + dc, lower), np.inf)
@@ -38,11 +40,12 @@ def inner_reference(table, cands, mask, nu, lower, pre=None):
     big = np.where(mask, table, 0.0).max(1)
     hi = (np.sqrt(big).sum() / (1 - P * lower)) ** 2 * 1.01 + 1e-300
     best, ks = -math.inf, []
-    for cm in _newton_log(f_df, hi * 1e-40, hi):
+    ends = _newton_log(f_df, hi * 1e-40, hi, start=start)
+    for cm in ends:
         k, hv = argmins(cm)
         best = max(best, float(hv.sum()) - (cm - nu * gmin))
         ks.append(k)
-    return best, ks
+    return best, ks, ends[0]
 
 
 def newton_reference(f_df, lo: float, hi: float) -> tuple[float, float]:

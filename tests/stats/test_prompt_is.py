@@ -163,9 +163,13 @@ def test_the_fast_inner_search_gives_the_reference_numbers_bit_for_bit(seed, mon
     """``is_solver._inner`` (fused passes; near the root only the prompts whose minimising size differs between the
     bracket's ends are searched, M56's monotonicity) returns what the full search returns, to the last bit, on pools
     of 60-3000 prompts with saturated prompts (a_x(G) constant in G, some 0), nodes that restrict sizes, and nu from 0
-    up; and so does ``solve_joint`` as a whole, whose every inner problem is then the reference's."""
+    up; and so does ``solve_joint`` as a whole, whose every inner problem is then the reference's. (The root finder's
+    jump snap, which reads the fused rows, and the grouping of equal rows are off here: both are checked against the
+    plain search below.)"""
     from ugrpo.stats import is_solver
 
+    monkeypatch.setattr(is_solver, "_SNAP_MAX", 0)
+    monkeypatch.setattr(is_solver, "_DISTINCT", 0.0)
     P, table, cands, lower, mask = _solver_problem(seed)
     for m in (np.ones(table.shape, bool), mask):
         for nu in (0.0, 1e-9, 1e-6, 1e-3, 1.0):
@@ -185,14 +189,18 @@ def test_the_safeguarded_newton_finds_the_reference_law_in_fewer_evaluations(see
     """``is_solver._newton_log`` (a Newton step when it stays in the bracket and is under half the step before,
     else bisection) against the root finder as first written (``newton_reference``, which mostly bisected): on the
     same problems ``solve_joint`` gives the same sizes, the law to 1e-9 relative, the objective and the dual bound to
-    1e-9, with under half the evaluations of f in all (counted, not timed)."""
+    1e-9, with under half the evaluations of f in all (counted, not timed). The jump snap, the warm start and false
+    position are off here (the next test)."""
     from ugrpo.stats import is_solver
 
+    monkeypatch.setattr(is_solver, "_SNAP_MAX", 0)
+    monkeypatch.setattr(is_solver, "_WARM", False)
+    monkeypatch.setattr(is_solver, "_SECANT", False)
     _, table, cands, lower, _ = _solver_problem(seed)
     counts = {}
 
     def counted(finder, name):
-        def run(f_df, lo, hi):
+        def run(f_df, lo, hi, **_):
             def f(x):
                 counts[name] = counts.get(name, 0) + 1
                 return f_df(x)
@@ -207,6 +215,85 @@ def test_the_safeguarded_newton_finds_the_reference_law_in_fewer_evaluations(see
     assert np.allclose(now.q, ref.q, rtol=1e-9, atol=0)
     assert now.value == pytest.approx(ref.value, rel=1e-9) and now.bound == pytest.approx(ref.bound, rel=1e-9)
     assert counts["now"] < 0.5 * counts["reference"]  # 0.31-0.39 on these three problems
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_jump_snap_and_the_warm_start_find_the_same_law_in_fewer_evaluations(seed, monkeypatch):
+    """The inner root finder with the jump snap (the first change of a prompt's minimising size inside the bracket,
+    located on that prompt's row, its two sides evaluated), the warm start (from the root at the nearest nu) and
+    false position where Newton is refused, against the plain safeguarded Newton from the bracket's end: every inner
+    problem gives the same minimisers' sizes
+    at both ends of its bracket and its value to 1e-12; ``solve_joint`` the same sizes, the law to 1e-12, value and
+    bound to 1e-12, on pools of 60-3000 prompts and nodes that restrict sizes, with under 0.65 of the evaluations of
+    f (0.45-0.62 measured on these four problems; counted, not timed)."""
+    from ugrpo.stats import is_solver
+
+    P, table, cands, lower, mask = _solver_problem(seed)
+    finder, counts = is_solver._newton_log, {}
+
+    def counted(name):
+        def run(f_df, lo, hi, **kw):
+            def f(x):
+                counts[name] = counts.get(name, 0) + 1
+                return f_df(x)
+            return finder(f, lo, hi, **kw)
+        return run
+
+    def solve(name, snap_max, warm):
+        monkeypatch.setattr(is_solver, "_SNAP_MAX", snap_max)
+        monkeypatch.setattr(is_solver, "_WARM", warm)
+        monkeypatch.setattr(is_solver, "_SECANT", warm)
+        monkeypatch.setattr(is_solver, "_newton_log", counted(name))
+        inner = [is_solver._inner(table, cands, m, nu, lower) for m in (np.ones(table.shape, bool), mask)
+                 for nu in (0.0, 1e-6, 1e-3, 1.0)]
+        return inner, is_solver.solve_joint(table, cands, 8.0, lower)
+
+    inner_now, now = solve("now", 4, True)
+    inner_ref, ref = solve("reference", 0, False)
+    for (v, ks, _), (v_ref, ks_ref, _) in zip(inner_now, inner_ref):
+        assert v == pytest.approx(v_ref, rel=1e-12)
+        assert len(ks) == len(ks_ref) == 2 and all(np.array_equal(a, b) for a, b in zip(ks, ks_ref))
+    assert np.array_equal(now.sizes, ref.sizes) and now.nodes == ref.nodes
+    assert np.allclose(now.q, ref.q, rtol=1e-12, atol=0)
+    assert now.value == pytest.approx(ref.value, rel=1e-12) and now.bound == pytest.approx(ref.bound, rel=1e-12)
+    assert counts["now"] < 0.65 * counts["reference"]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_dual_over_distinct_rows_gives_the_law_of_the_whole_pool(seed, monkeypatch):
+    """Prompts that share a row (a_x(.) and allowed sizes; the never-visited prompts of a large pool share the
+    prior's) are solved once in the dual, weighted by their count (``is_solver._distinct``): on pools where 90% of
+    the prompts repeat one of 5 rows, ``solve_joint`` gives the same sizes, the law to 1e-12, value and bound to
+    1e-12 as the dual over every row, while the inner problems see the distinct rows only (also on the same pools
+    without the copies, whose saturated prompts share a row: every row when over 80% of them are distinct)."""
+    from ugrpo.stats import is_solver
+
+    P, table, cands, lower, _ = _solver_problem(seed)
+    rng = np.random.default_rng(900 + seed)
+    seen_rows = []
+    inner = is_solver._inner
+
+    def watched(table, *args, **kw):
+        seen_rows.append(table.shape[0])
+        return inner(table, *args, **kw)
+
+    monkeypatch.setattr(is_solver, "_inner", watched)
+    for repeated in (True, False):
+        t = table.copy()
+        if repeated:
+            copies = rng.choice(P, size=P - P // 10, replace=False)
+            t[copies] = t[rng.choice(P, size=5)][rng.integers(0, 5, size=copies.size)]
+        distinct = len(np.unique(t, axis=0))
+        seen_rows.clear()
+        monkeypatch.setattr(is_solver, "_DISTINCT", 0.8)
+        now = is_solver.solve_joint(t, cands, 8.0, lower)
+        assert max(seen_rows) == (distinct if distinct <= 0.8 * P else P)
+        assert (distinct < P // 5) if repeated else (distinct > P // 2)
+        monkeypatch.setattr(is_solver, "_DISTINCT", 0.0)
+        ref = is_solver.solve_joint(t, cands, 8.0, lower)
+        assert np.array_equal(now.sizes, ref.sizes) and now.nodes == ref.nodes
+        assert np.allclose(now.q, ref.q, rtol=1e-12, atol=0)
+        assert now.value == pytest.approx(ref.value, rel=1e-12) and now.bound == pytest.approx(ref.bound, rel=1e-12)
 
 
 def test_law_for_fixed_sizes_meets_kkt():

@@ -9,8 +9,10 @@ where a_x(G) = ||g(x)||^2 + f_x(G) is the second moment of prompt x's estimate w
 fixed the problem is convex in q and :func:`law_for_sizes` solves its KKT conditions (M57). Jointly it is a
 mixed-integer problem; :func:`solve_joint` maximises the Lagrangian dual (a concave function of two multipliers whose
 inner minimum separates over prompts, M56), which bounds the optimum from below, recovers integer sizes from the
-dual's minimisers, and closes the remaining gap by branch and bound on the prompts' size ranges. Tests compare it with
-brute force over every size vector of tiny pools (tests/stats/test_is_solver.py).
+dual's minimisers, and closes the remaining gap by branch and bound on the prompts' size ranges. The dual works on the
+pool's distinct rows, and its inner root finder snaps to the jumps of its piecewise supergradient (M56; each shortcut
+has a module switch below, for the tests and benchmarks that compare it with the search without it). Tests compare
+the solver with brute force over every size vector of tiny pools (tests/stats/test_prompt_is.py).
 
 Pure numpy; nothing here knows where the a_x come from (:mod:`ugrpo.stats.prompt_is` builds them).
 """
@@ -29,6 +31,10 @@ _ITERS = 64          # bisection steps in log scale (brackets span < 2^64 in rat
 _GOLDEN = 0.6180339887498949
 _TINY = 1e-15        # the smallest a_x relative to the largest (:func:`_check_problem`)
 _PATH = 12           # size vectors tried on the path between the dual's cheapest and dearest minimisers
+_SNAP_MAX = 4        # the inner root finder locates the jumps of f when at most this many prompts change size
+_WARM = True         # the inner root finder starts from the root of the nearest multiplier nu already solved
+_SECANT = True       # where Newton's step is refused, the root finder tries false position before bisection
+_DISTINCT = 0.8      # the dual works on the distinct rows when there are at most this fraction of them (0: never)
 
 
 @dataclass(frozen=True)
@@ -82,29 +88,59 @@ def _bisect_log(f, lo: float, hi: float) -> tuple[float, float]:
     return lo, hi
 
 
-def _newton_log(f_df, lo: float, hi: float) -> tuple[float, float]:
+def _newton_log(f_df, lo: float, hi: float, start: float | None = None, snap=None) -> tuple[float, float]:
     """(lo, hi) bracketing the root of a non-increasing f (f(lo) >= 0 > f(hi)) found by Newton steps in t = log x,
     kept inside the bracket: a Newton step is taken when it lands inside the bracket and is under half the previous
     step, otherwise the bracket is bisected (the safeguard of Numerical Recipes' ``rtsafe``: every step at least
     halves or the bracket does, so it converges; on a flat piece df = 0 bisects). ``f_df(x)`` returns (f, df/dt); at
-    a jump of f the bracket closes on the jump."""
+    a jump of f the bracket closes on the jump.
+
+    ``start``: the first point (default hi; a point outside the bracket is ignored). ``snap(lo_t, hi_t)``: None, or a
+    point t (log scale) strictly inside the present bracket to evaluate next instead of the Newton or bisection step
+    (the inner dual problem proposes the two sides of the first jump of f in the bracket, so that the bracket closes
+    on a jump in two evaluations rather than by some 30 halvings, ``_inner``); the bracket is kept either way, so
+    convergence does not depend on what snap proposes."""
     lo_t, hi_t = math.log(lo), math.log(hi)
     t, last = hi_t, hi_t - lo_t
+    if start is not None and lo < start < hi:
+        t = math.log(start)
+    f_lo = f_hi = math.nan  # f at the bracket's ends once evaluated (Illinois: halved while that end stays)
+    widths = [hi_t - lo_t] * 2  # the bracket's width two iterations ago and one
+    moved = 0  # the end the last evaluation moved: +1 lo, -1 hi
     for _ in range(4 * _ITERS):
         f, df = f_df(math.exp(t))
         if f >= 0:
-            lo_t = t
+            lo_t, f_lo = t, f
+            if moved == 1:
+                f_hi *= 0.5
+            moved = 1
         else:
-            hi_t = t
+            hi_t, f_hi = t, f
+            if moved == -1:
+                f_lo *= 0.5
+            moved = -1
         if abs(f) <= 1e-13:  # converged on a smooth piece
             return math.exp(t), math.exp(t)
-        if hi_t - lo_t <= 1e-13:
+        width = hi_t - lo_t
+        if width <= 1e-13:
             break
+        at = snap(lo_t, hi_t) if snap is not None else None
+        if at is not None and lo_t < at < hi_t:
+            last, t = 0.5 * width, at
+            widths = [widths[1], width]
+            continue
         step = t - f / df if df < 0 else math.nan
         if lo_t < step < hi_t and abs(step - t) < 0.5 * last:
             last, t = abs(step - t), step
+        elif _SECANT and f_lo == f_lo and f_hi == f_hi and width <= 0.5 * widths[0]:
+            # Newton refused (f is a staircase of many small jumps where its pieces' slope says little): false
+            # position on the ends' values (Illinois), kept 1% inside the bracket, while the bracket halves every
+            # two iterations (else bisection), so convergence is kept
+            frac = min(max(f_lo / (f_lo - f_hi), 0.01), 0.99)
+            last, t = 0.5 * width, lo_t + frac * width
         else:
-            last, t = 0.5 * (hi_t - lo_t), 0.5 * (lo_t + hi_t)
+            last, t = 0.5 * width, 0.5 * (lo_t + hi_t)
+        widths = [widths[1], width]
     return math.exp(lo_t), math.exp(hi_t)
 
 
@@ -237,18 +273,28 @@ def _prepare(table: np.ndarray, mask: np.ndarray, lower: float) -> _Table:
 
 
 def _inner(table: np.ndarray, cands: np.ndarray, mask: np.ndarray, nu: float, lower: float,
-           pre: _Table | None = None) -> tuple[float, list[np.ndarray]]:
+           pre: _Table | None = None, start: float | None = None, counts: np.ndarray | None = None
+           ) -> tuple[float, list[np.ndarray], float]:
     """For fixed nu >= 0: (max over mu of D(mu, nu) + nu gbar, the minimisers' size indices at both ends of the
-    maximiser's bracket). c_min = mu + nu g_min > 0 is bisected in log scale on the supergradient sum q - 1.
-    ``pre``: :func:`_prepare` of (table, mask, lower), shared by the calls of one dual (computed here if None)."""
-    P = table.shape[0]
-    rows = np.arange(P)
+    maximiser's bracket, the bracket's lower end). c_min = mu + nu g_min > 0 is found in log scale on the
+    supergradient sum q - 1 (:func:`_newton_log`, from ``start`` when given: the root at a nearby nu).
+    ``pre``: :func:`_prepare` of (table, mask, lower), shared by the calls of one dual (computed here if None).
+    ``counts``: each row stands for this many prompts with that row and mask (:func:`_distinct`; None: one each)."""
+    U = table.shape[0]  # rows
+    P = U if counts is None else float(counts.sum())  # prompts
+
+    def total(v: np.ndarray, sel: np.ndarray | None = None) -> float:  # the sum over prompts of a per-row value
+        if counts is None:
+            return float(v.sum())
+        return float(v @ (counts if sel is None else counts[sel]))
+
+    rows = np.arange(U)
     gmin = float(cands.min())
     dc = nu * (cands - gmin)[None, :]                                           # (1, K)
     if P * lower >= 1 - 1e-12:  # q pinned at 1/P: h = a/l + l c and D does not depend on mu
         h = np.where(mask, table / lower + lower * (nu * cands[None, :]), np.inf)
         k = h.argmin(1)
-        return float(h[rows, k].sum()), [k]
+        return total(h[rows, k]), [k], 1.0
     pre = _prepare(table, mask, lower) if pre is None else pre
     l2 = lower**2
 
@@ -270,14 +316,14 @@ def _inner(table: np.ndarray, cands: np.ndarray, mask: np.ndarray, nu: float, lo
     # sum q < 1). With every a_x(G) non-increasing in G, h(a_x(G_j), c + nu G_j) - h(a_x(G_i), c + nu G_i) is
     # non-increasing in c for G_i < G_j (its derivative is q*(G_j) - q*(G_i) <= 0), so a prompt's minimiser is
     # non-decreasing in mu: a prompt with the same minimiser at both ends has it everywhere between, and only the
-    # others (near the root, a few) are searched (tests/stats/test_is_solver.py compares with the full search).
+    # others (near the root, a few) are searched (tests/stats/test_prompt_is.py compares with the full search).
     bracket: dict[bool, tuple[float, np.ndarray]] = {}  # f >= 0 (lo) / f < 0 (hi): (mu + nu g_min, sizes)
 
     def sizes_at(cm: float) -> np.ndarray:
         if pre.monotone and len(bracket) == 2 and bracket[True][0] < cm < bracket[False][0]:
             k_lo, k_hi = bracket[True][1], bracket[False][1]
             moving = np.flatnonzero(k_lo != k_hi)
-            if moving.size * 2 <= P:
+            if moving.size * 2 <= U:
                 k = k_lo.copy()
                 k[moving] = argmins(cm, moving)[0]
                 return k
@@ -289,19 +335,89 @@ def _inner(table: np.ndarray, cands: np.ndarray, mask: np.ndarray, nu: float, lo
         r = np.sqrt(a / c)
         free = r > lower
         q = np.where(free, r, lower)
-        f = float(q.sum()) - 1.0
+        f = total(q) - 1.0
         bracket[f >= 0] = (cm, k)
-        return f, -0.5 * cm * float((np.sqrt(a[free]) * c[free] ** -1.5).sum())
+        return f, -0.5 * cm * total(np.sqrt(a[free]) * c[free] ** -1.5, free)
+
+    # f jumps where a prompt's minimising size changes. Once the bracket's ends differ in the sizes of a few prompts
+    # only, the first such change in the bracket is located on those prompts' rows alone (scalar bisection in t with
+    # argmins' arithmetic) and its two sides proposed to the root finder: a root at the jump is then bracketed to
+    # the last bit in two evaluations of f, a root before or after it is left on a smooth piece for Newton.
+    switches: dict[tuple[int, int], tuple[float, float] | None] = {}
+
+    def switch(x: int, k0: int, k1: int, lo_t: float, hi_t: float) -> tuple[float, float] | None:
+        cols = [k for k in range(k0, k1 + 1) if mask[x, k]]
+        rows_x = [(float(table[x, k]), float(pre.a_over_lower[x, k]), float(dc[0, k])) for k in cols]
+
+        def stays(t: float) -> bool:  # prompt x's minimising size at exp(t) is still cols[0] (argmin: first minimum)
+            cm, best_h, arg = math.exp(t), math.inf, 0
+            for j, (tv, al, d) in enumerate(rows_x):
+                c = cm + d
+                h = al + lower * c if tv < l2 * c else 2.0 * math.sqrt(tv * c)
+                if h < best_h:
+                    best_h, arg = h, j
+            return arg == 0
+
+        if not stays(lo_t) or stays(hi_t):
+            return None
+        a_t, b_t = lo_t, hi_t
+        while True:
+            m = 0.5 * (a_t + b_t)
+            if m <= a_t or m >= b_t:
+                return a_t, b_t
+            if stays(m):
+                a_t = m
+            else:
+                b_t = m
+
+    def snap(lo_t: float, hi_t: float) -> float | None:
+        if not pre.monotone or len(bracket) < 2:
+            return None
+        k_lo, k_hi = bracket[True][1], bracket[False][1]
+        moving = np.flatnonzero(k_lo != k_hi)
+        if not 0 < moving.size <= _SNAP_MAX:
+            return None
+        first = None
+        for x in moving.tolist():
+            key = (x, int(k_lo[x]))
+            sw = switches.get(key)
+            if sw is None or not lo_t <= sw[0] < sw[1] <= hi_t:
+                sw = switches[key] = switch(x, int(k_lo[x]), int(k_hi[x]), lo_t, hi_t)
+            if sw is not None and (first is None or sw[1] < first[1]):
+                first = sw
+        if first is None:
+            return None
+        return first[0] if first[0] > lo_t else (first[1] if first[1] < hi_t else None)
 
     big = np.where(mask, table, 0.0).max(1)
-    hi = (np.sqrt(big).sum() / (1 - P * lower)) ** 2 * 1.01 + 1e-300             # sum q < 1 from here on
-    ends = _newton_log(f_df, hi * 1e-40, hi)
+    hi = (total(np.sqrt(big)) / (1 - P * lower)) ** 2 * 1.01 + 1e-300            # sum q < 1 from here on
+    ends = _newton_log(f_df, hi * 1e-40, hi, start=start, snap=snap if _SNAP_MAX > 0 else None)
     best, ks = -math.inf, []
     for cm in ends:
         k, hv = argmins(cm)
-        best = max(best, float(hv.sum()) - (cm - nu * gmin))
+        best = max(best, total(hv) - (cm - nu * gmin))
         ks.append(k)
-    return best, ks
+    return best, ks, ends[0]
+
+
+def _distinct(table: np.ndarray, mask: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """(rows, mask, counts, inverse): the distinct (a_x(.), allowed sizes) rows of the pool, how many prompts share
+    each, and each prompt's row; (table, mask, None, None) when fewer than a fifth of the rows repeat. Prompts never
+    visited share the prior's row (most of a large pool early in training): the dual separates over prompts (M56),
+    so its value, sum q and the minimisers are the same over the distinct rows weighted by their counts, at a
+    fraction of the work. Rows are grouped by a random projection and the grouping checked against the rows."""
+    if _DISTINCT <= 0:
+        return table, mask, None, None
+    r = np.random.default_rng(0x15D).standard_normal((2, table.shape[1]))
+    proj = table @ r[0] + mask @ r[1]
+    _, first, inverse, counts = np.unique(proj, return_index=True, return_inverse=True, return_counts=True)
+    if len(first) > _DISTINCT * table.shape[0]:
+        return table, mask, None, None
+    rows, allowed = table[first], mask[first]
+    if not (np.array_equal(rows[inverse], table) and np.array_equal(allowed[inverse], mask)):  # a collision
+        return table, mask, None, None
+    return rows, allowed, counts.astype(np.float64), inverse
 
 
 def dual_bound(table: np.ndarray, cands: np.ndarray, gbar: float, lower: float,
@@ -317,11 +433,14 @@ def dual_bound(table: np.ndarray, cands: np.ndarray, gbar: float, lower: float,
     cands = np.asarray(cands, dtype=np.float64)
     mask = np.ones(table.shape, bool) if mask is None else mask
     seen: dict[float, tuple[float, list[np.ndarray]]] = {}
+    roots: dict[float, float] = {}  # nu -> the inner root c_min, the start for the next nu (nearest first)
+    table, mask, counts, inverse = _distinct(table, mask)
     pre = _prepare(table, mask, lower)
 
     def g(nu: float) -> float:
         if nu not in seen:
-            v, ks = _inner(table, cands, mask, nu, lower, pre)
+            start = roots[min(roots, key=lambda v: abs(v - nu))] if _WARM and roots else None
+            v, ks, roots[nu] = _inner(table, cands, mask, nu, lower, pre, start, counts)
             seen[nu] = (v - nu * gbar, ks)
         return seen[nu][0]
 
@@ -342,7 +461,8 @@ def dual_bound(table: np.ndarray, cands: np.ndarray, gbar: float, lower: float,
         if hi - lo <= 1e-5 * hi:  # D is flat at its maximum: its value is found to about the square of this
             break
     best_nu = max(seen, key=lambda v: seen[v][0])
-    sizes = [k for nu in {lo, hi, x1, x2, best_nu} for k in (seen[nu][1] if nu in seen else [])]
+    sizes = [k if inverse is None else k[inverse] for nu in {lo, hi, x1, x2, best_nu}
+             for k in (seen[nu][1] if nu in seen else [])]
     return seen[best_nu][0], sizes
 
 
