@@ -434,6 +434,7 @@ def dual_bound(table: np.ndarray, cands: np.ndarray, gbar: float, lower: float,
     mask = np.ones(table.shape, bool) if mask is None else mask
     seen: dict[float, tuple[float, list[np.ndarray]]] = {}
     roots: dict[float, float] = {}  # nu -> the inner root c_min, the start for the next nu (nearest first)
+    P = table.shape[0]
     table, mask, counts, inverse = _distinct(table, mask)
     pre = _prepare(table, mask, lower)
 
@@ -445,7 +446,7 @@ def dual_bound(table: np.ndarray, cands: np.ndarray, gbar: float, lower: float,
         return seen[nu][0]
 
     # bracket the maximiser of the concave g on [0, inf): grow the step until g falls
-    scale = max(float(np.where(mask, table, 0.0).max()), 1e-300) / max(gbar, 1.0) * table.shape[0] ** 2
+    scale = max(float(np.where(mask, table, 0.0).max()), 1e-300) / max(gbar, 1.0) * P**2
     prev, g_prev, b = 0.0, g(0.0), scale * 1e-6
     while g(b) >= g_prev and b < 1e300:
         prev, g_prev, b = b, g(b), b * 4.0
