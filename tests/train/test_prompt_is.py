@@ -37,6 +37,8 @@ from ugrpo.train.update import update_on_rows
      r"allocation.is_spend='maybe' is not valid; choose one of \['expected', 'exact'\]"),
     ({"allocation__rule": "uniform-is", "budget__group_size": 2, "budget__samples_per_step": 8},
      r"is_guard=true needs budget.group_size >= 3 .* got 2"),
+    ({"allocation__rule": "ustat-is", "allocation__is_certificate_every": 0},
+     r"allocation.is_certificate_every=0 must be > 0"),
 ])
 def test_bad_prompt_is_configs_name_the_field(over, match):
     with pytest.raises(ValueError, match=match):
@@ -188,6 +190,30 @@ def test_prompt_is_run_metrics_and_report(is_run):
     assert (f"predicted_S_ratio={last['is_predicted_ratio']:.3g} (95% interval {last['is_predicted_ratio_low']:.3g}-"
             f"{last['is_predicted_ratio_high']:.3g}, {is_coverage_phrase(short=True)})") in text
     assert is_coverage_phrase(short=True).startswith("lab coverage 99")  # the shipped M89 table: 99.3%, 99.6%
+
+
+def test_the_certificate_every_k_steps_reports_less_and_trains_the_same(is_run, tmp_path):
+    """``allocation.is_certificate_every = 3``: the certificate on steps 1 and 4 only (the same numbers as when it
+    is computed every step: its draws are seeded by the step), nothing of it on steps 2 and 3 (nor on their console
+    lines), and the same training: parameters, draws, sizes and the other metrics."""
+    cfg, full_out, _ = is_run
+    sparse = copy.deepcopy(cfg)
+    object.__setattr__(sparse.allocation, "is_certificate_every", 3)
+    train(sparse, tmp_path)
+    assert_same_parameters(full_out, tmp_path)
+    rows_a, rows_b = metrics_rows(full_out), metrics_rows(tmp_path)
+    cert = ("is_predicted_ratio", "is_predicted_ratio_low", "is_predicted_ratio_high", "is_predicted_ratio_plugin",
+            "is_predicted_ratio_widen")
+    assert [r["step"] for r in rows_b if "is_predicted_ratio" in r] == [1, 4]
+    for a, b in zip(rows_a, rows_b):
+        assert all((b[k] == a[k]) if "is_predicted_ratio" in b else (k not in b) for k in cert)
+        keys = set(a) - set(cert) - {k for k in a if k.startswith("s_") or k == "tokens_per_s"}
+        assert {k: b[k] for k in keys} == {k: a[k] for k in keys}
+    report = (tmp_path / "report.md").read_text()
+    assert "over the 2 of 4 steps that computed it, the last step's (step 4) 95% interval" in report
+    by_step = {r["step"]: r for r in rows_b}
+    assert "predicted_S_ratio" not in line(by_step[2]) and "ess=" in line(by_step[2])
+    assert "predicted_S_ratio" in line(by_step[4])
 
 
 def test_prompt_is_killed_and_resumed_equals_the_unkilled_run(is_run, tmp_path):

@@ -195,11 +195,15 @@ def _is_text(al: list[dict]) -> str:
 
 
 def _last_interval(al: list[dict]) -> str:
-    """``, the last step's 95% interval [lo, hi]`` of the prompt-IS certificate (M89), or '' without one."""
-    last = next((r for r in reversed(al) if r.get("is_predicted_ratio_low") is not None), None)
-    if last is None:
+    """``, the last step's 95% interval [lo, hi]`` of the prompt-IS certificate (M89), or '' without one; with
+    ``allocation.is_certificate_every`` > 1, how many steps computed it and the last of those."""
+    certified = [r for r in al if r.get("is_predicted_ratio_low") is not None]
+    if not certified:
         return ""
-    return (f", the last step's (step {last['step']}) 95% interval [{_f(last['is_predicted_ratio_low'])}, "
+    last = certified[-1]
+    every = "" if len(certified) == len(al) else f" over the {len(certified)} of {len(al)} steps that computed it"
+    which = "step's" if last is al[-1] else "certificate's"
+    return (f"{every}, the last {which} (step {last['step']}) 95% interval [{_f(last['is_predicted_ratio_low'])}, "
             f"{_f(last['is_predicted_ratio_high'])}]")
 
 

@@ -217,18 +217,25 @@ class Allocator:
         self._weights = law.weights(prompts)
         sizes = batch_sizes(law, gl.moments, prompts, self.N, spend=self.al.is_spend, g_min=self.g_min,
                             g_max=self.g_max)  # G_x (M56), or exactly N in all (M88)
-        seed = stream_seed(self.cfg.seed, step, 0x636572)
-        cert = history_certificate(post, law, self.G, self.history.sums_for_prediction(), seed)  # M60, M89
         hist = np.bincount(sizes)
         return sizes, {
             "alloc_g_min": int(sizes.min()), "alloc_g_max": int(sizes.max()),
             "alloc_g_hist": {str(g): int(c) for g, c in enumerate(hist) if c}, **step_metrics(law, prompts),
             **({"is_expected_samples": float(self.N)} if self.exact_spend else {}),  # M88 spends exactly N
-            "is_predicted_ratio": cert.ratio, "is_predicted_ratio_low": cert.ratio_low,
-            "is_predicted_ratio_high": cert.ratio_high, "is_predicted_ratio_plugin": cert.plugin,
-            "is_predicted_ratio_widen": cert.widen,
+            **self._certificate(gl, step),
             "reward_var_predicted": float(reward_variance(post.take(prompts)).mean()), **guard_metrics(gl),
         }
+
+    def _certificate(self, gl: GuardedLaw, step: int) -> dict:
+        """The law's certificate (M59: under population draws, M60, widened by the history's factor, M89) on the
+        first step and every ``allocation.is_certificate_every`` steps after; {} on the others (it only reports)."""
+        if (step - 1) % self.al.is_certificate_every:
+            return {}
+        seed = stream_seed(self.cfg.seed, step, 0x636572)
+        cert = history_certificate(gl.posterior, gl.law, self.G, self.history.sums_for_prediction(), seed)
+        return {"is_predicted_ratio": cert.ratio, "is_predicted_ratio_low": cert.ratio_low,
+                "is_predicted_ratio_high": cert.ratio_high, "is_predicted_ratio_plugin": cert.plugin,
+                "is_predicted_ratio_widen": cert.widen}
 
     def choose(self, prompts: np.ndarray, step: int = 0) -> tuple[np.ndarray, dict]:
         """(G_b (B,), metrics) for the drawn prompts; uniform: every G_b = budget.group_size and no metrics."""

@@ -167,8 +167,8 @@ def line(row: dict) -> str:
     parts += [c for c in [console_column(row)] if c]  # the G* monitor's column (steps it measured)
     if "is_ess" in row:  # prompt importance sampling (docs/allocation.md A8)
         parts.append(f"law={row.get('is_guard_choice', '-')} G_b={row['alloc_g_min']}..{row['alloc_g_max']} "
-                     f"samples={row['samples']} ess={row['is_ess']:.3g} w_max={row['is_weight_max']:.3g} "
-                     f"predicted_S_ratio={row['is_predicted_ratio']:.3g}"
+                     f"samples={row['samples']} ess={row['is_ess']:.3g} w_max={row['is_weight_max']:.3g}"
+                     + (f" predicted_S_ratio={row['is_predicted_ratio']:.3g}" if "is_predicted_ratio" in row else "")
                      + (f" (95% interval {row['is_predicted_ratio_low']:.3g}-{row['is_predicted_ratio_high']:.3g}, "
                         f"{is_coverage_phrase(short=True)})" if row.get("is_predicted_ratio_low") is not None else ""))
     elif "alloc_g_hist" in row:  # per-prompt group sizes (docs/allocation.md)

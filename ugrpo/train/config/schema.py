@@ -291,6 +291,11 @@ class AllocationConfig:
     """ustat-is: expected (M56's joint law: each drawn prompt gets its G_x, N samples per step on average) | exact (M88:
     the same law q, then the drawn batch's sizes split exactly N to minimise its weighted within-batch variance; the
     TRL adapter's only choice)"""
+    is_certificate_every: int = 1
+    """uniform-is/ustat-is: compute the law's calibrated certificate (``is_predicted_ratio`` and its interval, M89)
+    on the first step and every this many steps after (1: every step; the other steps log none). It only reports:
+    the law, the draws and the training are the same for any value. At GSM8K's size it costs about as much as the
+    law itself (1-3 s per step; docs/allocation.md, Cost)"""
     dynamic_max_rounds: int = 4
     """dynamic: most sampling rounds per step (round 0 = the step's B prompts; later rounds replace all-equal
     groups); after the last round the batch is filled with all-equal groups"""
@@ -314,6 +319,7 @@ class AllocationConfig:
         _choice("allocation.", "is_spend", self.is_spend, IS_SPEND)
         _positive("allocation.", "sketch_dim", self.sketch_dim)
         _positive("allocation.", "dynamic_max_rounds", self.dynamic_max_rounds)
+        _positive("allocation.", "is_certificate_every", self.is_certificate_every)
 
     def bounds(self, N: int, G: int) -> tuple[int, int]:
         """(g_min, g_max) in effect at N samples over B = N / G prompts (g_max 0 -> 4 G, capped)."""
