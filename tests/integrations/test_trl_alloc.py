@@ -436,6 +436,16 @@ def test_ugrpo_config_from_a_trl_yaml_sets_the_trainer(tok, tmp_path):
         watched = UGRPOTrainer(model=build_tiny_model(tok, size="1m", seed=0), reward_funcs=any_digit_reward,
                                args=mon, train_dataset=Dataset.from_dict({"prompt": SMALL}), processing_class=tok)
     assert watched.ugrpo_allocation is None and (watched.ugrpo_monitor.every, watched.ugrpo_monitor.pool) == (3, 1)
+    g = tmp_path / "grpo-is.yaml"  # the prompt-IS fields too (the floor, the guard, the certificate's cadence)
+    g.write_text("num_generations: 4\nper_device_train_batch_size: 16\nuse_cpu: true\nreport_to: none\n"
+                 "allocation_rule: ustat-is\nallocation_is_lambda: 0.25\nallocation_is_guard: false\n"
+                 "allocation_is_certificate_every: 5\n")
+    (is_cfg,) = TrlParser((UGRPOConfig,)).parse_args_and_config(["--config", str(g), "--output_dir", str(tmp_path)])
+    assert is_cfg.allocation_spec() == AllocationSpec(rule="ustat-is", is_lambda=0.25, is_guard=False,
+                                                      is_certificate_every=5)
+    with pytest.raises(ValueError, match=r"allocation_is_lambda=0.0 must be"):
+        UGRPOConfig(output_dir=str(tmp_path / "x"), use_cpu=True, report_to="none", allocation_rule="uniform-is",
+                    allocation_is_lambda=0.0)
     with pytest.raises(ValueError, match="allocation_rule both set it"):
         UGRPOTrainer(model=build_tiny_model(tok, size="1m", seed=0), reward_funcs=any_digit_reward, args=cfg,
                      train_dataset=Dataset.from_dict({"prompt": SMALL}), processing_class=tok,

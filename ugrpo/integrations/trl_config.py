@@ -61,7 +61,9 @@ class UGRPOConfig(GRPOConfig, UGRPOOptions):
         try:
             spec = AllocationSpec(rule=self.allocation_rule, g_min=self.allocation_g_min, g_max=self.allocation_g_max,
                                   safe_tol=self.allocation_safe_tol, safe_level=self.allocation_safe_level,
-                                  scores=self.allocation_scores, sketch_dim=self.allocation_sketch_dim)
+                                  scores=self.allocation_scores, sketch_dim=self.allocation_sketch_dim,
+                                  is_lambda=self.allocation_is_lambda, is_guard=self.allocation_is_guard,
+                                  is_certificate_every=self.allocation_is_certificate_every)
         except ValueError as e:
             raise ValueError(f"UGRPOConfig.allocation_rule={self.allocation_rule!r}: "
                              + str(e).replace("allocation.", "allocation_")) from None

@@ -48,6 +48,15 @@ class UGRPOOptions:
         "per-sample backward pass per generation batch)"))
     allocation_sketch_dim: int = field(default=64, metadata=_help(
         "ustat with allocation_scores=sketch: dimension of the per-sample score sketch"))
+    allocation_is_lambda: float = field(default=0.1, metadata=_help(
+        "uniform-is/ustat-is: the defensive floor q(x) >= allocation_is_lambda / P, in (0, 1] (every weight "
+        "1/(P q) <= 1/allocation_is_lambda; 1 = uniform prompts; docs/math.md M55)"))
+    allocation_is_guard: bool = field(default=True, metadata=_help(
+        "uniform-is/ustat-is: judge the law on held-out history before use and fall back, down to uniform prompts, "
+        "when that history refutes it (docs/math.md M78; needs num_generations >= 3); false: the posterior's law"))
+    allocation_is_certificate_every: int = field(default=1, metadata=_help(
+        "uniform-is/ustat-is: log the law's certificate (ugrpo/is_predicted_ratio, docs/math.md M89) on the first "
+        "step and every this many steps after; it only reports, and at GSM8K's size costs about as much as the law"))
     monitor_every: int = field(default=0, metadata=_help(
         "the G* monitor (GroupSizeMonitor) every K generation steps; 0 = off"))
     monitor_sketch_dim: int = field(default=128, metadata=_help("the monitor's score sketch dimension"))
