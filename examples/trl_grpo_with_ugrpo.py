@@ -68,9 +68,10 @@ def report(trainer) -> None:
         print(f"\n{alloc.spec.rule}: G_b per prompt at N = {alloc.N} completions per step (mean G = {alloc.G}):")
         for a, r in zip(alloc.log, rows):
             hist = {int(g): int((a.sizes == g).sum()) for g in sorted(set(a.sizes.tolist()))}
-            key = "is_predicted_ratio" if "ugrpo/is_predicted_ratio" in r else "alloc_predicted_ratio"  # IS: M59
+            key = "is_predicted_ratio" if alloc.spec.rule.endswith("-is") else "alloc_predicted_ratio"  # IS: M59
             cert = (f"predicted {'second-moment' if key.startswith('is') else 'MSE'} ratio vs uniform "
-                    f"{r[f'ugrpo/{key}']:.3f} [{r[f'ugrpo/{key}_low']:.3f}, {r[f'ugrpo/{key}_high']:.3f}]")
+                    f"{r[f'ugrpo/{key}']:.3f} [{r[f'ugrpo/{key}_low']:.3f}, {r[f'ugrpo/{key}_high']:.3f}]"
+                    if f"ugrpo/{key}" in r else "no certificate this step (allocation_is_certificate_every)")
             if key.startswith("is"):  # prompt IS: which prompts were drawn is the rule's choice too (M58)
                 cert += f", weights max {r['ugrpo/is_weight_max']:.2f}, ESS {r['ugrpo/is_ess']:.2f}"
             print(f"  step {a.step:3d}: sizes {hist}  {cert}  reward {r['reward']:.3f}, "

@@ -103,6 +103,17 @@ def test_allocator_draws_from_the_law_of_the_history():
     np.testing.assert_allclose(empty.law(1).law.q, 1 / 12, rtol=1e-6)
 
 
+@pytest.mark.parametrize("first_step", [1, 0])
+def test_the_certificate_cadence_starts_at_the_run_s_first_step(first_step):
+    """``is_certificate_every = 2``: the certificate on the first step and every second after, from step 1 in
+    ``ugrpo train`` and from TRL's global_step 0 (the adapter's ``first_step``)."""
+    cfg = config_from_dict({"budget": {"samples_per_step": 32, "group_size": 8},
+                            "allocation": {"rule": "ustat-is", "is_guard": False, "is_certificate_every": 2}})
+    al = Allocator(cfg, 12, first_step=first_step)
+    steps = range(first_step, first_step + 5)
+    assert ["is_predicted_ratio" in al.choose(al.prompts(s), s)[1] for s in steps] == [True, False, True, False, True]
+
+
 def test_exact_spend_allocator_keeps_the_law_and_splits_exactly_n():
     """allocation.is_spend: exact (M88): the prompts are the law's draw as with the expected spend, the batch's sizes
     those of batch_sizes (ustat's solver at the weights), summing to exactly N where M56's G_x would not."""

@@ -174,7 +174,7 @@ class TrlAllocation:
         self.cfg = adapter_config(args, spec, advantages)
         self.spec, self.advantages = spec, advantages
         self.N, self.G = self.cfg.budget.samples_per_step, self.cfg.budget.group_size
-        self.allocator = Allocator(self.cfg, n_prompts)
+        self.allocator = Allocator(self.cfg, n_prompts, first_step=0)  # TRL's global_step: 0 at the first batch
         self.log: list[StepAllocation] = []
         self._pending: tuple[StepAllocation, dict] | None = None
 

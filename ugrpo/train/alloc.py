@@ -121,10 +121,12 @@ def _dropout_active(model) -> bool:
 
 
 class Allocator:
-    """The allocation rule of a run with its per-prompt history (one per process; all stay identical)."""
+    """The allocation rule of a run with its per-prompt history (one per process; all stay identical).
+    ``first_step``: the number of the run's first step (1 in ``ugrpo train``, 0 in TRL, whose ``global_step`` counts
+    the updates done), where periodic work such as the prompt-IS certificate starts."""
 
-    def __init__(self, cfg: TrainConfig, n_prompts: int) -> None:
-        self.cfg, self.al = cfg, cfg.allocation
+    def __init__(self, cfg: TrainConfig, n_prompts: int, first_step: int = 1) -> None:
+        self.cfg, self.al, self.first_step = cfg, cfg.allocation, first_step
         self.N, self.G = cfg.budget.samples_per_step, cfg.budget.group_size
         self.B = self.N // self.G
         self.g_min, self.g_max = self.al.bounds(self.N, self.G)
@@ -229,7 +231,7 @@ class Allocator:
     def _certificate(self, gl: GuardedLaw, step: int) -> dict:
         """The law's certificate (M59: under population draws, M60, widened by the history's factor, M89) on the
         first step and every ``allocation.is_certificate_every`` steps after; {} on the others (it only reports)."""
-        if (step - 1) % self.al.is_certificate_every:
+        if (step - self.first_step) % self.al.is_certificate_every:
             return {}
         seed = stream_seed(self.cfg.seed, step, 0x636572)
         cert = history_certificate(gl.posterior, gl.law, self.G, self.history.sums_for_prediction(), seed)
