@@ -246,12 +246,13 @@ def test_prompt_is_draws_from_the_law_and_weights_the_update_row_by_row(tok, tmp
     assert row["ugrpo/is_weight_max"] == pytest.approx(w.max()) and 1 <= row["ugrpo/is_ess"] <= 4
 
 
-@pytest.mark.parametrize("rule", ["uniform-is", "ustat-is"])
-def test_prompt_is_resume_continues_the_law_and_its_draws(tok, tmp_path, rule):
+@pytest.mark.parametrize("rule, law_every", [("uniform-is", 1), ("ustat-is", 1), ("ustat-is", 3)])
+def test_prompt_is_resume_continues_the_law_and_its_draws(tok, tmp_path, rule, law_every):
     """A run checkpointed at step 4 and resumed from there draws at steps 4 and 5 the prompts (and, ustat-is, the
     exact-spend sizes) the uninterrupted run drew (the law of the restored history, the draw seeded by (seed, step)),
-    unlike TRL's own sampler."""
-    spec = AllocationSpec(rule=rule, is_guard=False)
+    unlike TRL's own sampler; with ``is_law_every = 3`` steps 4 and 5 draw from the law of step 3, which the
+    checkpoint's saved source rebuilds."""
+    spec = AllocationSpec(rule=rule, is_guard=False, is_law_every=law_every)
     full, _ = _trainer(tok, tmp_path, allocation=spec, max_steps=6, save_strategy="steps", save_steps=4)
     _seed_all(full)
     _train(full)

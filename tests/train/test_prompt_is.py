@@ -39,6 +39,7 @@ from ugrpo.train.update import update_on_rows
      r"is_guard=true needs budget.group_size >= 3 .* got 2"),
     ({"allocation__rule": "ustat-is", "allocation__is_certificate_every": 0},
      r"allocation.is_certificate_every=0 must be > 0"),
+    ({"allocation__rule": "ustat-is", "allocation__is_law_every": -2}, r"allocation.is_law_every=-2 must be > 0"),
 ])
 def test_bad_prompt_is_configs_name_the_field(over, match):
     with pytest.raises(ValueError, match=match):
@@ -112,6 +113,39 @@ def test_the_certificate_cadence_starts_at_the_run_s_first_step(first_step):
     al = Allocator(cfg, 12, first_step=first_step)
     steps = range(first_step, first_step + 5)
     assert ["is_predicted_ratio" in al.choose(al.prompts(s), s)[1] for s in steps] == [True, False, True, False, True]
+
+
+def test_the_law_every_k_steps_is_kept_between_and_rebuilt_exactly_after_a_resume():
+    """``is_law_every = 3``: the law of step 1 serves steps 1-3 (from the history before step 1, whatever the
+    history learns meanwhile) and step 4 reads the history then; an allocator restored between two recomputations
+    (the history of step 2 and the saved source) rebuilds step 1's law to the last bit."""
+    cfg = config_from_dict({"budget": {"samples_per_step": 32, "group_size": 8},
+                            "allocation": {"rule": "ustat-is", "is_guard": False, "is_law_every": 3}})
+    al = Allocator(cfg, 12)
+    rng = np.random.default_rng(1)
+
+    def visit(a):
+        idx = rng.integers(12, size=4)
+        z = np.where(idx[:, None] < 6, 1.0, rng.integers(0, 2, (4, 8))).reshape(-1)
+        a.history.update(idx, np.full(4, 8), z, rng.standard_normal((32, 3)))
+
+    for _ in range(4):
+        visit(al)
+    first = al.law(1)
+    visit(al)
+    saved_history, saved_source = al.history.to_json(), al.law_source_json()
+    assert al.law(2) is first and saved_source["step"] == 1
+    visit(al)
+    assert al.law(3) is first
+    fresh = is_law("ustat-is", al.history.stats(None, scores=True), 4, 32, lam=0.1, g_max=32)
+    assert not np.allclose(first.law.q, fresh.q)  # the history moved on; the law did not
+    np.testing.assert_allclose(al.law(4).law.q, fresh.q)
+    back = Allocator(cfg, 12)
+    back.history = PromptHistory.from_json(saved_history, 12, "h")
+    back.restore_law_source(saved_source, "law_history.json")
+    assert np.array_equal(back.law(3).law.q, first.law.q) and np.array_equal(back.law(3).law.sizes, first.law.sizes)
+    with pytest.raises(ValueError, match="law_history.json: expected"):
+        back.restore_law_source({"step": "one"}, "law_history.json")
 
 
 def test_exact_spend_allocator_keeps_the_law_and_splits_exactly_n():
@@ -225,6 +259,26 @@ def test_the_certificate_every_k_steps_reports_less_and_trains_the_same(is_run, 
     by_step = {r["step"]: r for r in rows_b}
     assert "predicted_S_ratio" not in line(by_step[2]) and "ess=" in line(by_step[2])
     assert "predicted_S_ratio" in line(by_step[4])
+
+
+def test_the_law_every_k_steps_run_killed_and_resumed_equals_the_unkilled_run(is_run, tmp_path):
+    """``is_law_every = 3`` in a run: steps 1-3 draw from one law (the same q), step 4 from a new one; killed after
+    step 2 (checkpoint 2 keeps the history the law read) and resumed, it reaches the unkilled run's parameters,
+    draws, sizes and metrics."""
+    cfg, _, _ = is_run
+    sparse = copy.deepcopy(cfg)
+    object.__setattr__(sparse.allocation, "is_law_every", 3)
+    object.__setattr__(sparse.allocation, "is_guard", False)  # so that the law moves from the first steps
+    full = tmp_path / "full"
+    train(sparse, full)
+    rows = [r for r in metrics_rows(full) if r["step"]]
+    assert len({r["is_q_entropy"] for r in rows[:3]}) == 1 and rows[3]["is_q_entropy"] != rows[0]["is_q_entropy"]
+    assert (full / "checkpoints/step-2/law_history.json").is_file()
+    killed_and_resumed(sparse, tmp_path / "resumed", at=2)
+    assert_same_parameters(full, tmp_path / "resumed")
+    keys = ("alloc_g_hist", "samples_cum", "is_weight_max", "is_ess", "is_q_entropy", "is_predicted_ratio")
+    assert ([[r.get(k) for k in keys] for r in metrics_rows(tmp_path / "resumed")]
+            == [[r.get(k) for k in keys] for r in metrics_rows(full)])
 
 
 def test_prompt_is_killed_and_resumed_equals_the_unkilled_run(is_run, tmp_path):

@@ -314,7 +314,8 @@ class TrlAllocation:
         from ugrpo.fileio import atomic_write_text
 
         path = Path(folder) / HISTORY_FILE
-        data = {"rule": self.spec.rule, "history": self.allocator.history.to_json(), "c1": self.allocator.c1}
+        data = {"rule": self.spec.rule, "history": self.allocator.history.to_json(), "c1": self.allocator.c1,
+                "law_source": self.allocator.law_source_json()}  # is_law_every > 1: the history the law read
         atomic_write_text(path, json.dumps(data))
         return path
 
@@ -337,6 +338,7 @@ class TrlAllocation:
                                                          held_out=self.allocator.held_out)
         c1 = data.get("c1")
         self.allocator.c1 = tuple(float(x) for x in c1) if isinstance(c1, list) and len(c1) == 3 else None
+        self.allocator.restore_law_source(data.get("law_source"), f"{path} (law_source)")
 
 
 def _dataset_row(dataset, x: int) -> dict:

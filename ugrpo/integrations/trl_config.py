@@ -63,7 +63,8 @@ class UGRPOConfig(GRPOConfig, UGRPOOptions):
                                   safe_tol=self.allocation_safe_tol, safe_level=self.allocation_safe_level,
                                   scores=self.allocation_scores, sketch_dim=self.allocation_sketch_dim,
                                   is_lambda=self.allocation_is_lambda, is_guard=self.allocation_is_guard,
-                                  is_certificate_every=self.allocation_is_certificate_every)
+                                  is_certificate_every=self.allocation_is_certificate_every,
+                                  is_law_every=self.allocation_is_law_every)
         except ValueError as e:
             raise ValueError(f"UGRPOConfig.allocation_rule={self.allocation_rule!r}: "
                              + str(e).replace("allocation.", "allocation_")) from None

@@ -57,7 +57,7 @@ class AllocationSpec(AllocationConfig):
 
     The fields are those of ``ugrpo train``'s ``allocation:`` section (:class:`~ugrpo.train.config.AllocationConfig`:
     ``rule``, ``g_min``, ``g_max``, ``safe_tol``, ``safe_level``, ``scores``, ``sketch_dim``, ``is_lambda``,
-    ``is_guard``, ``is_spend``, ``is_certificate_every``) with the same meaning; the budget N is TRL's
+    ``is_guard``, ``is_spend``, ``is_law_every``, ``is_certificate_every``) with the same meaning; the budget N is TRL's
     ``generation_batch_size`` and the mean size Gbar its ``num_generations``. ``rule`` is one of :data:`TRL_RULES`;
     ``dynamic`` (several generation rounds per step) and any rule not in that list are refused. ``ustat-is`` runs at
     exact spend only (``is_spend="exact"``, the default here; docs/math.md M88): TRL generates exactly

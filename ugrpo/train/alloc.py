@@ -44,7 +44,10 @@ from ugrpo.stats.seeds import stream_seed
 from ugrpo.train.config import TrainConfig
 from ugrpo.train.rollout import choose_prompts, prompt_generator
 
-__all__ = ["Allocator", "StepScores", "guard_metrics", "row_weights", "step_advantages"]
+__all__ = ["Allocator", "LAW_SOURCE_FILE", "StepScores", "guard_metrics", "row_weights", "step_advantages"]
+
+LAW_SOURCE_FILE = "law_history.json"
+"""the checkpoint file of a prompt-IS run with ``allocation.is_law_every`` > 1: the history its law was computed from"""
 
 
 def row_weights(sizes: Tensor, mean_size: int) -> Tensor:
@@ -139,6 +142,7 @@ class Allocator:
         self.uses_scores = self.al.rule == "ustat" or self.is_rule
         self.c1: tuple[float, float, float] | None = None  # the G* monitor's latest c1 (estimate, low, high)
         self._law: tuple[int, GuardedLaw] | None = None  # prompt IS: (step, the guarded law and its posterior)
+        self._law_source: tuple[int, PromptHistory] | None = None  # is_law_every > 1: (step, the history it read)
         self._weights: np.ndarray | None = None  # prompt IS: this step's (B,) weights 1/(P q(x_b))
 
     def restore(self, ckpt) -> None:
@@ -154,6 +158,29 @@ class Allocator:
                               "per-prompt history; start a new run with a new --out")
         check_history_json(data, self.history.P, Path(ckpt) / "history.json", FIELDS, SECOND)  # names file, field, fix
         self.history = PromptHistory.from_json(data, self.history.P, f"{ckpt}/history.json", held_out=self.held_out)
+        self.restore_law_source(read_extra(ckpt, LAW_SOURCE_FILE), f"{ckpt}/{LAW_SOURCE_FILE}")
+
+    def law_source_json(self) -> dict | None:
+        """``allocation.is_law_every`` > 1: the step of the law in use and the history it was computed from (for a
+        checkpoint: a resume between two recomputations rebuilds that law exactly); else None."""
+        if self._law_source is None:
+            return None
+        return {"step": self._law_source[0], "history": self._law_source[1].to_json()}
+
+    def law_source_extra(self) -> dict:
+        """``{LAW_SOURCE_FILE: law_source_json()}`` for a checkpoint's extra files, or {} when there is none."""
+        data = self.law_source_json()
+        return {} if data is None else {LAW_SOURCE_FILE: data}
+
+    def restore_law_source(self, data: dict | None, where: str) -> None:
+        """Take back what :meth:`law_source_json` saved (None: nothing saved; the next law is computed afresh)."""
+        if data is None or self.al.is_law_every == 1:
+            return
+        if not isinstance(data, dict) or not isinstance(data.get("step"), int) or "history" not in data:
+            raise ValueError(f"{where}: expected {{'step': int, 'history': {{...}}}}; restore the checkpoint from a "
+                             "copy or start a new run")
+        self._law_source = (data["step"], PromptHistory.from_json(data["history"], self.history.P, where,
+                                                                  held_out=self.held_out))
 
     @property
     def uniform(self) -> bool:
@@ -189,12 +216,24 @@ class Allocator:
     def law(self, step: int) -> GuardedLaw:
         """Prompt IS: the step's law (q, G_x) over every train prompt from the history only (M54-M56), through the
         held-out guard (M78) unless ``allocation.is_guard`` is false, with the posterior of the whole history;
-        computed once per step."""
-        if self._law is None or self._law[0] != step:
-            al = self.al
-            self._law = (step, guarded_law(al.rule, self.history, self.B, self.N, lam=al.is_lambda, g_min=self.g_min,
-                                           g_max=al.g_max or 4 * self.G, level=al.safe_level, tol=al.safe_tol,
-                                           guard=al.is_guard))
+        computed once per step, or with ``allocation.is_law_every`` = k on the first step and every k-th after (the
+        steps between keep it; after a resume it is rebuilt from the history it was computed from)."""
+        k = self.al.is_law_every
+        since = (step - self.first_step) % k
+        made = step - since  # the step whose history the law reads
+        if self._law is not None and self._law[0] == made:
+            return self._law[1]
+        source = self.history
+        if k > 1:
+            if since and self._law_source is not None and self._law_source[0] == made:
+                source = self._law_source[1]  # a resume between two recomputations
+            else:  # a recomputation (or no saved source: then from the history as it is now)
+                self._law_source = (made, PromptHistory.from_json(self.history.to_json(), self.history.P, "history",
+                                                                  held_out=self.held_out))
+        al = self.al
+        self._law = (made, guarded_law(al.rule, source, self.B, self.N, lam=al.is_lambda, g_min=self.g_min,
+                                       g_max=al.g_max or 4 * self.G, level=al.safe_level, tol=al.safe_tol,
+                                       guard=al.is_guard))
         return self._law[1]
 
     def prompts(self, step: int) -> np.ndarray:
@@ -234,7 +273,8 @@ class Allocator:
         if (step - self.first_step) % self.al.is_certificate_every:
             return {}
         seed = stream_seed(self.cfg.seed, step, 0x636572)
-        cert = history_certificate(gl.posterior, gl.law, self.G, self.history.sums_for_prediction(), seed)
+        source = self.history if self._law_source is None else self._law_source[1]  # the history the law read
+        cert = history_certificate(gl.posterior, gl.law, self.G, source.sums_for_prediction(), seed)
         return {"is_predicted_ratio": cert.ratio, "is_predicted_ratio_low": cert.ratio_low,
                 "is_predicted_ratio_high": cert.ratio_high, "is_predicted_ratio_plugin": cert.plugin,
                 "is_predicted_ratio_widen": cert.widen}

@@ -245,7 +245,8 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, checked: Checked, *, r
         if step == cfg.steps or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
             check_finite_weights(params, step, out)
             save_checkpoint(out / "checkpoints", step, model, optimizer, scheduler, ctx,
-                            extra=None if allocator.uniform else {"history.json": allocator.history.to_json()})
+                            extra=None if allocator.uniform else {"history.json": allocator.history.to_json(),
+                                                                  **allocator.law_source_extra()})
         bar.set_postfix(reward=f"{row['reward_mean']:.3f}", acc=fmt_value(last_eval.get("eval_accuracy")))
         if ctx.is_main and step % cfg.log_every == 0:
             tqdm.write(line(row))

@@ -291,6 +291,12 @@ class AllocationConfig:
     """ustat-is: expected (M56's joint law: each drawn prompt gets its G_x, N samples per step on average) | exact (M88:
     the same law q, then the drawn batch's sizes split exactly N to minimise its weighted within-batch variance; the
     TRL adapter's only choice)"""
+    is_law_every: int = 1
+    """uniform-is/ustat-is: compute the law (q, G_x) with its guard on the first step and every this many steps after,
+    from the history at that step; the steps between draw from it unchanged (still fixed before each step from past
+    history only, so the estimate stays unbiased, M52; a resume rebuilds it from the history it was computed from,
+    which the checkpoint keeps). 1: every step. At GSM8K's size the law costs 1-3 s per step (docs/allocation.md,
+    Cost)"""
     is_certificate_every: int = 1
     """uniform-is/ustat-is: compute the law's calibrated certificate (``is_predicted_ratio`` and its interval, M89)
     on the first step and every this many steps after (1: every step; the other steps log none). It only reports:
@@ -320,6 +326,7 @@ class AllocationConfig:
         _positive("allocation.", "sketch_dim", self.sketch_dim)
         _positive("allocation.", "dynamic_max_rounds", self.dynamic_max_rounds)
         _positive("allocation.", "is_certificate_every", self.is_certificate_every)
+        _positive("allocation.", "is_law_every", self.is_law_every)
 
     def bounds(self, N: int, G: int) -> tuple[int, int]:
         """(g_min, g_max) in effect at N samples over B = N / G prompts (g_max 0 -> 4 G, capped)."""

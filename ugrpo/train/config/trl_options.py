@@ -54,6 +54,9 @@ class UGRPOOptions:
     allocation_is_guard: bool = field(default=True, metadata=_help(
         "uniform-is/ustat-is: judge the law on held-out history before use and fall back, down to uniform prompts, "
         "when that history refutes it (docs/math.md M78; needs num_generations >= 3); false: the posterior's law"))
+    allocation_is_law_every: int = field(default=1, metadata=_help(
+        "uniform-is/ustat-is: compute the law on the first step and every this many steps after; the steps between "
+        "draw from it unchanged (still unbiased; a resume rebuilds it from the history the checkpoint keeps)"))
     allocation_is_certificate_every: int = field(default=1, metadata=_help(
         "uniform-is/ustat-is: log the law's certificate (ugrpo/is_predicted_ratio, docs/math.md M89) on the first "
         "step and every this many steps after; it only reports, and at GSM8K's size costs about as much as the law"))
