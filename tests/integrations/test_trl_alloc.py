@@ -275,6 +275,41 @@ def test_prompt_is_resume_continues_the_law_and_its_draws(tok, tmp_path, rule, l
     assert back.allocator.history.to_json() == guarded.allocator.history.to_json() and back.allocator.history.steps == 1
 
 
+def test_generation_batches_that_share_an_optimizer_step_draw_apart_and_resume(tok, tmp_path):
+    """gradient_accumulation_steps = 2 with steps_per_generation = 1: two generation batches per optimizer step. Each
+    batch is the Allocator's step by its own number (0, 1, 2, ...), so the two batches of one global_step draw from
+    their own seeds (before: both used global_step and drew the same prompts); a run resumed from checkpoint-2 (4
+    batches) draws batches 4 and 5 as the uninterrupted run did (the count is saved with the history); a checkpoint
+    without the count (an older one) goes on from TRL's global_step; a bad count is an error naming it."""
+    from ugrpo.train.rollout import prompt_generator
+
+    spec = AllocationSpec(rule="uniform-is", is_guard=False)
+    kw = dict(allocation=spec, max_steps=3, per_device_train_batch_size=8, gradient_accumulation_steps=2,
+              steps_per_generation=1)
+    full, _ = _trainer(tok, tmp_path, save_strategy="steps", save_steps=2, **kw)
+    _seed_all(full)
+    _train(full)
+    log, allocator = full.ugrpo_allocation.log, full.ugrpo_allocation.allocator
+    assert [a.batch for a in log] == [0, 1, 2, 3, 4, 5] and [a.step for a in log] == [0, 0, 1, 1, 2, 2]
+    last = log[-1]  # the Allocator keeps the latest law: batch 5's draw is seeded by (seed, 5), not by global_step 2
+    assert last.prompts.tolist() == allocator.law(5).law.draw(prompt_generator(0, 5)).tolist()
+    assert any(log[2 * k].prompts.tolist() != log[2 * k + 1].prompts.tolist() for k in range(3))
+    saved = json.loads((tmp_path / "trl" / "checkpoint-2" / HISTORY_FILE).read_text())
+    assert saved["batches"] == 4
+    resumed, _ = _trainer(tok, tmp_path, **kw)
+    _train(resumed, resume_from_checkpoint=str(tmp_path / "trl" / "checkpoint-2"))
+    assert [a.batch for a in resumed.ugrpo_allocation.log] == [4, 5]
+    assert [a.prompts.tolist() for a in resumed.ugrpo_allocation.log] == [a.prompts.tolist() for a in log[4:]]
+    old = TrlAllocation(full.args, spec, AdvantageSpec(), len(SMALL))
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / HISTORY_FILE).write_text(json.dumps({k: v for k, v in saved.items() if k != "batches"}))
+    old.restore(tmp_path / "old")
+    assert old.batches is None
+    (tmp_path / "old" / HISTORY_FILE).write_text(json.dumps({**saved, "batches": -1}))
+    with pytest.raises(ValueError, match="'batches' must be the number of generation batches"):
+        old.restore(tmp_path / "old")
+
+
 def test_resume_from_a_trl_checkpoint_keeps_the_history(tok, tmp_path):
     """Stop after step 4 (a checkpoint every 4 steps), resume to step 6: the checkpoint holds the history, the resumed
     run starts from it (its sizes are those the saved history gives, not the uniform ones of an empty history) and

@@ -246,14 +246,18 @@ def test_log_scale_interval_formula_and_limits():
 
 
 def test_log_scale_interval_scales_with_the_scores():
-    """Scores times a: c1 and its shift scale by a^2, so c1's interval scales by a^2; c2, c3 as "studentized"."""
+    """Scores times a: c1 and its shift scale by a^2, so c1's interval scales by a^2, and so do c2's and c3's (log
+    scale); where their log-scale half-width exceeds 1 (here: plain intervals reaching below 0) they are the plain
+    symmetric ones."""
     b = linear_softmax(6, 3, 5, seed=33)
     _, scores, rewards = sample(b, 16, 8, torch.Generator().manual_seed(34))
     one = estimate_components(rewards, scores=scores, n_boot=300, generator=torch.Generator().manual_seed(35))
     three = estimate_components(rewards, scores=3 * scores, n_boot=300, generator=torch.Generator().manual_seed(35))
-    assert (three.c1.ci_low, three.c1.ci_high) == pytest.approx((9 * one.c1.ci_low, 9 * one.c1.ci_high))
+    for a, c in ((one.c1, three.c1), (one.c2, three.c2), (one.c3, three.c3)):
+        assert (c.ci_low, c.ci_high) == pytest.approx((9 * a.ci_low, 9 * a.ci_high))
     st = estimate_components(rewards, scores=scores, n_boot=300, generator=torch.Generator().manual_seed(35),
                              method="studentized")
+    assert st.c2.ci_low == 0.0 and st.c3.ci_low == 0.0  # plain intervals reaching below 0: log half-width > 1
     assert (one.c2, one.c3) == (st.c2, st.c3) and one.c1.estimate == st.c1.estimate
     # the shift: mean_b ||gh_b||^2 - T0'_b, and c1 + shift = half the mean squared distance of the gh_b, the prompts'
     # mean gradients with the leave-one-out baseline (M39 with the centred terms of M67)
@@ -263,6 +267,32 @@ def test_log_scale_interval_scales_with_the_scores():
     assert one.c1_shift == pytest.approx(float((torch.diagonal(M) - t0).mean()))
     assert one.c1.estimate + one.c1_shift == pytest.approx(pair / (2 * 16 * 15))
     assert one.c1.ci_high - one.c1.estimate > one.c1.estimate - one.c1.ci_low or one.c1.ci_low == 0.0
+
+
+def test_c2_c3_intervals_are_symmetric_bootstrap_t_on_the_log_scale_and_the_draws_carry_them():
+    """studentized-log: c2's and c3's intervals are c exp(-+ q_95(|t_u|) se / c), t_u = c*_r log(c*_r / c) / se*_r
+    (M39 with s = 0), longer above the estimate than below; the confidence draws' central 95% are the intervals of
+    all three constants (the draws use the same t_u); "studentized" keeps the plain symmetric interval."""
+    b = linear_softmax(6, 3, 5, seed=33)
+    _, scores, rewards = sample(b, 64, 8, torch.Generator().manual_seed(34))
+    vc = estimate_components(rewards, scores=scores, n_boot=400, generator=torch.Generator().manual_seed(35))
+    st = estimate_components(rewards, scores=scores, n_boot=400, generator=torch.Generator().manual_seed(35),
+                             method="studentized")
+    reps, rse = vc.replicates.numpy(), vc.replicate_se.numpy()
+    draws = vc.confidence_draws()
+    for k, (e, plain) in enumerate(((vc.c2, st.c2), (vc.c3, st.c3)), start=1):
+        c, se = e.estimate, vc.sample_se[k]
+        t_u = reps[:, k] * np.log(reps[:, k] / c) / rse[:, k]
+        half = np.quantile(np.abs(t_u), 0.95) * se / c
+        assert e.kind == "95% bootstrap studentized-log" and half <= 1.0
+        assert (e.ci_low, e.ci_high) == pytest.approx((c * np.exp(-half), c * np.exp(half)), rel=1e-12)
+        assert e.ci_high - c > c - e.ci_low
+        p_half = np.quantile(np.abs((reps[:, k] - c) / rse[:, k]), 0.95) * se
+        assert (plain.ci_low, plain.ci_high) == pytest.approx((c - p_half, c + p_half), rel=1e-12)
+        assert (e.ci_low, e.ci_high) != pytest.approx((plain.ci_low, plain.ci_high), rel=1e-3)
+    for k, e in enumerate((vc.c1, vc.c2, vc.c3)):
+        lo, hi = np.maximum(np.quantile(draws[:, k], [0.025, 0.975]), 0.0)  # the intervals are clipped at 0
+        assert (lo, hi) == pytest.approx((e.ci_low, e.ci_high), rel=0.02)
 
 
 def test_estimate_components_result():

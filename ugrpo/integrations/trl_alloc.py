@@ -8,7 +8,11 @@ processes are unchanged). Before TRL generates, :meth:`TrlAllocation.layout`
    added to the train dataset at construction) and reads the B prompts (blocks of G equal rows);
 2. asks :class:`ugrpo.train.alloc.Allocator` (the rules and the predictor of ``ugrpo train``, one implementation) for
    G_b from the prompts' earlier visits only, never from this batch, so each prompt's leave-one-out estimate stays
-   unbiased (docs/math.md M32, M44);
+   unbiased (docs/math.md M32, M44); the Allocator's step is the number of the generation batch (0, 1, ...: with
+   TRL's defaults, one batch per optimizer step, TRL's ``global_step``; with ``gradient_accumulation_steps`` above
+   ``steps_per_generation`` several batches share a ``global_step`` and must not share their draws, and with
+   ``num_iterations`` > 1 a batch serves several steps), so its seeds and its cadences (``is_law_every``,
+   ``is_certificate_every``) count generation batches;
 3. lays out sum_b G_b = B G = N rows prompt-major (prompt b's G_b rows together) and gives process r the rows
    [r n, (r + 1) n), n = N / processes: as many rows as before, so what TRL does next (tokenising, generating one
    completion per row with HF ``generate`` or vLLM colocate, rewards, shuffling, accumulation, the loss and its
@@ -16,9 +20,10 @@ processes are unchanged). Before TRL generates, :meth:`TrlAllocation.layout`
 
 Prompt importance sampling (``uniform-is``, docs/allocation.md A8): step 1 takes the batch's B prompts not from the
 sampler but from the Allocator's law q of that step (:meth:`ugrpo.train.alloc.Allocator.prompts`: drawn with the
-generator seeded by (seed, global_step), from the history only, guarded, M78), reading their rows from the train
+generator seeded by (seed, the batch's number), from the history only, guarded, M78), reading their rows from the train
 dataset; TRL's sampler still sets how many rows each process holds (its own prompts are not used), so the
-generation batch keeps its ``generation_batch_size`` rows, and a resumed run draws what an uninterrupted one would.
+generation batch keeps its ``generation_batch_size`` rows, and a resumed run draws what an uninterrupted one would
+(the batch counter is saved with the history).
 The loss carries each prompt's weight 1/(P q(x_b)) (M52).
 
 After TRL has scored the rows, :meth:`TrlAllocation.finish` replaces TRL's advantages (computed on the wrong
@@ -141,6 +146,7 @@ class StepAllocation:
     Attributes
     ----------
     step : TRL's ``global_step`` when the batch was generated
+    batch : the number of the generation batch in the run (0, 1, ...; the Allocator's step)
     prompts : (B,) dataset indices of the batch's prompts, in TRL's order
     sizes : (B,) G_b, sum = N (``generation_batch_size``)
     local_groups : (n,) the group b of each of this process's rows
@@ -148,6 +154,7 @@ class StepAllocation:
     """
 
     step: int
+    batch: int
     prompts: np.ndarray
     sizes: np.ndarray
     local_groups: np.ndarray
@@ -174,7 +181,8 @@ class TrlAllocation:
         self.cfg = adapter_config(args, spec, advantages)
         self.spec, self.advantages = spec, advantages
         self.N, self.G = self.cfg.budget.samples_per_step, self.cfg.budget.group_size
-        self.allocator = Allocator(self.cfg, n_prompts, first_step=0)  # TRL's global_step: 0 at the first batch
+        self.allocator = Allocator(self.cfg, n_prompts, first_step=0)  # the first generation batch is batch 0
+        self.batches: int | None = 0  # generation batches laid out so far (None: a checkpoint without the count)
         self.log: list[StepAllocation] = []
         self._pending: tuple[StepAllocation, dict] | None = None
 
@@ -199,8 +207,11 @@ class TrlAllocation:
             raise RuntimeError(f"UGRPOTrainer: the generation batch has {len(rows)} rows, expected "
                                f"generation_batch_size = {self.N}")
         step = int(trainer.state.global_step)
+        if self.batches is None:  # resumed from a checkpoint written before the count was saved: one batch per step
+            self.batches = step
+        batch = self.batches
         if self.allocator.is_rule:  # prompt IS: the law's draw replaces the sampler's prompts (module docstring)
-            prompts = self.allocator.prompts(step)
+            prompts = self.allocator.prompts(batch)
             first = {int(x): _dataset_row(trainer.train_dataset, int(x)) for x in np.unique(prompts)}
         else:
             idx = np.array([int(r[INDEX_COLUMN]) for r in rows], dtype=np.int64).reshape(-1, self.G)
@@ -209,13 +220,14 @@ class TrlAllocation:
                                    "each other (TRL's RepeatSampler); a custom sampler or dataloader broke that layout")
             prompts = idx[:, 0]
             first = {int(x): rows[b * self.G] for b, x in enumerate(prompts)}
-        sizes, row = self.allocator.choose(prompts, step)
+        sizes, row = self.allocator.choose(prompts, batch)
         group = np.repeat(np.arange(len(prompts)), sizes)
         rank_in = np.concatenate([np.arange(g) for g in sizes])
         n, r = len(inputs), trainer.accelerator.process_index
         part = slice(r * n, (r + 1) * n)
-        alloc = StepAllocation(step, prompts, sizes, group[part], rank_in[part])
+        alloc = StepAllocation(step, batch, prompts, sizes, group[part], rank_in[part])
         self._pending = (alloc, row)
+        self.batches = batch + 1
         return [{k: v for k, v in first[int(prompts[b])].items() if k != INDEX_COLUMN} for b in alloc.local_groups]
 
     # -- after scoring ----------------------------------------------------------------------------
@@ -315,7 +327,8 @@ class TrlAllocation:
 
         path = Path(folder) / HISTORY_FILE
         data = {"rule": self.spec.rule, "history": self.allocator.history.to_json(), "c1": self.allocator.c1,
-                "law_source": self.allocator.law_source_json()}  # is_law_every > 1: the history the law read
+                "law_source": self.allocator.law_source_json(),  # is_law_every > 1: the history the law read
+                "batches": self.batches}  # generation batches so far: the next batch's number
         atomic_write_text(path, json.dumps(data))
         return path
 
@@ -339,6 +352,11 @@ class TrlAllocation:
         c1 = data.get("c1")
         self.allocator.c1 = tuple(float(x) for x in c1) if isinstance(c1, list) and len(c1) == 3 else None
         self.allocator.restore_law_source(data.get("law_source"), f"{path} (law_source)")
+        batches = data.get("batches")
+        if batches is not None and (not isinstance(batches, int) or isinstance(batches, bool) or batches < 0):
+            raise ValueError(f"{path}: 'batches' must be the number of generation batches so far (an integer >= 0), "
+                             f"got {batches!r}; restore the checkpoint from a copy or start a new run")
+        self.batches = batches  # None (an older checkpoint): the next batch takes TRL's global_step
 
 
 def _dataset_row(dataset, x: int) -> dict:

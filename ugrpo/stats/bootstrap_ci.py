@@ -5,7 +5,8 @@ already computed by :mod:`ugrpo.stats.components`.
 * ``percentile``: quantiles of the replicates (M20; under-covers at small pilots);
 * ``studentized``: symmetric bootstrap-t, estimate -+ q_level(|t|) se (Hall 1988);
 * ``studentized-equal-tailed``: [estimate - q_hi(t) se, estimate - q_lo(t) se];
-* ``studentized-log`` (the default): the symmetric bootstrap-t of log(x + s) for c1, mapped back (M39).
+* ``studentized-log`` (the default): the symmetric bootstrap-t of log(x + s), mapped back: c1 with s its pilot's
+  within-prompt noise term, c2 and c3 with s = 0 (M39).
 
 Every interval is clipped to [0, inf), the range of c1, c2, c3. :func:`confidence_draws` turns the same
 studentised replicates into draws of a confidence distribution of (c1, c2, c3) whose central intervals are those
@@ -45,11 +46,11 @@ def summarise(point: float, reps: np.ndarray, level: float, method: str = "perce
                se: float = float("nan"), rep_se: np.ndarray | None = None, shift: float | None = None) -> Interval:
     """Point, interval clipped at 0, bootstrap sd (docs/math.md M39).
 
-    Percentile: quantiles of the replicates. Bootstrap-t with t = (rep - point) / rep_se: symmetric,
-    point -+ q_level(|t|) se; equal-tailed, [point - q_hi(t) se, point - q_lo(t) se]. "studentized-log"
-    with a ``shift`` s: the symmetric bootstrap-t of log(x + s) (:func:`_log_t_interval`); without a shift
-    (c2, c3), or where that is undefined, the symmetric bootstrap-t. The Interval's ``kind`` names the method that
-    made it (``"95% bootstrap studentized"`` where studentized-log fell back to it).
+    Percentile: quantiles of the replicates. Bootstrap-t with t = (rep - point) / rep_se: symmetric, point -+
+    q_level(|t|) se; equal-tailed, [point - q_hi(t) se, point - q_lo(t) se]. "studentized-log" with a ``shift`` s: the
+    symmetric bootstrap-t of log(x + s) (:func:`_log_t_interval`; c1 with its s, c2 and c3 with s = 0); without a shift,
+    or where that is undefined, the symmetric bootstrap-t. The Interval's ``kind`` names the method that made it (``"95%
+    bootstrap studentized"`` where studentized-log fell back to it).
     """
     keep = np.isfinite(reps)
     if keep.sum() < 2:
@@ -102,14 +103,16 @@ def _log_t_interval(point: float, reps: np.ndarray, level: float, se: float, rep
 
 
 def confidence_draws(point: np.ndarray, reps: np.ndarray, method: str, se: np.ndarray | None = None,
-                     rep_se: np.ndarray | None = None, shift: float | None = None, level: float = 0.95) -> np.ndarray:
+                     rep_se: np.ndarray | None = None, shift: float | None = None, level: float = 0.95,
+                     log_c23: bool = True) -> np.ndarray:
     """Draws (2R, 3) of a confidence distribution of (c1, c2, c3) from R bootstrap replicates (docs/math.md M41).
 
-    Bootstrap-t methods: replicate r has t_r = (c*_r - c) / se*_r, and gives the two draws c -+ t_r se (the pivot
-    and its mirror image, one sign for all three constants so that their dependence is kept); symmetric, so the
-    central ``level`` interval of the draws is the symmetric bootstrap-t interval. ``studentized-log``: c1's draws
-    are x exp(-+ t_u se_u) - s on the log(c1 + s) scale (:func:`_log_t_interval`'s t_u; +inf where x*_r <= 0), as
-    long as that interval is defined (else the plain ones). ``studentized-equal-tailed``: only c - t_r se (whose
+    Bootstrap-t methods: replicate r has t_r = (c*_r - c) / se*_r, and gives the two draws c -+ t_r se (the pivot and
+    its mirror image, one sign for all three constants so that their dependence is kept); symmetric, so the central
+    ``level`` interval of the draws is the symmetric bootstrap-t interval. ``studentized-log``: c1's draws are x exp(-+
+    t_u se_u) - s on the log(c1 + s) scale (:func:`_log_t_interval`'s t_u; +inf where x*_r <= 0), and c2's and c3's on
+    the log scale of the constant itself (s = 0; ``log_c23=False``: the plain ones, as before M39's c2/c3 change), each
+    as long as its interval is defined (else the plain ones). ``studentized-equal-tailed``: only c - t_r se (whose
     quantiles are the equal-tailed interval). ``percentile`` (or no standard errors): the replicates themselves.
     An estimate below 0 (the constants' range starts there) is taken as 0, its replicates moved with it (the same
     t's): the distribution is never more sure that a constant is 0 than an estimate of exactly 0 would make it.
@@ -133,11 +136,14 @@ def confidence_draws(point: np.ndarray, reps: np.ndarray, method: str, se: np.nd
     t = (reps - point) / rep_se                                      # (R, 3)
     signs = (-1.0,) if method == "studentized-equal-tailed" else (-1.0, 1.0)
     out = np.concatenate([point + sign * t * se for sign in signs])  # (2R, 3)
-    if method == "studentized-log" and _log_t_interval(point[0], reps[:, 0], level, float(se[0]), rep_se[:, 0],
-                                                       shift) is not None:
-        x, xs = point[0] + shift, reps[:, 0] + shift
+    if method != "studentized-log":
+        return out
+    for k, s_k in enumerate((shift, 0.0, 0.0) if log_c23 else (shift,)):
+        if _log_t_interval(point[k], reps[:, k], level, float(se[k]), rep_se[:, k], s_k) is None:
+            continue
+        x, xs = point[k] + s_k, reps[:, k] + s_k
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            tu = np.where(xs > 0, xs * (np.log(np.where(xs > 0, xs, 1.0)) - np.log(x)) / rep_se[:, 0], -np.inf)
-            u = np.concatenate([sign * tu for sign in signs]) * se[0] / x
-            out[:, 0] = x * np.exp(u) - shift
+            tu = np.where(xs > 0, xs * (np.log(np.where(xs > 0, xs, 1.0)) - np.log(x)) / rep_se[:, k], -np.inf)
+            u = np.concatenate([sign * tu for sign in signs]) * se[k] / x
+            out[:, k] = x * np.exp(u) - s_k
     return out

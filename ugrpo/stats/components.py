@@ -17,13 +17,13 @@ Per prompt (docs/math.md M14-M18), over ordered triples of distinct samples i, j
   the other G - 2 rewards, gbar_b with the leave-one-out mean): still unbiased, unchanged by a shift of the
   rewards, and less noisy wherever the mean reward is far from 0
 
-Intervals: bootstrap over prompts (docs/math.md M20), studentised (symmetric bootstrap-t, M39: each
-replicate is divided by its own standard error, from the influence values; the interval is the estimate
--+ the level-quantile of |t| times the sample's standard error). The default, "studentized-log", does
-this for c1 on the scale log(c1 + s), s the pilot's within-prompt noise term, where c1 + s is the (always
->= 0) spread of the prompts' mean gradients and its right-skewed, variance-like distribution is close to
-symmetric; c2 and c3 as "studentized". Also: the equal-tailed bootstrap-t, or percentile
-(``method=...``); the percentile intervals under-cover at small B0.
+Intervals: bootstrap over prompts (docs/math.md M20), studentised (symmetric bootstrap-t, M39: each replicate is divided
+by its own standard error, from the influence values; the interval is the estimate -+ the level-quantile of |t| times
+the sample's standard error). The default, "studentized-log", does this for c1 on the scale log(c1 + s), s the pilot's
+within-prompt noise term, where c1 + s is the (always >= 0) spread of the prompts' mean gradients and its right-skewed,
+variance-like distribution is close to symmetric; c2 and c3 on the log scale of the constant itself (means of
+right-skewed per-prompt terms). Also: the equal-tailed bootstrap-t, or percentile (``method=...``); the percentile
+intervals under-cover at small B0.
 Every interval is clipped to [0, inf), the range of c1, c2, c3. Cost: O(B0 G0 D) with scores
 (no (B0 G0)^2 Gram is built), O(n_boot B0^2) for the bootstrap.
 
@@ -67,8 +67,8 @@ class VarianceComponents:
         holds a single distinct prompt have c1 = NaN (c1's cross term is undefined there)
     level : confidence level of the intervals
     n_boot_degenerate : number of such NaN-c1 replicates (excluded from c1's interval)
-    method : "studentized-log" (symmetric bootstrap-t, c1 on the log(c1 + s) scale), "studentized" (symmetric
-        bootstrap-t), "studentized-equal-tailed" or "percentile" (docs/math.md M39)
+    method : "studentized-log" (symmetric bootstrap-t, c1 on the log(c1 + s) scale, c2 and c3 on log c), "studentized"
+        (symmetric bootstrap-t), "studentized-equal-tailed" or "percentile" (docs/math.md M39)
     replicate_se : (n_boot, 3) standard errors of the replicates (the bootstrap-t denominators), or None
     sample_se : the pilot's own standard errors of (c1, c2, c3), or None
     c1_shift : s, the within-prompt noise term of c1's log scale (M39), or None
@@ -413,9 +413,9 @@ def estimate_components(
     n_boot : bootstrap replicates over prompts; 0 skips the bootstrap (intervals are NaN)
     level : confidence level of the intervals
     generator : torch.Generator for the resampling (seed it for reproducible intervals)
-    method : "studentized-log" (the default: symmetric bootstrap-t, c1's on the log(c1 + s) scale; it covers
-        best at small pilots, M39), "studentized" (symmetric bootstrap-t on the original scale),
-        "studentized-equal-tailed" or "percentile"
+    method : "studentized-log" (the default: symmetric bootstrap-t, c1's on the log(c1 + s) scale, c2's and c3's on
+        the log scale; it covers best at small pilots, M39), "studentized" (symmetric bootstrap-t on the original
+        scale), "studentized-equal-tailed" or "percentile"
     c1_baseline : "leave-out" (the default: c1's terms with the rewards centred within each prompt, unbiased and
         unchanged by a shift of the rewards, M67) or "none" (the raw rewards, M14, M17)
 
@@ -470,7 +470,9 @@ def _estimate(rewards, scores, gram, n_boot, level, generator, method="studentiz
     # c1 + s = mean_b ||gbar_b||^2 - cross term >= 0 (half the mean squared distance between prompts' mean
     # gradients); s = mean_b (||gbar_b||^2 - T0_b) estimates the within-prompt noise E||gbar_b - g(x_b)||^2 (with the
     # centred terms of M67, gh_b and T0'_b in place of gbar_b and T0_b)
-    shifts = (float((torch.diagonal(M_c1) - t0_c1).mean()), None, None)
+    # c2, c3: positive constants whose estimates are means of right-skewed per-prompt terms, on the log scale of the
+    # constant itself (s = 0; M39)
+    shifts = (float((torch.diagonal(M_c1) - t0_c1).mean()), 0.0, 0.0)
     est = [summarise(float(point[i]), arr[:, i], level, method, float(se[i]), arr_se[:, i], shifts[i])
            for i in range(3)]
     spread = rewards.max(dim=1).values - rewards.min(dim=1).values
