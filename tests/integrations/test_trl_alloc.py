@@ -310,6 +310,18 @@ def test_generation_batches_that_share_an_optimizer_step_draw_apart_and_resume(t
         old.restore(tmp_path / "old")
 
 
+def test_no_metric_is_logged_as_none_before_the_guard_has_held_out_visits(tok, tmp_path):
+    """Guarded uniform-is: before any held-out visit the guard uses uniform prompts (fallback 2, the last of its three
+    candidates) and has no held-out ratio; the ratio is left out of the step's log rather than logged as None (TRL
+    turns an all-NaN metric into None, and TensorBoard's and MLflow's callbacks warn about None at every log)."""
+    trainer, _ = _trainer(tok, tmp_path, allocation=AllocationSpec(rule="uniform-is"), max_steps=3)
+    _train(trainer)
+    rows = [r for r in trainer.state.log_history if "ugrpo/is_ess" in r]
+    assert len(rows) == 3
+    assert all(v is not None for r in rows for k, v in r.items() if k.startswith("ugrpo/")), rows
+    assert rows[0]["ugrpo/is_guard_fallback"] == 2 and "ugrpo/is_guard_ratio" not in rows[0]
+
+
 def test_resume_from_a_trl_checkpoint_keeps_the_history(tok, tmp_path):
     """Stop after step 4 (a checkpoint every 4 steps), resume to step 6: the checkpoint holds the history, the resumed
     run starts from it (its sizes are those the saved history gives, not the uniform ones of an empty history) and

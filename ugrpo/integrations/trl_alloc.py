@@ -38,6 +38,7 @@ The history is saved in TRL checkpoints (:data:`HISTORY_FILE`) and restored on `
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -262,7 +263,9 @@ class TrlAllocation:
         m = trainer._metrics["train"]
         for k, v in {**row, **seen, "alloc_g_mean": float(alloc.sizes.mean()), "frac_zero_std": n_zero / B,
                      "frac_unscorable": float(unscorable.double().mean()), "alloc_score_seconds": seconds}.items():
-            if isinstance(v, (int, float)) and not isinstance(v, bool):
+            # numbers only, and no NaN (the guard's held-out ratio before any held-out visit): TRL would log a key
+            # whose values are all NaN as None, which TensorBoard's and MLflow's callbacks warn about at every log
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
                 m[f"ugrpo/{k}"].append(float(v))
         if m.get("frac_reward_zero_std"):  # TRL's value came from its (B, G) view of ragged groups
             m["frac_reward_zero_std"][-1] = n_zero / B
