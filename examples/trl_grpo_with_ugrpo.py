@@ -63,10 +63,16 @@ def config_and_script(args):
 def report(trainer) -> None:
     """What ugrpo measured: the sizes and certificate of each step, or the monitor's G*."""
     alloc, monitor = trainer.ugrpo_allocation, trainer.ugrpo_monitor
-    rows = [r for r in trainer.state.log_history if "reward" in r]
+    rows = {r["step"]: r for r in trainer.state.log_history if "reward" in r}  # TRL's row of optimizer step k: k + 1
     if alloc is not None:
         print(f"\n{alloc.spec.rule}: G_b per prompt at N = {alloc.N} completions per step (mean G = {alloc.G}):")
-        for a, r in zip(alloc.log, rows):
+        shared = len({a.step for a in alloc.log}) < len(alloc.log)  # several generation batches per optimizer step
+        if shared:
+            print("  (several generation batches per optimizer step: TRL's metrics below are each step's means)")
+        for a in alloc.log:
+            r = rows.get(a.step + 1)
+            if r is None:
+                continue
             hist = {int(g): int((a.sizes == g).sum()) for g in sorted(set(a.sizes.tolist()))}
             key = "is_predicted_ratio" if alloc.spec.rule.endswith("-is") else "alloc_predicted_ratio"  # IS: M59
             cert = (f"predicted {'second-moment' if key.startswith('is') else 'MSE'} ratio vs uniform "
@@ -74,7 +80,8 @@ def report(trainer) -> None:
                     if f"ugrpo/{key}" in r else "no certificate this step (allocation_is_certificate_every)")
             if key.startswith("is"):  # prompt IS: which prompts were drawn is the rule's choice too (M58)
                 cert += f", weights max {r['ugrpo/is_weight_max']:.2f}, ESS {r['ugrpo/is_ess']:.2f}"
-            print(f"  step {a.step:3d}: sizes {hist}  {cert}  reward {r['reward']:.3f}, "
+            label = f"step {a.step:3d}" + (f" batch {a.batch:3d}" if shared else "")
+            print(f"  {label}: sizes {hist}  {cert}  reward {r['reward']:.3f}, "
                   f"samples in all-equal groups {int(r['ugrpo/samples_zero_std'])}")
     if monitor is not None:
         print(f"\nG* monitor at N = {monitor.N} completions per step (num_generations = {monitor.num_generations}):")
@@ -87,8 +94,10 @@ def report(trainer) -> None:
     steps = [row["step_time"] for row in trainer.state.log_history if "step_time" in row]
     if steps:
         mean_step = sum(steps) / len(steps)
-        extra = (sum(monitor.seconds) / len(steps) if monitor is not None else
-                 sum(r.get("ugrpo/alloc_score_seconds", 0.0) for r in rows) / len(steps))
+        batches = {} if alloc is None else {k: sum(a.step + 1 == k for a in alloc.log) for k in rows}
+        extra = (sum(monitor.seconds) / len(steps) if monitor is not None else  # below: a mean over the step's
+                 sum(r.get("ugrpo/alloc_score_seconds", 0.0) * batches.get(k, 1)  # generation batches, times their
+                     for k, r in rows.items()) / len(steps))  # number
         print(f"mean TRL step time {mean_step:.3f} s, of which ugrpo's score statistics {extra:.3f} s per step "
               f"({100 * extra / mean_step:.1f}%)")
 
