@@ -31,7 +31,9 @@ Run: ``python benchmarks/bench_planner_calibration.py [--pilots 100] [--n-boot 4
 -> benchmarks/results/local/planner_calibration.json. ``--seed-offset K`` adds K to every instance seed (other
 random policies of the same settings: the rule's settings were chosen on such seeds, never on these; write it
 elsewhere with ``--out``). ``--families a,b`` runs some families only; ``--sizes 64`` some pilot sizes only;
-``--interval-methods`` also scores c1's plain and equal-tailed bootstrap-t intervals (docs/math.md M39).
+``--interval-methods`` also scores c1's plain and equal-tailed bootstrap-t intervals (docs/math.md M39);
+``--pilot-group 16 --sizes 32`` pilots of another shape (here the 512 samples of 64 x 8 on half the prompts, M90),
+written as planner_calibration_g16.json.
 """
 
 from __future__ import annotations
@@ -240,11 +242,11 @@ def summarise(rows: list[dict]) -> dict:
     return out
 
 
-def _pilots(env, B0: int, pilots: int, gen: torch.Generator, chunk: int = 25):
-    """(rewards, scores, prompts) of ``pilots`` independent B0 x G0 pilots at theta0, sampled in chunks (memory)."""
+def _pilots(env, B0: int, pilots: int, gen: torch.Generator, chunk: int = 25, g0: int = G0):
+    """(rewards, scores, prompts) of ``pilots`` independent B0 x g0 pilots at theta0, sampled in chunks (memory)."""
     for start in range(0, pilots, chunk):
         n = min(chunk, pilots - start)
-        batch = env.sample_many(env.theta0.unsqueeze(0).expand(n, -1), B0, G0, gen)
+        batch = env.sample_many(env.theta0.unsqueeze(0).expand(n, -1), B0, g0, gen)
         for i in range(n):
             yield batch.rewards[i].double(), batch.scores[i].double(), batch.prompts[i]
 
@@ -258,7 +260,7 @@ def rare_prompts(env, settings: dict) -> torch.Tensor | None:
 
 
 def run(pilots: int, n_boot: int, sizes=SIZES, seed_offset: int = 0, families: set[str] | None = None,
-        interval_methods: bool = False) -> dict:
+        interval_methods: bool = False, g0: int = G0) -> dict:
     keys = ("before", "raw", "joint", "after")
     per_instance = []
     pooled = {(B0, m): [] for B0 in sizes for m in keys}
@@ -270,10 +272,10 @@ def run(pilots: int, n_boot: int, sizes=SIZES, seed_offset: int = 0, families: s
                 "c3": truth["c"][2], "g_star_continuous": truth["g_star_continuous"], "g_best": truth["g_best"],
                 "band": truth["band"], "sizes": {}}
         for B0 in sizes:
-            gen = torch.Generator().manual_seed(1000 * k + B0 + 17 * seed_offset)
+            gen = torch.Generator().manual_seed(1000 * k + B0 + 17 * seed_offset + (0 if g0 == G0 else 7919 * g0))
             rows = {m: [] for m in keys}
             rare = rare_prompts(env, kw)
-            for i, (rw, sc, pr) in enumerate(_pilots(env, B0, pilots, gen)):
+            for i, (rw, sc, pr) in enumerate(_pilots(env, B0, pilots, gen, g0=g0)):
                 seen = None if rare is None else bool(((rw > 0) & rare[pr].unsqueeze(1)).any())
                 res = one_pilot(rw, sc, truth, n_boot, seed=7 + i, interval_methods=interval_methods, rare_seen=seen)
                 for m in keys:
@@ -295,7 +297,7 @@ def run(pilots: int, n_boot: int, sizes=SIZES, seed_offset: int = 0, families: s
     table = {str(B0): {m: summarise(pooled[(B0, m)]) for m in keys} for B0 in sizes}
     fams = {fam: {str(B0): {m: summarise(per_family[(fam, B0, m)]) for m in keys} for B0 in sizes}
             for fam in dict.fromkeys(f for f, _, _ in instances(seed_offset, families))}
-    return {"budget_N": N, "pilot_group_G0": G0, "tolerance": TOL, "pilots_per_instance": pilots, "n_boot": n_boot,
+    return {"budget_N": N, "pilot_group_G0": g0, "tolerance": TOL, "pilots_per_instance": pilots, "n_boot": n_boot,
             "seed_offset": seed_offset, "interval_method": METHOD,
             "before": "the recommendation before issue 22: expected MSE ratio over the replicates with c1* > 0 "
                       "(minimax fallback), on the raw c1 terms",
@@ -310,14 +312,15 @@ def run(pilots: int, n_boot: int, sizes=SIZES, seed_offset: int = 0, families: s
 def print_table(res: dict) -> None:
     cols = ["coverage_c1", "coverage_c2", "coverage_c3", "band_coverage", "chosen_in_exact_band", "mean_regret",
             "worst_regret", "undecided", "in_band_when_decided", "lower_bound_false"]
-    print("\nB0 x 8  rule    " + "  ".join(c.replace("coverage_", "cov_") for c in cols))
+    g0 = res["pilot_group_G0"]
+    print(f"\nB0 x {g0}  rule    " + "  ".join(c.replace("coverage_", "cov_") for c in cols))
     for B0, d in res["table"].items():
         for m, s in d.items():
             print(f"{B0:>6}  {m:6s}  " + "  ".join("   -  " if s[c] is None else f"{s[c]:6.3f}" for c in cols))
     print("\nper family: G in the exact 5% band, before / raw / joint / after (mean regret joint -> after; worst)")
     for fam, d in res["families"].items():
         print(f"{fam:22s} " + "  ".join(
-            f"{B0}x8 {s['before']['chosen_in_exact_band']:.2f}/{s['raw']['chosen_in_exact_band']:.2f}/"
+            f"{B0}x{g0} {s['before']['chosen_in_exact_band']:.2f}/{s['raw']['chosen_in_exact_band']:.2f}/"
             f"{s['joint']['chosen_in_exact_band']:.2f}/{s['after']['chosen_in_exact_band']:.2f} "
             f"({s['joint']['mean_regret']:.3f} -> {s['after']['mean_regret']:.3f}; {s['joint']['worst_regret']:.2f}"
             f" -> {s['after']['worst_regret']:.2f})"
@@ -343,17 +346,22 @@ def main() -> None:
     ap.add_argument("--sizes", default=None, help="comma-separated pilot sizes B0 (default: 16,64,256)")
     ap.add_argument("--interval-methods", action="store_true", help="also score the plain and equal-tailed "
                     "bootstrap-t intervals of the same replicates")
+    ap.add_argument("--pilot-group", type=int, default=G0, help=f"samples per pilot prompt G0 (default {G0}; another "
+                    "G0 writes planner_calibration_g<G0>.json)")
     ap.add_argument("--out", type=results_folder, default=None, help="results folder, default benchmarks/results/local")
     a = ap.parse_args()
+    if a.pilot_group < 4:
+        ap.error(f"--pilot-group {a.pilot_group}: the c2 and c3 estimators need G0 >= 4")
     torch.set_num_threads(1)
     fams = family_option(ap, a.families)
     sizes = SIZES if a.sizes is None else tuple(int(s) for s in a.sizes.split(","))
     t0 = time.perf_counter()
     res = run(a.pilots, a.n_boot, sizes=sizes, seed_offset=a.seed_offset, families=fams,
-              interval_methods=a.interval_methods)
+              interval_methods=a.interval_methods, g0=a.pilot_group)
     res["seconds"] = time.perf_counter() - t0
     print_table(res)
-    path = write_result("planner_calibration", res, Path(a.out) if a.out else None)
+    name = "planner_calibration" + ("" if a.pilot_group == G0 else f"_g{a.pilot_group}")
+    path = write_result(name, res, Path(a.out) if a.out else None)
     print(f"\nwrote {path} ({res['seconds']:.0f} s)")
 
 
