@@ -68,7 +68,6 @@ def test_one_answer_no_bootstrap_shares_beside_the_recommendation(small_c1_plan)
             "if c1 is near the bottom of that range even a pilot of 4096 prompts (64x this one) would not decide"
             ) in msg
     assert "if c1 is as its estimate says" not in msg  # the projection from the estimate alone decided in ~10%
-    assert "for the same number of samples, fewer prompts with more samples each (this pilot: 8 per prompt)" in msg
 
 
 def test_an_open_band_is_said_as_at_least_and_no_worst_candidate_inside_it(small_c1_plan):

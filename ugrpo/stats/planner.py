@@ -194,7 +194,7 @@ def _constants(components) -> tuple[float, float, float]:
 
 def plan_group_size(
     components: VarianceComponents | PolicyMoments | Sequence[float], N: int, candidates: Sequence[int] | None = None,
-    *, tolerance: float = DEFAULT_TOLERANCE, pilot_advice: bool = True,
+    *, tolerance: float = DEFAULT_TOLERANCE,
 ) -> GroupSizePlan:
     """Group size minimising the Theorem 7 bound at budget N, with its uncertainty (docs/math.md M21-M24).
 
@@ -205,8 +205,6 @@ def plan_group_size(
     N : samples per step, N = B G
     candidates : group sizes to consider; each must be >= 2 and divide N (default: all such G)
     tolerance : the band: candidates within this relative excess of the smallest predicted MSE (M40)
-    pilot_advice : an undecided message also says how a pilot of the same cost could be shaped (M90); False where the
-        "pilot" is a training batch, whose shape is the run's (the G* monitors)
 
     Returns
     -------
@@ -226,7 +224,7 @@ def plan_group_size(
     if not tolerance > 0:
         raise ValueError(f"tolerance must be > 0 (e.g. 0.05 for 5%), got {tolerance}")
     if isinstance(components, VarianceComponents):
-        return _plan_estimated(components, c1, c2, c3, N, cands, tolerance, pilot_advice)
+        return _plan_estimated(components, c1, c2, c3, N, cands, tolerance)
     if c1 < 0 or c2 < 0 or c3 < 0:
         raise ValueError(f"exact constants must be >= 0, got c1={c1}, c2={c2}, c3={c3}")
     return _plan_exact(c1, c2, c3, N, cands, tolerance)
@@ -315,7 +313,7 @@ def _c1_range(vc: VarianceComponents) -> tuple[float, float]:
     return max(vc.c1.ci_low, 0.0), hi
 
 
-def _plan_estimated(vc: VarianceComponents, c1, c2, c3, N, cands, tol, pilot_advice: bool = True) -> GroupSizePlan:
+def _plan_estimated(vc: VarianceComponents, c1, c2, c3, N, cands, tol) -> GroupSizePlan:
     if vc.replicates.shape[0] < 2:
         raise ValueError(
             "components has no bootstrap replicates (estimated with n_boot=0), so G* gets no interval; "
@@ -359,7 +357,7 @@ def _plan_estimated(vc: VarianceComponents, c1, c2, c3, N, cands, tol, pilot_adv
         worst=(br.candidates[k], float(br.worst_case[k])), decided=br.decided, worst_case=br.worst_case,
         g_range=br.g_range, c1_range=br.c1_range, band_open_ended=br.open_ended, **common,
     )
-    return replace(plan, message=estimated_message(plan, vc, pilot_advice))
+    return replace(plan, message=estimated_message(plan, vc))
 
 
 def band_words(low: int, high: int, *, open_ended: bool, smallest: int | None, name: str = "G") -> str:
@@ -384,9 +382,8 @@ def band_text(plan: GroupSizePlan) -> str:
     return band_words(*plan.g_band, open_ended=plan.band_open_ended, smallest=min(c[0] for c in plan.candidates))
 
 
-def estimated_message(plan: GroupSizePlan, vc: VarianceComponents, pilot_advice: bool = True) -> str:
-    """The planner's sentences, in one voice: the G to use and how sure, the band, c1's status, the pilot size (and,
-    with ``pilot_advice``, its shape: M90)."""
+def estimated_message(plan: GroupSizePlan, vc: VarianceComponents) -> str:
+    """The planner's sentences, in one voice: the G to use and how sure, the band, c1's status, the pilot size."""
     level, N, tol = f"{100 * vc.level:g}%", plan.N, 100 * plan.tolerance
     rec, (a, b), (lo, hi) = plan.g_recommended, plan.g_range, plan.c1_range
     worst = plan.worst_case[[g for g, _, _ in plan.candidates].index(rec)]
@@ -413,8 +410,4 @@ def estimated_message(plan: GroupSizePlan, vc: VarianceComponents, pilot_advice:
                    f"lies in that range" if need is not None else
                    f"if c1 is near the bottom of that range even a pilot of {64 * vc.n_prompts} prompts (64x this one) "
                    f"would not decide")
-    if not plan.decided and pilot_advice:
-        out.append(f"for the same number of samples, fewer prompts with more samples each (this pilot: "
-                   f"{vc.group_size} per prompt) give c1 less noise where the rewards' noise dominates it (on the "
-                   "planner's benchmark 16 x 32 decided more often than 64 x 8; docs/math.md M90)")
     return "; ".join(out)

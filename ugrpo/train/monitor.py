@@ -173,7 +173,7 @@ def measure(
     B, G = rewards.shape
     vc = estimate_components(rewards.double().cpu(), scores=scores.double().cpu().view(B, G, -1), n_boot=n_boot,
                              generator=torch.Generator().manual_seed(int(seed)))
-    plan = plan_group_size(vc, budget, candidates=candidates, pilot_advice=False)  # the batch is the run's shape
+    plan = plan_group_size(vc, budget, candidates=candidates)
     return MonitorRecord(
         step=int(step), c1=vc.c1, c2=vc.c2, c3=vc.c3, budget=int(budget),
         num_generations=int(G if num_generations is None else num_generations), g_star=plan.g_star,

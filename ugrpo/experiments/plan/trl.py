@@ -327,10 +327,6 @@ def _trl_answer(cfg: TrlPlanConfig, results: dict) -> dict[str, Any]:
             msg = (f"best guess {setting}, but the pilot cannot tell: the best num_generations is {a} at one end of "
                    f"c1's interval and {b} at the other")
         msg += f"; near-optimal (within {tol} of the best for some c1): {band_words(band, 'num_generations')}"
-        if not band.get("decided"):  # how to shape a pilot of the same cost (docs/math.md M90)
-            msg += (f"; for the same {cfg.pilot_batch * cfg.pilot_group} pilot samples, fewer prompts with more "
-                    f"completions each (ugrpo: pilot_batch, pilot_group; this pilot {cfg.pilot_batch} x "
-                    f"{cfg.pilot_group}) give c1 less noise where the rewards' noise dominates it (docs/math.md M90)")
     if G in table:
         msg += "; " + group_answer(results, G)["message"].replace("your G", "your num_generations")
     return {"budget_N": N, "current": current, "recommended": rec, "num_generations_band": [lo, hi],
