@@ -35,7 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import REFERENCE_DIR, results_folder, write_result  # noqa: E402
 
-from ugrpo.experiments.sweep.lm_alloc import bootstrap_ratio, reach_ratio  # noqa: E402
+from ugrpo.experiments.sweep.lm_alloc import bootstrap_ratio, eval_points, reach_ratio  # noqa: E402
+from ugrpo.runs import read_jsonl  # noqa: E402
 from ugrpo.stats.intervals import paired_t_interval  # noqa: E402
 
 CURVES = REFERENCE_DIR / "is_training_study_long600_curves.json"
@@ -43,21 +44,19 @@ RUN = re.compile(r"N(\d+)-G(\d+)-(.+)-s(\d+)$")
 
 
 def curves_from_runs(folders: list[Path], metric: str) -> dict:
-    """{'metric', 'rules': {rule: {'seeds', 'acc' (S, C), 'samples' (S, C)}}} from sweep run folders; every rule must
-    have the same seeds and checkpoints."""
+    """{'metric', 'rules': {rule: {'seeds', 'acc' (S, C), 'samples' (S, C)}}} from sweep run folders (each run's
+    evaluations as the sweep reads them, :func:`eval_points`); every rule must have the same seeds and checkpoints."""
     rules: dict[str, dict[int, tuple[list, list]]] = {}
     for folder in folders:
         for run in sorted(Path(folder).iterdir()):
             m = RUN.match(run.name)
             if not m or not (run / "metrics.jsonl").is_file():
                 continue
-            acc, samples = [], []
-            for line in (run / "metrics.jsonl").read_text().splitlines():
-                row = json.loads(line)
-                if metric in row:
-                    acc.append(float(row[metric]))
-                    samples.append(float(row["samples_cum"]))
-            rules.setdefault(m.group(3), {})[int(m.group(4))] = (acc, samples)
+            points, _ = eval_points(list(read_jsonl(run / "metrics.jsonl")), int(m.group(1)), [metric],
+                                    rule=m.group(3))
+            steps = sorted(points)
+            rules.setdefault(m.group(3), {})[int(m.group(4))] = ([float(points[k][metric]) for k in steps],
+                                                               [float(points[k]["samples"]) for k in steps])
     seeds = {r: sorted(v) for r, v in rules.items()}
     if "uniform" not in rules or len({tuple(s) for s in seeds.values()}) != 1:
         raise SystemExit(f"--from-runs: need uniform and every rule on the same seeds; found {seeds}")

@@ -21,7 +21,7 @@ import numpy as np
 
 from .intervals import Interval
 
-__all__ = ["METHODS", "MAX_LOG_HALF_WIDTH", "Estimate", "summarise", "confidence_draws"]
+__all__ = ["METHODS", "MAX_LOG_HALF_WIDTH", "Estimate", "summarise", "log_shifts", "confidence_draws"]
 
 MAX_LOG_HALF_WIDTH = 1.0
 """studentized-log: the largest half-width on the log(c1 + s) scale used (a factor e either way); wider falls back
@@ -102,17 +102,22 @@ def _log_t_interval(point: float, reps: np.ndarray, level: float, se: float, rep
     return (point + shift) * math.exp(-half) - shift, (point + shift) * math.exp(half) - shift
 
 
+def log_shifts(c1_shift: float | None) -> tuple[float | None, float, float]:
+    """The shifts s of ``studentized-log``'s scales log(c + s) for (c1, c2, c3) (M39): c1's pilot's within-prompt
+    noise term, 0 for c2 and c3 (positive constants, means of right-skewed per-prompt terms)."""
+    return c1_shift, 0.0, 0.0
+
+
 def confidence_draws(point: np.ndarray, reps: np.ndarray, method: str, se: np.ndarray | None = None,
-                     rep_se: np.ndarray | None = None, shift: float | None = None, level: float = 0.95,
-                     log_c23: bool = True) -> np.ndarray:
+                     rep_se: np.ndarray | None = None, shift: float | None = None, level: float = 0.95) -> np.ndarray:
     """Draws (2R, 3) of a confidence distribution of (c1, c2, c3) from R bootstrap replicates (docs/math.md M41).
 
     Bootstrap-t methods: replicate r has t_r = (c*_r - c) / se*_r, and gives the two draws c -+ t_r se (the pivot and
     its mirror image, one sign for all three constants so that their dependence is kept); symmetric, so the central
     ``level`` interval of the draws is the symmetric bootstrap-t interval. ``studentized-log``: c1's draws are x exp(-+
     t_u se_u) - s on the log(c1 + s) scale (:func:`_log_t_interval`'s t_u; +inf where x*_r <= 0), and c2's and c3's on
-    the log scale of the constant itself (s = 0; ``log_c23=False``: the plain ones, as before M39's c2/c3 change), each
-    as long as its interval is defined (else the plain ones). ``studentized-equal-tailed``: only c - t_r se (whose
+    the log scale of the constant itself (:func:`log_shifts`), each as long as its interval is defined (else the plain
+    ones). ``studentized-equal-tailed``: only c - t_r se (whose
     quantiles are the equal-tailed interval). ``percentile`` (or no standard errors): the replicates themselves.
     An estimate below 0 (the constants' range starts there) is taken as 0, its replicates moved with it (the same
     t's): the distribution is never more sure that a constant is 0 than an estimate of exactly 0 would make it.
@@ -138,7 +143,7 @@ def confidence_draws(point: np.ndarray, reps: np.ndarray, method: str, se: np.nd
     out = np.concatenate([point + sign * t * se for sign in signs])  # (2R, 3)
     if method != "studentized-log":
         return out
-    for k, s_k in enumerate((shift, 0.0, 0.0) if log_c23 else (shift,)):
+    for k, s_k in enumerate(log_shifts(shift)):
         if _log_t_interval(point[k], reps[:, k], level, float(se[k]), rep_se[:, k], s_k) is None:
             continue
         x, xs = point[k] + s_k, reps[:, k] + s_k

@@ -41,7 +41,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .bootstrap_ci import METHODS, Estimate, confidence_draws, summarise
+from .bootstrap_ci import METHODS, Estimate, confidence_draws, log_shifts, summarise
 
 __all__ = ["MIN_PILOT_GROUP", "C1_BASELINES", "VarianceComponents", "gaussian_sketch", "point_estimates",
            "estimate_components", "reduce_scores", "prompt_terms", "centred_c1_terms"]
@@ -470,9 +470,7 @@ def _estimate(rewards, scores, gram, n_boot, level, generator, method="studentiz
     # c1 + s = mean_b ||gbar_b||^2 - cross term >= 0 (half the mean squared distance between prompts' mean
     # gradients); s = mean_b (||gbar_b||^2 - T0_b) estimates the within-prompt noise E||gbar_b - g(x_b)||^2 (with the
     # centred terms of M67, gh_b and T0'_b in place of gbar_b and T0_b)
-    # c2, c3: positive constants whose estimates are means of right-skewed per-prompt terms, on the log scale of the
-    # constant itself (s = 0; M39)
-    shifts = (float((torch.diagonal(M_c1) - t0_c1).mean()), 0.0, 0.0)
+    shifts = log_shifts(float((torch.diagonal(M_c1) - t0_c1).mean()))  # c2, c3: on log c itself (M39)
     est = [summarise(float(point[i]), arr[:, i], level, method, float(se[i]), arr_se[:, i], shifts[i])
            for i in range(3)]
     spread = rewards.max(dim=1).values - rewards.min(dim=1).values
