@@ -4,6 +4,7 @@ weighted loss against brute force, the per-step metrics, the prompt draw from th
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 
 import numpy as np
@@ -279,6 +280,43 @@ def test_the_law_every_k_steps_run_killed_and_resumed_equals_the_unkilled_run(is
     keys = ("alloc_g_hist", "samples_cum", "is_weight_max", "is_ess", "is_q_entropy", "is_predicted_ratio")
     assert ([[r.get(k) for k in keys] for r in metrics_rows(tmp_path / "resumed")]
             == [[r.get(k) for k in keys] for r in metrics_rows(full)])
+
+
+def test_the_certificate_cadence_may_change_on_resume_and_old_manifests_still_resume(is_run, tmp_path):
+    """``allocation.is_certificate_every`` only reports, so ``--resume`` may change it (RESUMABLE): killed after step 2
+    and resumed with every 2, the run reaches the unkilled run's parameters, draws and sizes, and the certificate is
+    on step 3 only of the resumed steps. A manifest written before the field was resumable (its hash includes the
+    field) still resumes; another changed field is still refused."""
+    from ugrpo.errors import ResumeError
+    from ugrpo.runlock import config_hash
+    from ugrpo.train.resume import RESUMABLE, _strip, check_resume_config
+
+    cfg, full_out, _ = is_run
+    out = tmp_path / "run"
+
+    def kill(step, row):
+        if step == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg, out, on_step=kill)
+    manifest = json.loads((out / "run.json").read_text())
+    old_form = config_hash(_strip(dataclasses.asdict(cfg), RESUMABLE[:5]))  # as the run's version hashed it
+    (out / "run.json").write_text(json.dumps({**manifest, "config_hash": old_form}))
+    sparse = copy.deepcopy(cfg)
+    object.__setattr__(sparse.allocation, "is_certificate_every", 2)
+    train(sparse, out, resume=True)
+    assert_same_parameters(full_out, out)
+    rows_a, rows_b = metrics_rows(full_out), metrics_rows(out)
+    keys = ("alloc_g_hist", "samples_cum", "is_weight_max", "is_ess", "is_guard_choice")
+    assert [[r.get(k) for k in keys] for r in rows_b] == [[r.get(k) for k in keys] for r in rows_a]
+    has = {r["step"]: "is_predicted_ratio" in r for r in rows_b if r["step"]}
+    assert has == {1: True, 2: True, 3: True, 4: False}
+    assert json.loads((out / "config.json").read_text())["allocation"]["is_certificate_every"] == 2
+    other = copy.deepcopy(sparse)
+    object.__setattr__(other.allocation, "is_lambda", 0.5)
+    with pytest.raises(ResumeError, match=r"allocation.is_lambda is 0.5 but the run .* used 0.1"):
+        check_resume_config(json.loads((out / "config.json").read_text()), other, out)
 
 
 def test_prompt_is_killed_and_resumed_equals_the_unkilled_run(is_run, tmp_path):

@@ -2,8 +2,9 @@
 
 A resume continues the same optimisation: every field that changes what a step computes must
 equal the saved ``config.json``. Only the fields in :data:`RESUMABLE` may differ (how long to run,
-how often to evaluate, log and checkpoint, where to log: ``report_to``); ``steps`` may change only under a constant
-lr schedule (a decaying schedule is a function of ``steps``) and never below the checkpoint's step.
+how often to evaluate, log and checkpoint, where to log: ``report_to``, and how often the prompt-IS certificate is
+computed, which only reports); ``steps`` may change only under a constant lr schedule (a decaying schedule is a
+function of ``steps``) and never below the checkpoint's step.
 
 The run's manifest (``run.json``, :mod:`ugrpo.runlock`) holds a hash of the config without the
 :data:`RESUMABLE` fields, written when the run started. A resume compares it too: a ``config.json``
@@ -29,8 +30,13 @@ from ugrpo.runs import finished_results, to_jsonable
 __all__ = ["RESUMABLE", "config_diff", "check_resume_config", "hashed_config", "finished_result",
            "check_history_json"]
 
-RESUMABLE: tuple[str, ...] = ("steps", "eval.every", "log_every", "checkpoint_every", "report_to")
+RESUMABLE: tuple[str, ...] = ("steps", "eval.every", "log_every", "checkpoint_every", "report_to",
+                               "allocation.is_certificate_every")
 """Dotted config fields that ``--resume`` may change; any other change is an error."""
+
+_HASHED_FORMS: tuple[tuple[str, ...], ...] = (RESUMABLE, RESUMABLE[:5])
+"""The RESUMABLE sets a manifest's hash may have been written with: this version's, and the one before
+``allocation.is_certificate_every`` became resumable (a run started then hashed it; it resumes all the same)."""
 
 
 def _leaves(d: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -91,7 +97,7 @@ def _check_without_config(cfg, out: Path, recorded: str) -> None:
 
     missing = out / "config.json"
     given = config_hash(hashed_config(cfg))
-    if given != recorded:
+    if recorded not in [config_hash(_strip(asdict(cfg), form)) for form in _HASHED_FORMS]:
         raise ResumeError(
             f"--resume: {missing} is missing, and this config is not the run's: its hash {given} differs from "
             f"{recorded}, recorded in {out / MANIFEST} when the run started (a field other than "
@@ -110,10 +116,10 @@ def _check_without_config(cfg, out: Path, recorded: str) -> None:
           "resume goes on", flush=True)
 
 
-def _strip(d: dict) -> dict:
-    """A config dict without ``derived`` and the :data:`RESUMABLE` fields (what the manifest hashes)."""
+def _strip(d: dict, fields: Sequence[str] = RESUMABLE) -> dict:
+    """A config dict without ``derived`` and the ``fields`` (:data:`RESUMABLE`: what the manifest hashes)."""
     d = {k: v for k, v in to_jsonable(d).items() if k != "derived"}
-    for field in RESUMABLE:
+    for field in fields:
         *parents, last = field.split(".")
         node = d
         for p in parents:
@@ -125,14 +131,17 @@ def _strip(d: dict) -> dict:
 
 def _saved_hashes(saved: dict) -> list[str]:
     """Hashes that a manifest of the run ``config.json`` describes can hold: of config.json as written, and of
-    config.json read with the defaults of fields added since (a manifest written by this version)."""
+    config.json read with the defaults of fields added since (a manifest written by this version), each without
+    the RESUMABLE fields of this version or of an earlier one (:data:`_HASHED_FORMS`)."""
     from ugrpo.train.config import config_from_dict
 
-    out = [config_hash(_strip(saved))]
-    try:
-        out.append(config_hash(hashed_config(config_from_dict(_strip(saved)))))
-    except (ValueError, TypeError):  # a field this version no longer has: only the file as written counts
-        pass
+    out = []
+    for form in _HASHED_FORMS:
+        out.append(config_hash(_strip(saved, form)))
+        try:
+            out.append(config_hash(_strip(asdict(config_from_dict(_strip(saved, form))), form)))
+        except (ValueError, TypeError):  # a field this version no longer has: only the file as written counts
+            pass
     return out
 
 
