@@ -305,6 +305,15 @@ def test_generation_batches_that_share_an_optimizer_step_draw_apart_and_resume(t
     (tmp_path / "old" / HISTORY_FILE).write_text(json.dumps({k: v for k, v in saved.items() if k != "batches"}))
     old.restore(tmp_path / "old")
     assert old.batches is None
+    old.generate_every = 2  # as with steps_per_generation x num_iterations = 2: step 3 is inside a generation batch
+    (tmp_path / "old" / "trainer_state.json").write_text(json.dumps({"global_step": 3}))
+    with pytest.warns(UserWarning, match=r"step 3 falls inside a generation batch .* every steps_per_generation x "
+                                         r"num_iterations = 2 .* save at multiples of 2"):
+        old.restore(tmp_path / "old")
+    (tmp_path / "old" / "trainer_state.json").write_text(json.dumps({"global_step": 4}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        old.restore(tmp_path / "old")
     (tmp_path / "old" / HISTORY_FILE).write_text(json.dumps({**saved, "batches": -1}))
     with pytest.raises(ValueError, match="'batches' must be the number of generation batches"):
         old.restore(tmp_path / "old")
@@ -406,14 +415,19 @@ def _rollout(prompts, trainer):
     (dict(config=dict(use_vllm=True, vllm_mode="server")), r"does not support use_vllm=True with vllm_mode='server'"),
     (dict(rollout_func=_rollout), "does not support rollout_func"),
     (dict(data=Dataset.from_dict({"prompt": SMALL}).to_iterable_dataset()), "needs a map-style datasets.Dataset"),
-    (dict(advantages=AdvantageSpec(baseline="grpo_mean")), r"baseline whose per-prompt estimate is unbiased.*"
-                                                           "got baseline=grpo_mean"),
+    (dict(advantages=AdvantageSpec(baseline="grpo_mean")), r"\): allocation_rule=vip needs a baseline whose "
+                                                           "per-prompt estimate is unbiased.*got baseline=grpo_mean"),
     (dict(advantages=AdvantageSpec(scale="std"), allocation=AllocationSpec(rule="vip", g_max=5)), None),
     (dict(allocation=AllocationSpec(rule="vip", g_max=3)), r"allocation g_max=3 is below num_generations=4: .* "
                                                            "cannot spend the N = 16 samples; raise allocation_g_max"),
     (dict(allocation=AllocationSpec(rule="ustat", g_min=5)), r"allocation g_min=5 is above num_generations=4"),
     (dict(allocation=AllocationSpec(rule="uniform-is"), config=dict(beta=0.1)),
      r"allocation rule uniform-is with beta=0.1: TRL's KL term .* set beta=0.0"),
+    (dict(allocation=AllocationSpec(rule="ustat-is"), config=dict(entropy_coef=0.01)),
+     r"allocation rule ustat-is with entropy_coef=0.01 \(use_adaptive_entropy=False\): TRL's entropy bonus .* set "
+     "entropy_coef=0.0"),
+    (dict(allocation=AllocationSpec(rule="uniform-is"), config=dict(use_adaptive_entropy=True)),
+     r"use_adaptive_entropy=True\): TRL's entropy bonus"),
     (dict(allocation=AllocationSpec(rule="uniform-is"), config=dict(num_generations=2, per_device_train_batch_size=8)),
      r"is_guard=True needs num_generations >= 3 .* got 2"),
     (dict(callbacks=[None]), "GroupSizeMonitor with a non-uniform allocation is not supported"),
@@ -435,8 +449,25 @@ def test_rewards_outside_the_unit_interval_are_an_error_naming_the_sample(tok, t
         return [2.0 * r for r in any_digit_reward(prompts, completions)]
 
     trainer, _ = _trainer(tok, tmp_path, "vip", reward=twice, max_steps=1)
-    with pytest.raises(ValueError, match=r"rule='vip'\)\): allocation.rule=vip needs rewards in \[0, 1\].*sample "
-                                         r"\d+ of this step has reward 2.0.*allocation rule 'uniform'"):
+    with pytest.raises(ValueError, match=r"rule='vip'\)\): allocation_rule=vip needs rewards in \[0, 1\].*sample "
+                                         r"\d+ of this step has reward 2.0.*allocation_rule uniform\.?$"):
+        _train(trainer)
+
+
+def test_rewards_outside_the_unit_interval_from_reward_weights_name_them(tok, tmp_path):
+    """Two reward functions in [0, 1] with reward_weights [1, 0.5]: TRL's sum reaches 1.5, and the error says that the
+    weighted sum is the cause, in the adapter's names."""
+    rec = Recorder(any_digit_reward)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer = UGRPOTrainer(model=build_tiny_model(tok, size="1m", seed=0), reward_funcs=[rec, any_digit_reward],
+                               args=grpo_config(tmp_path, max_steps=1, num_generations=G,
+                                                per_device_train_batch_size=16, reward_weights=[1.0, 0.5]),
+                               train_dataset=Dataset.from_dict({"prompt": SMALL}), processing_class=tok,
+                               advantages=AdvantageSpec(), allocation=AllocationSpec(rule="vip"))
+    rec.attach(trainer)
+    with pytest.raises(ValueError, match=r"allocation_rule=vip needs rewards in \[0, 1\].*has reward 1.5.*weighted "
+                                         r"sum of the 2 reward function\(s\) with reward_weights=\[1.0, 0.5\]"):
         _train(trainer)
 
 

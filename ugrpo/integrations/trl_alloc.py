@@ -40,7 +40,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -58,7 +60,7 @@ from ugrpo.train.config import BudgetConfig, SamplingConfig, TrainConfig
 from .trl_specs import AdvantageSpec, AllocationSpec
 
 __all__ = ["INDEX_COLUMN", "HISTORY_FILE", "StepAllocation", "TrlAllocation", "adapter_config", "prepare_allocation",
-           "weighted_rewards"]
+           "trl_names", "weighted_rewards"]
 
 INDEX_COLUMN = "ugrpo_prompt_index"
 """the column the adapter adds to the train dataset: each row's dataset index, the key of the history"""
@@ -76,6 +78,18 @@ def weighted_rewards(rewards_per_func: Tensor, weights: Tensor) -> tuple[Tensor,
     return (r * weights.detach().to(r).unsqueeze(0)).nansum(dim=1), torch.isnan(r).all(dim=1)
 
 
+def trl_names(message: str) -> str:
+    """A message of ``ugrpo train``'s config checks in the adapter's names: ``allocation.rule`` / ``--allocation.g-min``
+    -> ``allocation_rule`` / ``allocation_g_min`` (a TRL YAML's field; ``AllocationSpec`` has the part after the
+    underscore).
+
+    >>> trl_names("allocation.rule=vip needs ...; raise --allocation.g-min or use --allocation.rule uniform")
+    'allocation_rule=vip needs ...; raise allocation_g_min or use allocation_rule uniform'
+    """
+    message = re.sub(r"--allocation\.([\w-]+)", lambda m: "allocation_" + m.group(1).replace("-", "_"), message)
+    return re.sub(r"\ballocation\.(\w+)", r"allocation_\1", message)
+
+
 def adapter_config(args, spec: AllocationSpec, adv: AdvantageSpec) -> TrainConfig:
     """The ``ugrpo train`` config whose Allocator a TRL run uses: N = ``generation_batch_size``, G =
     ``num_generations``, the advantage of ``adv`` and the allocation ``spec`` (its checks, in TRL's names first)."""
@@ -90,6 +104,11 @@ def adapter_config(args, spec: AllocationSpec, adv: AdvantageSpec) -> TrainConfi
             raise ValueError(f"{where} with beta={args.beta}: TRL's KL term is averaged over the drawn prompts without "
                              "the weights 1/(P q), so it would regularise toward the law q's prompts; set beta=0.0 or "
                              "choose another rule")
+        if float(getattr(args, "entropy_coef", 0.0)) != 0 or getattr(args, "use_adaptive_entropy", False):
+            raise ValueError(f"{where} with entropy_coef={args.entropy_coef} (use_adaptive_entropy="
+                             f"{getattr(args, 'use_adaptive_entropy', False)}): TRL's entropy bonus is a mean over the "
+                             "drawn prompts' tokens without the weights 1/(P q), so it would act on the law q's "
+                             "prompts; set entropy_coef=0.0 and use_adaptive_entropy=False or choose another rule")
         if spec.is_guard and G < GUARD_G_MIN:
             raise ValueError(f"{where} with allocation is_guard=True needs num_generations >= {GUARD_G_MIN} (the "
                              f"guard's held-out U-statistics need three samples per prompt), got {G}; raise "
@@ -106,9 +125,9 @@ def adapter_config(args, spec: AllocationSpec, adv: AdvantageSpec) -> TrainConfi
                                     max_new_tokens=int(args.max_completion_length)),
             allocation=spec, baseline=adv.baseline, oracle_samples=int(adv.baseline == "oracle"),  # V(x): value_fn
             scale=adv.scale, ddof=adv.ddof, eps=adv.eps, zero_std=adv.zero_std, seed=int(args.seed))
-    except ValueError as e:  # its names are ugrpo train's; the advantage fields are those of AdvantageSpec
-        raise ValueError(f"UGRPOTrainer(allocation=AllocationSpec(rule={spec.rule!r}), advantages={adv}): {e}") \
-            from None
+    except ValueError as e:  # the advantage fields are those of AdvantageSpec
+        raise ValueError(f"UGRPOTrainer(allocation=AllocationSpec(rule={spec.rule!r}), advantages={adv}): "
+                         f"{trl_names(str(e))}") from None
 
 
 def prepare_allocation(bound: dict, advantages: AdvantageSpec | None, spec: AllocationSpec):
@@ -181,6 +200,7 @@ class TrlAllocation:
     def __init__(self, args, spec: AllocationSpec, advantages: AdvantageSpec, n_prompts: int) -> None:
         self.cfg = adapter_config(args, spec, advantages)
         self.spec, self.advantages = spec, advantages
+        self.generate_every = int(args.steps_per_generation) * int(args.num_iterations)  # optimizer steps per batch
         self.N, self.G = self.cfg.budget.samples_per_step, self.cfg.budget.group_size
         self.allocator = Allocator(self.cfg, n_prompts, first_step=0)  # the first generation batch is batch 0
         self.batches: int | None = 0  # generation batches laid out so far (None: a checkpoint without the count)
@@ -246,8 +266,12 @@ class TrlAllocation:
         try:
             self.allocator.check_rewards(z)
         except ValueError as e:  # the trainer's message, in the adapter's names
+            w = [float(x) for x in trainer.reward_weights]
+            why = ("" if w == [1.0] else f" The reward of a row is TRL's weighted sum of the {len(w)} reward "
+                   f"function(s) with reward_weights={w}: each function may lie in [0, 1] while the sum does not; "
+                   "rescale the functions or the weights so that the sum does.")
             raise ValueError(f"UGRPOTrainer(allocation=AllocationSpec(rule={self.spec.rule!r})): "
-                             + str(e).replace("--allocation.rule uniform", "allocation rule 'uniform'")) from None
+                             f"{trl_names(str(e))}{why}") from None
         sizes = torch.as_tensor(alloc.sizes)
         values = self._values(trainer, inputs, value_fn, sizes) if self.advantages.baseline == "oracle" else None
         weights = self.allocator.prompt_weights(torch.arange(len(sizes)))  # prompt IS: 1/(P q(x_b)); else None
@@ -360,6 +384,23 @@ class TrlAllocation:
             raise ValueError(f"{path}: 'batches' must be the number of generation batches so far (an integer >= 0), "
                              f"got {batches!r}; restore the checkpoint from a copy or start a new run")
         self.batches = batches  # None (an older checkpoint): the next batch takes TRL's global_step
+        step = _checkpoint_step(Path(folder))
+        if step is not None and step % self.generate_every:
+            warnings.warn(
+                f"resume_from_checkpoint={str(folder)!r}: step {step} falls inside a generation batch (TRL generates "
+                f"every steps_per_generation x num_iterations = {self.generate_every} optimizer steps and keeps the "
+                "rest of the batch in memory only), so TRL generates a new batch at once and the resumed run's prompts "
+                "and samples differ from an uninterrupted run's from here on; the history is intact. To resume "
+                f"exactly, save at multiples of {self.generate_every} (save_steps).", UserWarning, stacklevel=2)
+
+
+def _checkpoint_step(folder: Path) -> int | None:
+    """The ``global_step`` a TRL checkpoint folder was saved at (its ``trainer_state.json``), or None if unreadable."""
+    try:
+        step = json.loads((folder / "trainer_state.json").read_text()).get("global_step")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
 
 
 def _dataset_row(dataset, x: int) -> dict:

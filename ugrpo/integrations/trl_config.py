@@ -6,7 +6,8 @@ advantage, allocation and monitor from it::
 
     from trl import TrlParser
     from ugrpo.integrations.trl import UGRPOConfig, UGRPOTrainer
-    (config,) = TrlParser((UGRPOConfig,)).parse_args_and_config()     # --config grpo.yaml --allocation_rule ustat
+    # --config grpo.yaml --allocation_rule ustat; the YAML's other keys (model, dataset, ...) come back in rest
+    config, rest = TrlParser((UGRPOConfig,)).parse_args_and_config(return_remaining_strings=True)
     trainer = UGRPOTrainer(model=..., reward_funcs=..., args=config, train_dataset=...)
 
 Bad values are errors at construction naming the field.
