@@ -308,7 +308,8 @@ def test_ray_sweep_ctrl_c_then_resume(tmp_path, lm_config):
 
     out = tmp_path / "sw"
     cmd = [sys.executable, "-m", "ugrpo.cli", "sweep", "--config", str(lm_config), "--budget", "8", "--groups", "4",
-           "--seeds", "1", "--steps", "200", "--ray", "--workers", "1", "--no-progress", "--out", str(out)]
+           "--seeds", "1", "--steps", "200", "--eval.every", "100", "--ray", "--workers", "1", "--no-progress",
+           "--out", str(out)]  # evaluated at steps 0, 100, 200 (every 2 would make the resume the slowest test)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([TESTS_TRAIN, os.environ.get("PYTHONPATH", "")])}
     # a shell's background job inherits SIGINT ignored, and Python then installs no KeyboardInterrupt handler:
     # restore the default so that the child sees Ctrl-C as a terminal user's process does, however pytest was started

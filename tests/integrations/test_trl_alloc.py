@@ -549,22 +549,21 @@ def test_bad_ugrpo_config_fields_are_errors_naming_the_field(tmp_path, field, va
 # ---------------------------------------------------------------------- two processes
 
 
-@pytest.mark.slow  # ~40 s each: a 1-process and a 2-process TRL run of 6 steps, each its own interpreter
-@pytest.mark.parametrize("rule", ["ustat", "uniform-is", "ustat-is"])
-def test_two_processes_give_the_sizes_and_parameters_of_one(tmp_path, rule):
-    """torchrun with 2 gloo processes (8 rows each) against 1 process (16 rows), same global batch, same seeds:
-    ``ustat`` (gathered rewards and score norms; ``scores: output`` measures whole groups per process): the same G_b
-    at every step, including a step whose group is split between the processes; ``uniform-is`` (unguarded, so the law
-    moves from the first step): the same drawn prompts and weights; ``ustat-is`` (unguarded, exact spend, M88): the
-    same drawn prompts, weights and G_x, which differ between prompts at some step; all: the same parameters after
-    the SGD steps (tests/integrations/trl_alloc_driver.py)."""
+TWO_PROCESS_RUNS = {"ustat": "ustat:0.2:true:8", "uniform-is": "uniform-is:0.0:false", "ustat-is": "ustat-is:0.0:false"}
+"""the runs of the driver: safe_tol 0.2 for ustat (the thin history's plug-in sizes pass the guard, and with 8 steps
+some step's sizes split a group between the processes: with exact norms of a random model's prompts the sizes vary
+little); the prompt-IS rules unguarded, so that the law moves from the first step"""
+
+
+@pytest.fixture(scope="module")
+def two_process_runs(tmp_path_factory):
+    """One 1-process driver (16 rows) and one torchrun with 2 gloo processes (8 rows each) running every rule of
+    :data:`TWO_PROCESS_RUNS` in turn (one interpreter start per launch: ~1 min for all three rules, not ~2)."""
     import os
     import socket
     import subprocess
     import sys
     from pathlib import Path
-
-    from safetensors.torch import load_file
 
     torchrun = Path(sys.executable).with_name("torchrun")
     if not torchrun.exists():
@@ -578,17 +577,30 @@ def test_two_processes_give_the_sizes_and_parameters_of_one(tmp_path, rule):
                TOKENIZERS_PARALLELISM="false")
     for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):  # a launcher's, not this process's
         env.pop(var, None)
-    one, two = tmp_path / "one", tmp_path / "two"
-    # safe_tol 0.2: the thin history's plug-in sizes pass the guard, and with 8 steps some step's sizes split a group
-    # between the processes (with exact norms of a random model's prompts the sizes vary little)
-    steps = 8 if rule == "ustat" else 6
-    extra = ["0.2", "true", str(steps)] if rule == "ustat" else ["0.0", "false"]
-    for cmd, out in (([sys.executable, driver, str(one), "16", rule, *extra], one),
-                     ([str(torchrun), "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port",
-                       str(port), driver, str(two), "8", rule, *extra], two)):
-        out.mkdir()
-        proc = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+    root = tmp_path_factory.mktemp("two-process")
+    one, two = root / "one", root / "two"
+    runs = list(TWO_PROCESS_RUNS.values())
+    for cmd in ([sys.executable, driver, str(one), "16", *runs],
+                [str(torchrun), "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port", str(port),
+                 driver, str(two), "8", *runs]):
+        proc = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return one, two
+
+
+@pytest.mark.slow  # the fixture's two launches: ~1 min in all
+@pytest.mark.parametrize("rule", list(TWO_PROCESS_RUNS))
+def test_two_processes_give_the_sizes_and_parameters_of_one(two_process_runs, rule):
+    """torchrun with 2 gloo processes (8 rows each) against 1 process (16 rows), same global batch, same seeds:
+    ``ustat`` (gathered rewards and score norms; ``scores: output`` measures whole groups per process): the same G_b
+    at every step, including a step whose group is split between the processes; ``uniform-is`` (unguarded, so the law
+    moves from the first step): the same drawn prompts and weights; ``ustat-is`` (unguarded, exact spend, M88): the
+    same drawn prompts, weights and G_x, which differ between prompts at some step; all: the same parameters after
+    the SGD steps (tests/integrations/trl_alloc_driver.py)."""
+    from safetensors.torch import load_file
+
+    one, two = (d / rule for d in two_process_runs)
+    steps = 8 if rule == "ustat" else 6
     sizes_one, sizes_two = (json.loads((d / "sizes.json").read_text()) for d in (one, two))
     if rule != "ustat":  # the weights agree to the float32 rounding of the score norms (groups are measured by
         w_one, w_two = sizes_one[-1].pop("weights"), sizes_two[-1].pop("weights")  # the process holding them)

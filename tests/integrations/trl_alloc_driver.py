@@ -1,10 +1,11 @@
 """A UGRPOTrainer run with per-prompt group sizes, for 1 process or under ``torchrun`` (tests/integrations).
 
-``python trl_alloc_driver.py OUT PER_DEVICE_BATCH RULE [SAFE_TOL [IS_GUARD [STEPS]]]``: STEPS (default 6) steps of
-SGD on the tiny model (random weights), the prompts of :data:`trl_helpers.VARIED`, the {0, 1} reward
+``python trl_alloc_driver.py OUT PER_DEVICE_BATCH RUN [RUN ...]``, each RUN ``RULE[:SAFE_TOL[:IS_GUARD[:STEPS]]]``:
+one after the other in the same processes (one interpreter start for all), STEPS (default 6) steps of SGD on the
+tiny model (random weights), the prompts of :data:`trl_helpers.VARIED`, the {0, 1} reward
 :func:`trl_helpers.any_digit_reward`, the allocation's ``safe_tol`` (default 0) and ``is_guard`` (``true``/``false``,
-default true; prompt IS only). Rank 0 writes ``OUT/model.safetensors`` and ``OUT/sizes.json`` (prompts and G_b of
-every step; prompt IS: the last step's weights).
+default true; prompt IS only). Rank 0 writes ``OUT/RULE/model.safetensors`` and ``OUT/RULE/sizes.json`` (prompts
+and G_b of every step; prompt IS: the last step's weights).
 
 Generation is the one part replaced: TRL's HF ``generate`` draws from each process's global torch RNG, so 1 and 2
 processes would sample different completions. Here row g of prompt x at step s gets a completion drawn from
@@ -42,6 +43,7 @@ def seeded_completions(trainer, eos: int, vocab: int):
 
 
 def main(out: Path, per_device: int, rule: str, safe_tol: float = 0.0, is_guard: bool = True, steps: int = 6) -> None:
+    """One run of the module docstring into ``out``."""
     import torch
     from datasets import Dataset
     from safetensors.torch import save_file
@@ -73,6 +75,16 @@ def main(out: Path, per_device: int, rule: str, safe_tol: float = 0.0, is_guard:
         (out / "sizes.json").write_text(json.dumps(log))
 
 
+def parse_run(spec: str) -> tuple:
+    """``RULE[:SAFE_TOL[:IS_GUARD[:STEPS]]]`` -> main's (rule, safe_tol, is_guard, steps) given."""
+    rule, *rest = spec.split(":")
+    conv = (float, lambda x: x == "true", int)
+    return (rule, *(f(x) for f, x in zip(conv, rest)))
+
+
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3], *(float(x) for x in sys.argv[4:5]),
-         *(x == "true" for x in sys.argv[5:6]), *(int(x) for x in sys.argv[6:7]))
+    root, per_device = Path(sys.argv[1]), int(sys.argv[2])
+    for spec in sys.argv[3:]:
+        run = parse_run(spec)
+        (root / run[0]).mkdir(parents=True, exist_ok=True)
+        main(root / run[0], per_device, *run)
