@@ -288,7 +288,42 @@ def test_issue13_item4_resume_says_where_it_restarts_and_ctrl_c_prints_the_comma
     assert f"resume with: ugrpo train --config {cfg_file} --out {out} --resume --eval.every 2" in err
     monkeypatch.setattr(loop, "train", real)
     assert cli.main(["train", "--config", str(cfg_file), "--out", str(out), "--resume", "--eval.every", "2"]) == 0
-    assert "resuming from step 2" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert "resuming from step 2" in said
+    assert "done: steps 3..4 (of 4) in " in said  # the steps this call trained, not all 4
+    assert json.loads((out / "results.json").read_text())["resumed_from"] == 2
+
+
+def test_resume_of_a_folder_without_a_run_and_ctrl_c_before_the_folder_are_said_so(done_run, tmp_path, capsys,
+                                                                                    monkeypatch):
+    """``--resume`` with a mistyped --out (no folder, or a folder without a run) is an error naming it, before any
+    model loads, and creates nothing (it used to start a new run); a Ctrl-C while the model loads, before the run
+    folder exists, says that nothing was written instead of pointing to a folder that is not there."""
+    from ugrpo.train import loop
+
+    cfg, _, _ = done_run
+    cfg_file = _cfg_file(tmp_path, small_config(cfg.model.name, (cfg.task.options["data_path"],
+                                                                 cfg.task.options["eval_path"])))
+    typo, empty = tmp_path / "no-such-run", tmp_path / "empty"
+    empty.mkdir()
+    for out, what in ((typo, "does not exist"), (empty, "holds no run (no run.json or config.json)")):
+        rc, said, err = _cli(["train", "--config", cfg_file, "--out", out, "--resume"], capsys)
+        assert rc == 2 and f"--resume: {out} {what}, so there is no run to resume; check --out" in err, err
+        assert "drop --resume to start a new run there" in err
+    assert not typo.exists() and list(empty.iterdir()) == []
+
+    def stopped_while_loading(c, o, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(loop, "train", stopped_while_loading)
+    rc, _, err = _cli(["train", "--config", cfg_file, "--out", typo], capsys)
+    assert rc == 130 and f"interrupted before the run folder {typo} held a run: nothing was written" in err, err
+    assert "--resume" not in err and not typo.exists()
+    from ugrpo.cli.main import _interrupted  # any command's Ctrl-C that did not say what it left
+
+    assert _interrupted(typo) == (f"interrupted before the run folder {typo} was created: nothing was written; run "
+                                  "the command again")
+    assert _interrupted(empty) == f"interrupted: rows finished so far are on disk in the run folder {empty}"
 
 
 # ---------------------------------------------------------------------- issue 13 item 7: files follow the umask

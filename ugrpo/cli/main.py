@@ -42,6 +42,7 @@ import os
 import sys
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from types import ModuleType
 
 __all__ = ["COMMANDS", "main", "user_error_message", "choose_threads", "after_import"]
@@ -329,8 +330,7 @@ def main(argv: list[str] | None = None) -> int:
             with note, after_import("torch", set_threads):  # the note is said when the command first prints
                 return int(module.main(args) or 0)
         except KeyboardInterrupt as e:  # a command that knows what it saved says so in the exception
-            print("\n" + (str(e) if e.args else "interrupted: rows finished so far are on disk in the run folder"),
-                  file=sys.stderr)
+            print("\n" + (str(e) if e.args else _interrupted(getattr(args, "out", None))), file=sys.stderr)
             return 130
         except Exception as e:  # a user error: one line, exit 2; a bug: its traceback
             msg = user_error_message(e)
@@ -339,6 +339,13 @@ def main(argv: list[str] | None = None) -> int:
             if main_rank:
                 print(f"ugrpo {command}: error: {msg}", file=sys.stderr)
             return 2
+
+def _interrupted(out) -> str:
+    """What a Ctrl-C that no command explained left behind: the run folder's rows, or nothing yet."""
+    if out is not None and not Path(out).exists():
+        return f"interrupted before the run folder {out} was created: nothing was written; run the command again"
+    return f"interrupted: rows finished so far are on disk in the run folder{'' if out is None else f' {out}'}"
+
 
 if __name__ == "__main__":
     sys.exit(main())

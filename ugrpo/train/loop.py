@@ -92,6 +92,9 @@ class TrainResult:
     skipped_prompts: int
     load_minutes: float = 0.0
     """loading the model, including a first-use build of a ``tiny:*`` model; not counted in ``minutes``"""
+    resumed_from: int = 0
+    """the checkpoint step this call went on from (``--resume``; 0: it ran every step), so ``minutes`` timed steps
+    ``resumed_from + 1`` to ``steps``"""
 
 
 def train(
@@ -261,7 +264,7 @@ def _train(cfg: TrainConfig, out: Path, ctx: DistContext, checked: Checked, *, r
         final_eval_accuracy=last_eval.get("eval_accuracy"), final_eval_pass1=last_eval.get("eval_pass1"),
         minutes=(time.time() - s.loaded_at) / 60, samples=samples_cum,
         oracle_samples=cfg.steps * B * cfg.oracle_samples if cfg.baseline == "oracle" else 0,
-        skipped_prompts=s.skipped, load_minutes=(s.loaded_at - t_start) / 60,
+        skipped_prompts=s.skipped, load_minutes=(s.loaded_at - t_start) / 60, resumed_from=start,
     )
     check_finite_weights(params, cfg.steps, out)
     if run is not None:
@@ -287,7 +290,7 @@ def _finished_run(cfg: TrainConfig, out: Path, ctx: DistContext) -> TrainResult 
         print(f"{out}: the run is finished ({cfg.steps} steps); nothing to resume, report.md left as it is "
               "(to train further, resume with a larger --steps)", flush=True)
     destroy(ctx)
-    return TrainResult(**{f: done.get(f) for f in TrainResult.__dataclass_fields__})
+    return TrainResult(**{**{f: done.get(f) for f in TrainResult.__dataclass_fields__}, "resumed_from": cfg.steps})
 
 
 def _restore(cfg: TrainConfig, out: Path, s: RunObjects, allocator: Allocator, run: RunDir | None,

@@ -3,7 +3,8 @@
 :func:`preflight` runs the checks that need neither, cheapest first:
 
 1. the run folder, read only (:func:`ugrpo.runlock.check_claim`): another command's folder, a run that exists
-   without ``--resume``, a path that cannot be created;
+   without ``--resume``, ``--resume`` of a folder that holds no run (a mistyped ``--out``), a path that cannot be
+   created;
 2. ``model.name`` (:func:`ugrpo.lm.source.check_model_name`): an unknown ``tiny:`` name, a missing folder, a hub
    id that is not in the local cache;
 3. the task: its options, its train problems and, when the run evaluates, its eval problems (a GSM8K or MATH task
@@ -27,8 +28,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ugrpo.errors import ResumeError
 from ugrpo.lm.source import check_model_name
-from ugrpo.runlock import check_claim
+from ugrpo.runlock import MANIFEST, check_claim
 from ugrpo.tasks.base import OptionError, Problem, Task
 from ugrpo.tasks.custom_check import check_task_reward
 from ugrpo.tasks.registry import get_task
@@ -56,6 +58,10 @@ def preflight(cfg: TrainConfig, out: str | Path, *, resume: bool = False) -> Che
     before anything is written.
     """
     rank0 = os.environ.get("RANK", "0") in ("", "0")  # torchrun / accelerate: rank 0 alone claims the folder
+    if resume and not any((Path(out) / f).exists() for f in (MANIFEST, "config.json")):
+        what = "does not exist" if not Path(out).exists() else "holds no run (no run.json or config.json)"
+        raise ResumeError(f"--resume: {out} {what}, so there is no run to resume; check --out (a typo starts nothing "
+                          "here), or drop --resume to start a new run there")
     check_claim(out, "train", hashed_config(cfg), resume=resume, exclusive=True, probe_lock=rank0)
     check_model_name(cfg.model.name)
     try:

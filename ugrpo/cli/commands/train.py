@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+from pathlib import Path
 
 from ugrpo.cli.options import add_override_flags
 
@@ -46,16 +47,28 @@ def main(args: argparse.Namespace) -> int:
     try:
         result = train(cfg, args.out, resume=args.resume, checked=checked)
     except KeyboardInterrupt as e:  # say what is on disk and the exact command that continues
+        from ugrpo.runlock import MANIFEST
+
+        if not any((Path(args.out) / f).exists() for f in (MANIFEST, "config.json")):  # stopped while loading
+            raise KeyboardInterrupt(f"interrupted before the run folder {args.out} held a run: nothing was written; "
+                                    "run the same command again") from None
         again = ["ugrpo", "train", *(["--config", args.config] if args.config else []), "--out", args.out, "--resume",
                  *args.overrides]
         raise KeyboardInterrupt(f"{e}\nresume with: {shlex.join(str(a) for a in again)}") from None
     print(
-        f"done: {result.steps} steps in {result.minutes:.1f} min (+ {result.load_minutes:.1f} min loading the model); "
+        f"done: {_ran(result)} in {result.minutes:.1f} min (+ {result.load_minutes:.1f} min loading the model); "
         f"held-out greedy accuracy "
         f"{_f(result.initial_eval_accuracy)} -> {_f(result.final_eval_accuracy)}, sampled pass@1 "
         f"{_f(result.initial_eval_pass1)} -> {_f(result.final_eval_pass1)}; run folder {result.out_dir}"
     )
     return 0
+
+
+def _ran(result) -> str:
+    """The steps this call trained: ``200 steps``, or after a resume ``steps 101..200 (of 200)``."""
+    if result.resumed_from and result.resumed_from < result.steps:
+        return f"steps {result.resumed_from + 1}..{result.steps} (of {result.steps})"
+    return f"{result.steps} steps"
 
 
 def _f(v) -> str:
