@@ -76,6 +76,11 @@ def test_gap_command_end_to_end(tmp_path, capsys):
     # the settings in one line of words (the whole config is in config.json), not a Python dict
     assert f"config: G = 2, 4; grpo, oracle; 16 runs x 40 steps per cell, B = 4, eta_i = 3/(i + 20), seed 1; " \
            f"full config: {out}/config.json" in stdout and "{" not in stdout
+    # another config into the same folder: refused, and no config line for a run that does not start
+    rc, stdout, err = run_cli(["gap", "--groups", "2,4", "--estimators", "grpo", "--runs", 8, "--steps", 10,
+                               "--out", out, "--no-progress"], capsys)
+    assert rc == 2 and "already holds a run with another config" in err, err
+    assert "config:" not in stdout, stdout
 
 
 @pytest.mark.parametrize("args,needle", [

@@ -249,9 +249,11 @@ def run_gap(cfg: GapConfig, rd, *, progress: bool = True) -> dict[str, Any]:
             "cells": cells, "corollary9": corollary9_table(env, opt, cfg.batch, cfg.beta, cor9_groups)}
 
 
-def gap_experiment(cfg: GapConfig, out: str, *, argv: list[str] | None = None, progress: bool = True) -> dict[str, Any]:
+def gap_experiment(cfg: GapConfig, out: str, *, argv: list[str] | None = None, progress: bool = True,
+                   on_start=None) -> dict[str, Any]:
     """``ugrpo gap``: simulate ``cfg`` into the run folder ``out`` (fresh: cells are not resumable), write
-    results.json, the plots and report.md; return the results."""
+    results.json, the plots and report.md; return the results. ``on_start()`` is called once the folder is claimed
+    and its config.json written (the console's config line: never for a folder that is refused)."""
     import time
 
     from ugrpo.report.gap import write_report
@@ -260,6 +262,8 @@ def gap_experiment(cfg: GapConfig, out: str, *, argv: list[str] | None = None, p
     rd = RunDir(out)
     rd.write_config({**asdict(cfg), "checkpoints": cfg.checkpoints, "command": "gap", "argv": argv})
     rd.file("metrics.jsonl").unlink(missing_ok=True)  # a fresh run: cells are not resumable
+    if on_start is not None:
+        on_start()
     t0 = time.perf_counter()
     results = run_gap(cfg, rd, progress=progress)
     results["seconds"] = time.perf_counter() - t0

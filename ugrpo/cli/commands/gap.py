@@ -36,11 +36,12 @@ def main(args: argparse.Namespace) -> int:
     cfg = GapConfig(groups=tuple(parse_int_list(args.groups, name="--groups", minimum=2)), estimators=ests,
                     runs=args.runs, steps=args.steps, beta=args.beta, batch=args.batch, offset=args.offset,
                     seed=args.seed, scale=args.scale)
-    print(f"config: G = {', '.join(map(str, cfg.groups))}; {', '.join(cfg.estimators)}; {cfg.runs} runs x "
-          f"{cfg.steps} steps per cell, B = {cfg.batch}, eta_i = {cfg.beta:g}/(i + {cfg.offset}), seed {cfg.seed}; "
-          f"full config: {args.out}/config.json")
+    said = (f"config: G = {', '.join(map(str, cfg.groups))}; {', '.join(cfg.estimators)}; {cfg.runs} runs x "
+            f"{cfg.steps} steps per cell, B = {cfg.batch}, eta_i = {cfg.beta:g}/(i + {cfg.offset}), seed {cfg.seed}; "
+            f"full config: {args.out}/config.json")
     t0 = time.perf_counter()
-    results = gap_experiment(cfg, args.out, argv=command_line("gap", args), progress=not args.no_progress)
+    results = gap_experiment(cfg, args.out, argv=command_line("gap", args), progress=not args.no_progress,
+                             on_start=lambda: print(said, flush=True))  # once the folder is this run's
     rows = [[c["estimator"], c["G"], c["fit"]["corrected"]["mean"], c["fit"]["corrected"]["se"],
              c["fit"]["corrected"]["predicted_mean"], c["fit"]["corrected"]["ks_p"],
              c["fit"]["printed"]["predicted_mean"], c["fit"]["printed"]["ks_p"]] for c in results["cells"]]
