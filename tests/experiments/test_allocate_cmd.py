@@ -169,6 +169,8 @@ def test_allocate_command_end_to_end(tmp_path, capsys):
                   == ("samples", moments, "ustat-is", "ustat"))
         assert vs["ci_low"] <= vs["ratio"] <= vs["ci_high"] and "exact numerator" in vs["interval"]
     assert not any(r["rule"].endswith("-is") for r in res["token_rows"])
+    assert ("`uniform-is` and `ustat-is` are not in this table: a prompt-IS law is chosen for a budget of samples"
+            in (run / "report.md").read_text())  # said, not silently dropped
     for rule in ("uniform-is", "ustat-is"):  # predicted moments: the trainer's guarded law (M78)
         row = next(r for r in rows if (r["rule"], r["moments"]) == (rule, "predicted"))
         assert row["guard"] and row["guard_choice"] in (rule, "uniform-is", "own", "uniform") and row["guard_checks"]

@@ -74,7 +74,8 @@ def write_report(rd, results: dict[str, Any], argv: Sequence[str] | None = None)
         image("allocation.png", "MSE of each rule against uniform G"),
         "## Tokens as the unit (sum_b L_b G_b <= the tokens uniform G = N/B spends on the same batch)",
         "Sample lengths L_x are seeded per prompt (8 x log-uniform in [2, 32] tokens); vip and knapsack are given "
-        "the same token prices in their own objective (their papers allocate rollouts).",
+        "the same token prices in their own objective (their papers allocate rollouts)."
+        + _no_is_tokens(cfg.get("rules", ())),
         table(results["token_rows"]) if results["token_rows"] else "(not run: B does not divide N)",
         "## Ratios (over the same batches: a delta-method interval of the paired means, or, against uniform's exact "
         "MSE, the interval of the mean over batches divided by it)", ratios,
@@ -88,6 +89,16 @@ def write_report(rd, results: dict[str, Any], argv: Sequence[str] | None = None)
         f"batch). Run time {seconds:.1f} s.",
     ]
     return rd.write_report("\n\n".join(parts) + "\n")
+
+
+def _no_is_tokens(rules) -> str:
+    """Why the prompt-IS rules asked for are missing from the tokens table."""
+    asked = [r for r in rules if r in ("uniform-is", "ustat-is")]
+    if not asked:
+        return ""
+    return (f" {' and '.join(f'`{r}`' for r in asked)} {'are' if len(asked) > 1 else 'is'} not in this table: a "
+            "prompt-IS law is chosen for a budget of samples (B sum_x q(x) G_x = N), and pricing it in tokens would "
+            "need the law solved again with the lengths; it is compared in samples only (above).")
 
 
 def _guard_choices(rows: list[dict]) -> str:
