@@ -55,15 +55,22 @@ def test_unknown_task_option_is_a_user_error(tiny_model_dir, tmp_path, capsys):
     assert issubclass(OptionError, ValueError)
     rc, _, err = _run(["train", "--out", tmp_path / "run", "--model.name", tiny_model_dir, "--task.options.nope", "1",
                        "--steps", "1"], capsys)
-    assert rc == 2 and err.startswith("ugrpo train: error: task.options: get_task('arithmetic'): unknown option(s) "
+    assert rc == 2 and err.startswith("ugrpo train: error: task.options: task 'arithmetic': unknown option(s) "
                                       "nope"), err
+    rc, _, err = _run(["train", "--out", tmp_path / "run", "--model.name", tiny_model_dir,
+                       "--task.options.difficulti", "hard", "--steps", "1"], capsys)  # a typo: the closest option
+    assert rc == 2 and "unknown option(s) difficulti (did you mean difficulty?)" in err, err
+    rc, _, err = _run(["train", "--out", tmp_path / "run", "--model.name", tiny_model_dir,
+                       "--task.options.difficulty", "hardd", "--steps", "1"], capsys)  # a bad value: the field named
+    assert rc == 2 and err.startswith("ugrpo train: error: task.options: arithmetic: option difficulty must be one "
+                                      "of ['easy', 'hard', 'medium'], got 'hardd' (set it in the config"), err
     # a config's options for the old task stay when --task.name switches the task: the message says so, no folder
     cfg = tmp_path / "arith.yaml"
     cfg.write_text("task:\n  name: arithmetic\n  options:\n    n_train: 8\n")
     rc, _, err = _run(["train", "--config", cfg, "--out", tmp_path / "g8", "--model.name", tiny_model_dir,
                        "--task.name", "gsm8k", "--steps", "1"], capsys)
     assert rc == 2 and len(err.strip().splitlines()) == 1, err
-    assert "get_task('gsm8k'): unknown option(s) n_train" in err and "when --task.name changes the task" in err, err
+    assert "task 'gsm8k': unknown option(s) n_train" in err and "when --task.name changes the task" in err, err
     assert not (tmp_path / "g8").exists()
 
 

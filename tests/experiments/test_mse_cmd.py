@@ -70,6 +70,9 @@ def test_mse_bad_inputs_exit_2(tmp_path, capsys, bandit_env_path):
     assert rc == 2 and "--groups: 1 is below the minimum 2" in err
     rc, _, err = run_cli(["mse", "--env", bandit_env_path, "--groups", "2,x", "--out", tmp_path / "o"], capsys)
     assert rc == 2 and "'x' is not an integer" in err
+    rc, _, err = run_cli(["mse", "--env", bandit_env_path, "--groups", "4,8,,16", "--out", tmp_path / "o"], capsys)
+    assert rc == 2 and "--groups: '4,8,,16' has an empty item" in err, err  # a value left out is not dropped
+    assert not (tmp_path / "o").exists()
     rc, _, err = run_cli(["mse", "--env", bandit_env_path, "--theta", "1,2", "--out", tmp_path / "o"], capsys)
     assert rc == 2 and "--theta has 2 values" in err and "D = 15" in err
 

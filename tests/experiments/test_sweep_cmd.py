@@ -110,7 +110,16 @@ def test_make_env(tmp_path, capsys):
     assert rc2 == 0 and (tmp_path / "f.json").read_text() == out.read_text()  # seeded: same file
     rc, _, err = run_cli(["make-env", "--kind", "softmax_bandit", "--prompts", 4, "--actions", 1,
                           "--out", tmp_path / "g.json"], capsys)
-    assert rc == 2 and "n_actions" in err
+    assert rc == 2 and "--actions 1 must be an integer >= 2" in err, err  # the flag, not random_env's n_actions
+    for flags, said in ((["--prompts", 0, "--actions", 3], "--prompts 0 must be an integer >= 1"),
+                        (["--prompts", 4, "--actions", 3, "--extreme-fraction", 1.5],
+                         "--extreme-fraction 1.5 must be a finite number in [0.0, 1.0]"),
+                        (["--prompts", 4, "--actions", 3, "--heterogeneity", 2], "--heterogeneity 2"),
+                        (["--kind", "linear_softmax", "--prompts", 4, "--actions", 3],
+                         "--kind linear_softmax needs --dim (an integer >= 1)")):
+        kind = [] if "--kind" in flags else ["--kind", "softmax_bandit"]
+        rc, _, err = run_cli(["make-env", *kind, *flags, "--out", tmp_path / "g.json"], capsys)
+        assert rc == 2 and said in err, err
     rc, _, err = run_cli(["make-env", "--kind", "softmax_bandit", "--prompts", 4, "--actions", 3,
                           "--out", tmp_path / "g.txt"], capsys)
     assert rc == 2 and "must end in .json" in err

@@ -26,9 +26,7 @@ __all__ = [
 
 def parse_int_list(text: str, *, name: str, minimum: int = 1) -> list[int]:
     """'2,4,8' -> [2, 4, 8]; a clear error naming the flag and the bad item otherwise."""
-    items = [t.strip() for t in str(text).split(",") if t.strip()]
-    if not items:
-        raise ValueError(f"{name} is empty; give a comma-separated list such as 2,4,8")
+    items = _items(text, name, "such as 2,4,8")
     out = []
     for t in items:
         try:
@@ -46,9 +44,7 @@ def parse_int_list(text: str, *, name: str, minimum: int = 1) -> list[int]:
 def parse_float_list(text: str, *, name: str) -> list[float]:
     """'0.1,-2' -> [0.1, -2.0]; non-finite values are errors."""
     out = []
-    for t in (s.strip() for s in str(text).split(",")):
-        if not t:
-            continue
+    for t in _items(text, name, "such as 0.1,-2"):
         try:
             v = float(t)
         except ValueError:
@@ -56,9 +52,21 @@ def parse_float_list(text: str, *, name: str) -> list[float]:
         if not math.isfinite(v):
             raise ValueError(f"{name}: {t!r} is not finite")
         out.append(v)
-    if not out:
-        raise ValueError(f"{name} is empty; give comma-separated numbers")
     return out
+
+
+def _items(text: str, name: str, example: str) -> list[str]:
+    """The stripped items of a comma-separated list; an empty list or an empty item (``4,,8``: a value left out?)
+    is an error naming the flag. A trailing comma is allowed."""
+    items = [t.strip() for t in str(text).split(",")]
+    if items and not items[-1] and len(items) > 1:
+        items.pop()
+    if not any(items):
+        raise ValueError(f"{name} is empty; give a comma-separated list {example}")
+    if not all(items):
+        raise ValueError(f"{name}: {str(text)!r} has an empty item (two commas in a row, or one at the start); give a "
+                         f"comma-separated list {example}")
+    return items
 
 
 def resolve_env(spec: str):

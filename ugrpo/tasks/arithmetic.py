@@ -243,7 +243,7 @@ def generate_problems(
         If a category runs out of allowed expressions (``easy`` has only 81 products).
     """
     if difficulty not in DIFFICULTIES:
-        raise ValueError(f"arithmetic: difficulty must be one of {sorted(DIFFICULTIES)}, got {difficulty!r}")
+        raise ValueError(f"arithmetic: option difficulty must be one of {sorted(DIFFICULTIES)}, got {difficulty!r}")
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise ValueError(f"arithmetic: n must be an int >= 0, got {n!r}")
     d = DIFFICULTIES[difficulty]
@@ -310,10 +310,11 @@ class ArithmeticTask:
         if self.n_train < 0 or self.n_eval < 0:
             raise ValueError(f"arithmetic: n_train and n_eval must be >= 0, got {self.n_train}, {self.n_eval}")
         if self.difficulty not in DIFFICULTIES:
-            raise ValueError(f"arithmetic: difficulty must be one of {sorted(DIFFICULTIES)}, got {self.difficulty!r}")
+            raise ValueError(f"arithmetic: option difficulty must be one of {sorted(DIFFICULTIES)}, got "
+                             f"{self.difficulty!r}")
         if self.prompt_style not in PROMPT_STYLES:
             raise ValueError(
-                f"arithmetic: prompt_style must be one of {list(PROMPT_STYLES)}, got {self.prompt_style!r}"
+                f"arithmetic: option prompt_style must be one of {list(PROMPT_STYLES)}, got {self.prompt_style!r}"
             )
         if self.extract not in (None, "first", "last"):
             raise ValueError(f"arithmetic: extract must be 'first', 'last' or None, got {self.extract!r}")

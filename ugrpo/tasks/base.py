@@ -287,7 +287,11 @@ def check_options(task_name: str, options: Mapping[str, Any], valid: Sequence[st
     """Raise a clear error for an unknown option, listing the valid ones."""
     unknown = sorted(set(options) - set(valid))
     if unknown:
+        import difflib
+
+        close = [m for u in unknown for m in difflib.get_close_matches(u, list(valid), n=1)]
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
         raise OptionError(
-            f"get_task({task_name!r}): unknown option(s) {', '.join(unknown)}; valid options are: "
+            f"task {task_name!r}: unknown option(s) {', '.join(unknown)}{hint}; valid options are: "
             f"{', '.join(sorted(valid))}"
         )

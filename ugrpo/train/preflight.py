@@ -70,6 +70,8 @@ def preflight(cfg: TrainConfig, out: str | Path, *, resume: bool = False) -> Che
         raise OptionError(f"task.options: {e}. The options come from the config file and --task.options.NAME "
                           "VALUE; a config's options for another task stay when --task.name changes the task: "
                           "drop them from the file (or start from a config for this task)") from None
+    except ValueError as e:  # a valid option with a bad value: the task's own check
+        raise ValueError(f"task.options: {e} (set it in the config file or with --task.options.NAME VALUE)") from None
     train_problems = task.train_problems()
     if not train_problems:
         raise ValueError("the task has no train problems; check task.options")

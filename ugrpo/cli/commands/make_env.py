@@ -7,6 +7,7 @@ Parsing only; the generator is :func:`ugrpo.envs.generate.random_env`.
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 
@@ -56,19 +57,23 @@ def main(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.suffix != ".json":
         raise ValueError(f"--out {out}: the env file must end in .json")
-    env = random_env(args.kind, n_prompts=args.prompts, n_actions=args.actions, dim=args.dim,
-                     logit_scale=args.logit_scale, reward_spread=args.reward_spread, difficulty=args.difficulty,
-                     prompt_heterogeneity=args.heterogeneity, seed=args.seed, name=args.name,
-                     extreme_fraction=args.extreme_fraction, extreme_shift=args.extreme_shift,
-                     score_reward_corr=args.score_reward_corr, score_scale_spread=args.score_scale_spread,
-                     hard_score_scale=args.hard_score_scale, rare_fraction=args.rare_fraction,
-                     rare_shift=args.rare_shift, rare_score_scale=args.rare_score_scale,
-                     description=f"ugrpo make-env --kind {args.kind} --prompts {args.prompts} "
-                                 f"--actions {args.actions} --seed {args.seed}"
-                                 + (f" --extreme-fraction {args.extreme_fraction} --extreme-shift {args.extreme_shift}"
-                                    if args.extreme_fraction else "")
-                                 + (f" --score-reward-corr {args.score_reward_corr}" if args.score_reward_corr else "")
-                                 + _score_knobs(args))
+    try:
+        env = random_env(args.kind, n_prompts=args.prompts, n_actions=args.actions, dim=args.dim,
+                         logit_scale=args.logit_scale, reward_spread=args.reward_spread, difficulty=args.difficulty,
+                         prompt_heterogeneity=args.heterogeneity, seed=args.seed, name=args.name,
+                         extreme_fraction=args.extreme_fraction, extreme_shift=args.extreme_shift,
+                         score_reward_corr=args.score_reward_corr, score_scale_spread=args.score_scale_spread,
+                         hard_score_scale=args.hard_score_scale, rare_fraction=args.rare_fraction,
+                         rare_shift=args.rare_shift, rare_score_scale=args.rare_score_scale,
+                         description=f"ugrpo make-env --kind {args.kind} --prompts {args.prompts} "
+                                     f"--actions {args.actions} --seed {args.seed}"
+                                     + (f" --extreme-fraction {args.extreme_fraction} "
+                                        f"--extreme-shift {args.extreme_shift}" if args.extreme_fraction else "")
+                                     + (f" --score-reward-corr {args.score_reward_corr}"
+                                        if args.score_reward_corr else "")
+                                     + _score_knobs(args))
+    except ValueError as e:  # random_env's argument names -> this command's flags
+        raise ValueError(_flag_names(str(e))) from None
     save_env(env, out)
     env = load_env(out)  # what later commands will see
     ex = env.exact(env.theta0, sigma=False)
@@ -80,3 +85,17 @@ def main(args: argparse.Namespace) -> int:
     print(f"wrote {out}")
     return 0
 
+
+_FLAGS = {"n_prompts": "--prompts", "n_actions": "--actions", "prompt_heterogeneity": "--heterogeneity"}
+"""random_env's arguments whose flag is not the name with dashes"""
+
+
+def _flag_names(message: str) -> str:
+    """``n_prompts = 0 must be ...`` -> ``--prompts 0 must be ...`` (a message of random_env's checks).
+
+    >>> _flag_names("extreme_fraction = 1.5 must be a finite number in [0.0, 1.0]")
+    '--extreme-fraction 1.5 must be a finite number in [0.0, 1.0]'
+    """
+    message = message.replace("kind='linear_softmax' needs dim = an integer >= 1, got None",
+                              "--kind linear_softmax needs --dim (an integer >= 1)")
+    return re.sub(r"^(\w+) = ", lambda m: _FLAGS.get(m.group(1), "--" + m.group(1).replace("_", "-")) + " ", message)
