@@ -260,6 +260,55 @@ def test_dynamic_replaces_all_equal_groups_and_counts_every_sample(tiny_model_di
     assert result.samples == rows[-1]["samples_cum"] == sum(r["samples"] for r in rows)
 
 
+def test_kl_term_counts_each_prompt_once_with_ragged_groups(model, tokenizer):
+    """With sizes G_b the KL term's rows carry Gbar / G_b like the advantages (docs/allocation.md A5): SGD with lr 1,
+    zero advantages and seq_sum moves theta by -kappa (1/B) sum_b (1/G_b) sum_g grad sum_t k3_bgt, computed row by
+    row (before: -kappa (1/N) sum over rows, which counts prompt b G_b / Gbar times)."""
+    import copy
+
+    from ugrpo.train.loss import k3_kl
+    from ugrpo.train.update import step_updates
+
+    prompts, sizes, kappa = ["1+2=", "12+37-5=", "3*4="], [2, 7, 3], 0.5  # N = 12, B = 3, Gbar = 4
+    ro = sample_groups(model, tokenizer, prompts, sizes, seeds=[5, 6, 7], max_new_tokens=5)
+    m = copy.deepcopy(model).float()
+    ref = copy.deepcopy(model).float()
+    with torch.no_grad():  # a reference away from the policy, so that the KL has a gradient
+        for p in m.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    params = [p for p in m.parameters() if p.requires_grad]
+
+    def logp(net, r):
+        return completion_logprobs(net, ro.prompt_ids[r:r + 1], ro.prompt_mask[r:r + 1], ro.completion_ids[r:r + 1],
+                                   ro.completion_mask[r:r + 1])
+
+    brute = [torch.zeros_like(p) for p in params]
+    offset = 0
+    for G in sizes:
+        for r in range(offset, offset + G):
+            with torch.no_grad():
+                lr = logp(ref, r)
+            kl = (k3_kl(logp(m, r), lr) * ro.completion_mask[r:r + 1]).sum()
+            for acc, gr in zip(brute, torch.autograd.grad(kl, params, allow_unused=True)):
+                if gr is not None:
+                    acc -= kappa / (3 * G) * gr
+        offset += G
+
+    class Reference:
+        def logprobs(self, model, rollout, temperature, micro_batch):
+            with torch.no_grad():
+                return torch.cat([logp(ref, r) for r in range(12)])
+
+    cfg = config_from_dict({"budget": {"samples_per_step": 12, "group_size": 4}, "optim": {"name": "sgd", "lr": 1.0},
+                            "allocation": {"rule": "ustat"}, "loss": {"kl_coef": kappa}})
+    before = [p.detach().clone() for p in params]
+    step_updates(m, params, torch.optim.SGD(params, lr=1.0), ro, torch.arange(3), torch.zeros(12),
+                 reference=Reference(), cfg=cfg, ctx=DistContext())
+    assert max(float((p.detach() - q).abs().max()) for p, q in zip(params, before)) > 1e-5
+    for p, q, e in zip(params, before, brute):
+        torch.testing.assert_close(p.detach() - q, e, rtol=1e-4, atol=1e-6)
+
+
 def test_ragged_algorithm_2_token_mean_kl_and_micro_batches_run(tiny_model_dir, task_files, tmp_path):
     """Ragged groups through Algorithm 2 (prompt-range minibatches, ratio, clip, KL to the reference, token_mean)."""
     cfg = config_from_dict(small_config(

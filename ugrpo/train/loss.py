@@ -125,6 +125,7 @@ def policy_loss(
     kl_coef: float = 0.0,
     aggregation: Aggregation = "seq_sum",
     denominator: float | Tensor | None = None,
+    kl_weights: Tensor | None = None,
 ) -> LossOutput:
     """Loss whose gradient is minus the policy-gradient estimate of Algorithm 1 / 2.
 
@@ -142,6 +143,9 @@ def policy_loss(
     kl_coef : kappa, the weight of the K3 KL term (paper eq. (13))
     aggregation : ``seq_sum`` (paper), ``token_mean`` or ``seq_mean``; see :func:`aggregate`
     denominator : the global sequence / token count when this call sees only part of a batch
+    kl_weights : (N,) weight of each completion's KL term, or None (all 1). Per-prompt group sizes G_b pass
+        Gbar / G_b, so that each prompt's KL counts once as with one G (the row weight its advantages carry,
+        docs/allocation.md A5), not G_b / Gbar times
 
     Returns
     -------
@@ -182,7 +186,10 @@ def policy_loss(
     loss = -aggregate(per_token, mask, aggregation, denominator)
     kl = zero
     if logp_ref is not None:
-        kl_term = aggregate(k3_kl(logp, logp_ref.detach()), mask, aggregation, denominator)
+        k3 = k3_kl(logp, logp_ref.detach())
+        if kl_weights is not None:
+            k3 = k3 * kl_weights.to(k3).unsqueeze(1)
+        kl_term = aggregate(k3, mask, aggregation, denominator)
         if kl_coef > 0:
             loss = loss + kl_coef * kl_term
         kl = kl_term.detach()

@@ -24,6 +24,7 @@ from torch import Tensor
 from ugrpo.lm.logprobs import completion_logprobs
 from ugrpo.lm.rollout import group_chunks
 from ugrpo.lm.sampling import Rollout
+from ugrpo.train.alloc import row_weights
 from ugrpo.train.config import TrainConfig
 from ugrpo.train.distributed import DistContext, all_reduce_grads, reduce_sum
 from ugrpo.train.loss import policy_loss
@@ -109,6 +110,7 @@ def update_on_rows(
     cfg: TrainConfig,
     ctx: DistContext,
     on_logits=None,
+    kl_weights: Tensor | None = None,
 ) -> UpdateStats:
     """Backward over ``rows`` (local rollout row indices) in micro-batches, all-reduce, clip, step.
 
@@ -120,6 +122,7 @@ def update_on_rows(
     denominator : global sequence or token count of this (mini)batch
     on_logits : None, or ``on_logits(rollout_rows, hidden, logprobs)`` called with what each micro-batch's forward
         computed (:class:`ugrpo.lm.output_scores.OutputScores`, ``ustat``'s statistics); it changes no gradient
+    kl_weights : (N_local,) weights of the rows' KL terms (Gbar / G_b: :func:`ugrpo.train.alloc.row_weights`), or None
     """
     optimizer.zero_grad(set_to_none=True)
     device = next(model.parameters()).device
@@ -138,6 +141,7 @@ def update_on_rows(
             kl_coef=cfg.loss.kl_coef,
             aggregation=cfg.loss.aggregation,
             denominator=denominator,
+            kl_weights=None if kl_weights is None else kl_weights[chunk].to(device),
         )
         out.loss.backward()
         n_tok = float(mask.sum())
@@ -177,6 +181,8 @@ def step_updates(model, params: Sequence[torch.nn.Parameter], optimizer: torch.o
                 if cfg.algorithm == 2 else None)
     first = on_logits if cfg.algorithm == 1 else None  # Algorithm 1: one update, at the sampling parameters
     updates = []
+    G, sizes = cfg.budget.group_size, rollout.group_sizes
+    kl_weights = row_weights(sizes, G) if reference and bool((sizes != G).any()) else None  # each prompt's KL once
     Bm = cfg.budget.prompts_per_step // cfg.minibatches
     owner = position[rollout.prompt_index]  # (N_local,) place in the batch of each row's group
     for j in range(cfg.minibatches):  # Algorithm 1: m = 1, the whole batch
@@ -184,6 +190,7 @@ def step_updates(model, params: Sequence[torch.nn.Parameter], optimizer: torch.o
         denom = global_denominator(cfg, rollout, mb_rows, Bm * cfg.budget.group_size, ctx)  # Bm * Gbar rows (seq_*)
         updates.append(update_on_rows(
             model, params, optimizer, rollout, mb_rows, advantages, logp_old=logp_old, logp_ref=logp_ref,
-            denominator=denom, cfg=cfg, ctx=ctx, on_logits=first,
+            denominator=denom, cfg=cfg, ctx=ctx, on_logits=first, kl_weights=kl_weights,
         ))
     return updates
+
