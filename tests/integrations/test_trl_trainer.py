@@ -115,7 +115,7 @@ def test_bad_specs_are_clear_errors(tok, tmp_path):
         AdvantageSpec(baseline="loo")
     with pytest.raises(ValueError, match="ddof"):
         AdvantageSpec(ddof=2)
-    with pytest.raises(ValueError, match="needs value_fn"):
+    with pytest.raises(ValueError, match=r"needs the trainer.s value_fn: UGRPOTrainer\(\.\.\., value_fn=lambda"):
         UGRPOTrainer(model=build_tiny_model(tok, size="1m", seed=0), reward_funcs=digit_reward,
                      args=grpo_config(tmp_path), train_dataset=Dataset.from_dict({"prompt": PROMPTS}),
                      processing_class=tok, advantages=AdvantageSpec(baseline="oracle"))

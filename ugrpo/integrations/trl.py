@@ -119,7 +119,8 @@ class UGRPOTrainer(GRPOTrainer):
         if advantages is not None and not isinstance(advantages, AdvantageSpec):
             raise TypeError(f"advantages must be an AdvantageSpec or None, got {type(advantages).__name__}")
         if advantages is not None and advantages.baseline == "oracle" and value_fn is None:
-            raise ValueError("AdvantageSpec(baseline='oracle') needs value_fn=lambda prompts: [V(x) for x in prompts]")
+            raise ValueError("AdvantageSpec(baseline='oracle') needs the trainer's value_fn: UGRPOTrainer(..., "
+                             "value_fn=lambda prompts: [V(x) for x in prompts])")
         if value_fn is not None and (advantages is None or advantages.baseline != "oracle"):
             raise ValueError("value_fn is only used with AdvantageSpec(baseline='oracle'); remove it or set the "
                              "baseline")

@@ -68,7 +68,7 @@ def tiny_model_path(strength: str = "instruct", cache_dir: str | os.PathLike | N
     """
     if strength not in TINY_NAMES:
         raise ValueError(f"unknown tiny model strength {strength!r}; choose one of {', '.join(TINY_NAMES)} "
-                         "(e.g. 'tiny:instruct')")
+                         "(the part after 'tiny:' of a model name, e.g. 'instruct')")
     if strength in SHIPPED_NAMES:
         return shipped_model_path(strength)
     log = log or _stderr
