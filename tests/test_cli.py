@@ -273,4 +273,4 @@ def test_make_env_score_norm_knobs_reach_the_file(tmp_path, capsys):
     assert rc == 0 and int((w2 > 20 * w2.median()).sum()) == 2 and "--rare-fraction 0.1" in env.description
     rc, _, err = _run(["make-env", "--kind", "softmax_bandit", "--prompts", "2", "--actions", "2",
                        "--score-scale-spread", "0.5", "--out", str(tmp_path / "x.json")], capsys)
-    assert rc == 2 and "score_scale_spread = 0.5 must be a finite number in [1.0" in err
+    assert rc == 2 and "--score-scale-spread 0.5 must be a finite number in [1.0" in err
