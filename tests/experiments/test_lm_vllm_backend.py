@@ -114,4 +114,5 @@ def test_help_lists_the_option_and_other_sources_refuse_it(command, tmp_path, ca
     rest = ["--pilot-batch", 8, "--pilot-group", 4, "--budget", 32] if command == "plan" else ["--reps", 10]
     rc, _, err = run_cli([command, "--env", "builtin:demo", *rest, "--sampling-backend", "vllm",
                           "--out", tmp_path / "o"], capsys)
-    assert rc == 2 and "--sampling-backend and --chunk-size need --model" in err, err
+    assert rc == 2 and ("--sampling-backend, --sketch-dim and --chunk-size need --model" if command == "plan" else
+                        "--sampling-backend and --chunk-size need --model") in err, err

@@ -116,17 +116,28 @@ def test_trl_answer_in_trl_terms(files):
 
 
 def test_cli_entry_prints_trl_answer(files, tmp_path, capsys):
-    """``ugrpo plan --trl-config FILE``: flags override the file, except the file's ``ugrpo:`` block settings."""
+    """``ugrpo plan --trl-config FILE``: the flags given replace the file's values (its ``ugrpo:`` block too: before,
+    --sketch-dim, --seed and --n-boot were ignored without a word), report.md's command is the one that ran, and a
+    flag whose value the TRL config sets (--max-new-tokens, --group, ...) is an error naming it."""
     from ugrpo.cli import main
 
     argv = ["plan", "--trl-config", str(_write(files, "cli.json")), "--out", str(tmp_path / "cli"),
-            "--pilot-batch", "8", "--pilot-group", "4", "--sketch-dim", "999"]
+            "--pilot-batch", "8", "--pilot-group", "4", "--sketch-dim", "16", "--seed", "5"]
     assert main(argv) == 0
     res = json.loads((tmp_path / "cli" / "results.json").read_text())
-    assert res["pilot"]["B0"] == 8 and res["pilot"]["meta"]["sketch_dim"] == 64
+    assert res["pilot"]["B0"] == 8 and res["pilot"]["meta"]["sketch_dim"] == 16
+    cfg = json.loads((tmp_path / "cli" / "config.json").read_text())
+    assert cfg["seed"] == 5 and cfg["sketch_dim"] == 16
     printed = capsys.readouterr()
     assert res["trl"]["message"] in printed.out
     assert "Generating train split" not in printed.err  # the datasets library's progress bars are off (quiet)
+    report = (tmp_path / "cli" / "report.md").read_text()
+    assert "--pilot-group 4 --sketch-dim 16 --seed 5" in report and "--max-new-tokens" not in report
+    for bad in (["--max-new-tokens", "3"], ["--group", "4"]):
+        assert main([*argv[:4], str(tmp_path / "bad"), *bad]) == 2
+        err = capsys.readouterr().err
+        assert f"--trl-config cannot take {bad[0]}: the TRL config sets what they would" in err, err
+    assert not (tmp_path / "bad").exists()
 
 
 def test_cli_chunk_size_changes_memory_not_the_answer(files, tmp_path, capsys):

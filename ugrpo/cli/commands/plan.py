@@ -35,8 +35,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     common.add_argument("--budget", type=int, default=None, help="samples per step N = B*G (required; with "
                         "--trl-config the default is per_device_train_batch_size * gradient_accumulation_steps * "
                         "num_processes)")
-    common.add_argument("--seed", type=int, default=0, help="seeds the pilot sampling and the bootstrap")
-    common.add_argument("--n-boot", type=int, default=1000, help="bootstrap replicates for the intervals")
+    common.add_argument("--seed", type=int, default=None, help="seeds the pilot sampling and the bootstrap "
+                        "(default 0; with --trl-config it replaces the file's)")
+    common.add_argument("--n-boot", type=int, default=None, help="bootstrap replicates for the intervals (default "
+                        "1000; with --trl-config it replaces the file's)")
     common.add_argument("--group", type=int, default=None, help="the group size in use (must divide N): says how "
                         "much more gradient error it costs than the best G")
     common.add_argument("--ci-method",
@@ -53,7 +55,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     lm.add_argument("--task", default=None, help=f"the task ({', '.join(TASK_NAMES)})")
     lm.add_argument("--task-option", action="append", default=[], metavar="NAME=VALUE",
                     help="a task option, repeatable (e.g. prompt_style=compact)")
-    lm.add_argument("--sketch-dim", type=int, default=256, help="sketch dimension k of the scores")
+    lm.add_argument("--sketch-dim", type=int, default=None, help="sketch dimension k of the scores (default 256; "
+                    "with --trl-config it replaces the file's)")
     lm.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
     lm.add_argument("--max-new-tokens", type=int, default=8, help="completion length cap")
     lm.add_argument("--chat", action="store_true", help="wrap prompts in the chat template")
@@ -69,6 +72,7 @@ def _config(args: argparse.Namespace):
     """The flags -> a ``PlanConfig`` (env or pilot file) or an ``LMPlanConfig`` (model)."""
     if args.budget is None:
         raise ValueError("--budget N is required (samples per step N = B*G)")
+    seed, n_boot = (0 if args.seed is None else args.seed), (1000 if args.n_boot is None else args.n_boot)
     sources = [f"--{n}" for n in ("env", "pilot", "model") if getattr(args, n, None) is not None]
     if len(sources) > 1:
         raise ValueError(f"give exactly one of --env, --pilot or --model; got {' and '.join(sources)}")
@@ -83,19 +87,21 @@ def _config(args: argparse.Namespace):
             raise ValueError("--theta and --save-pilot are env-only; --model always writes OUT/pilot.npz")
         return LMPlanConfig(model=args.model, task=args.task, task_options=parse_task_options(args.task_option),
                             pilot_batch=args.pilot_batch, pilot_group=args.pilot_group, budget=args.budget,
-                            sketch_dim=args.sketch_dim, seed=args.seed, n_boot=args.n_boot, group=args.group,
+                            sketch_dim=256 if args.sketch_dim is None else args.sketch_dim, seed=seed, n_boot=n_boot,
+                            group=args.group,
                             temperature=args.temperature, max_new_tokens=args.max_new_tokens, chat=args.chat,
                             sampling_backend=args.sampling_backend,
                             chunk_size=512 if args.chunk_size is None else args.chunk_size)
-    if args.task is not None or args.task_option or args.sampling_backend != "hf" or args.chunk_size is not None:
-        raise ValueError("--task, --task-option, --sampling-backend and --chunk-size need --model (a language-model "
-                         "pilot)")
+    if (args.task is not None or args.task_option or args.sampling_backend != "hf" or args.chunk_size is not None
+            or args.sketch_dim is not None):
+        raise ValueError("--task, --task-option, --sampling-backend, --sketch-dim and --chunk-size need --model (a "
+                         "language-model pilot)")
     if args.pilot is not None and args.theta is not None:
         raise ValueError("--theta only applies to --env (a pilot file was sampled at its own theta)")
     from ugrpo.experiments.plan.env import PlanConfig  # torch: only once the flags are checked
 
     theta = None if args.theta is None else tuple(parse_float_list(args.theta, name="--theta"))
-    return PlanConfig(budget=args.budget, seed=args.seed, n_boot=args.n_boot, env=args.env, pilot=args.pilot,
+    return PlanConfig(budget=args.budget, seed=seed, n_boot=n_boot, env=args.env, pilot=args.pilot,
                       pilot_batch=args.pilot_batch, pilot_group=args.pilot_group, save_pilot=args.save_pilot,
                       theta=theta, group=args.group, ci_method=args.ci_method)
 
@@ -125,6 +131,12 @@ def main(args: argparse.Namespace) -> int:
         others += ["--sampling-backend"] if args.sampling_backend != "hf" else []
         if others:
             raise ValueError(f"--trl-config takes the model and data from the TRL config; drop {' and '.join(others)}")
+        given = [f"--{k.replace('_', '-')}" for k, default in _NOT_WITH_TRL.items() if getattr(args, k) != default]
+        if given:
+            raise ValueError(f"--trl-config cannot take {' and '.join(given)}: the TRL config sets what they would "
+                             "(num_generations for --group, temperature, max_completion_length, its chat template) or "
+                             "they are for another source; drop them (--budget, --pilot-batch, --pilot-group, "
+                             "--sketch-dim, --seed, --n-boot and --chunk-size replace the file's values)")
         return _trl(args)
     cfg, argv = _config(args), command_line("plan", args)
     from ugrpo.experiments.plan.env import PlanConfig, plan_experiment
@@ -148,13 +160,15 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _trl(args: argparse.Namespace) -> int:
-    """``ugrpo plan --trl-config FILE --out DIR [--budget N] [--pilot-batch B0] [--pilot-group G0] [--chunk-size R]``.
+_NOT_WITH_TRL = {"group": None, "ci_method": "studentized-log", "theta": None, "save_pilot": None, "task": None,
+                 "task_option": [], "temperature": 1.0, "max_new_tokens": 8, "chat": False}
+"""the flags (and their defaults) whose values --trl-config takes from the TRL config: given, they are an error"""
 
-    ``--budget``, ``--pilot-batch`` and ``--pilot-group`` (default None) replace the file's values;
-    ``sketch_dim``, ``seed`` and ``n_boot`` come from the file's ``ugrpo:`` block (the CLI defaults of
-    ``--sketch-dim``, ``--seed``, ``--n-boot`` would otherwise always win over the file).
-    """
+
+def _trl(args: argparse.Namespace) -> int:
+    """``ugrpo plan --trl-config FILE --out DIR [--budget N] [--pilot-batch B0] [--pilot-group G0] [--sketch-dim K]
+    [--seed S] [--n-boot R] [--chunk-size R]``: the flags given (their defaults are None) replace the file's values
+    (its ``ugrpo:`` block, or TRL's default budget); report.md's command lists just those."""
     from pathlib import Path
 
     if not Path(args.trl_config).is_file():  # before the TRL plan's imports (torch, transformers: seconds)
@@ -163,8 +177,13 @@ def _trl(args: argparse.Namespace) -> int:
 
     if args.chunk_size is not None and args.chunk_size < 1:
         raise ValueError(f"--chunk-size {args.chunk_size}: rows per pass must be >= 1")
-    r = run_trl_plan(args.trl_config, args.out, argv=command_line("plan", args), budget=args.budget,
-                     pilot_batch=args.pilot_batch, pilot_group=args.pilot_group,
+    argv = ["ugrpo", "plan", "--trl-config", str(args.trl_config), "--out", str(args.out)]  # what this run read
+    given = ("budget", "pilot_batch", "pilot_group", "sketch_dim", "seed", "n_boot", "chunk_size")
+    argv += [t for k in given if getattr(args, k) is not None
+             for t in (f"--{k.replace('_', '-')}", str(getattr(args, k)))]
+    r = run_trl_plan(args.trl_config, args.out, argv=argv, budget=args.budget,
+                     pilot_batch=args.pilot_batch, pilot_group=args.pilot_group, sketch_dim=args.sketch_dim,
+                     seed=args.seed, n_boot=args.n_boot,
                      chunk_size=64 if args.chunk_size is None else args.chunk_size)
     for k in ("c1", "c2", "c3"):
         e = r[k]
