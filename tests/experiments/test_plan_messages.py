@@ -131,3 +131,51 @@ def test_degenerate_pilots_cannot_tell_and_say_why(tmp_path, capsys, case):
     assert res["current_group"]["message"].startswith("the pilot cannot tell how G = 8 compares")
     assert res["band"]["low"] is None and next(line for line in stdout.splitlines()
                                                if line.strip().startswith("G to use")).split()[3:5] == ["-", "-"]
+    # no answer is not a decided answer, and no G* or interval comes from a pilot that says nothing (before:
+    # "decided": true, a G* with [4, 4], and zero-width "95% CI"s beside "cannot be estimated")
+    assert res["band"]["decided"] is False and res["g_star"] is None and res["g_star_ci"] == [None, None]
+    for k in ("c1", "c2", "c3"):
+        assert res[k]["ci_low"] is None and res[k]["ci_high"] is None
+        row = next(line.split() for line in stdout.splitlines() if line.split()[:1] == [k])
+        assert row[2] == "-", row
+
+
+def test_a_negative_estimate_is_shown_at_zero_in_the_report_too(small_c1_plan):
+    res, _, report = small_c1_plan
+    assert f"| c1 | 0 (unbiased estimate {res['c1']['estimate']:.4g})" in report.replace("-0.00", "-0.00"), report
+
+
+def test_plan_inputs_that_were_ignored_or_confusing(tmp_path, capsys):
+    """--budget with one candidate says there is nothing to decide; --pilot with --pilot-batch, and an env JSON
+    given as --pilot, are errors that say what to do; a --group that cannot be used is refused before any work."""
+    env = tmp_path / "env.json"
+    save_env(random_env(**SMALL_C1), env)
+    rc, stdout, err = run_cli(["plan", "--env", env, "--pilot-batch", 16, "--pilot-group", 8, "--budget", 7,
+                               "--n-boot", 200, "--save-pilot", tmp_path / "p.npz", "--out", tmp_path / "b7"], capsys)
+    assert rc == 0, err
+    assert "it is the only candidate (the only G >= 2 dividing N), so there is nothing to decide" in stdout
+    rc, _, err = run_cli(["plan", "--pilot", tmp_path / "p.npz", "--pilot-batch", 8, "--budget", 64, "--out",
+                          tmp_path / "pb"], capsys)
+    assert rc == 2 and "a saved --pilot is used whole: drop them" in err, err
+    rc, _, err = run_cli(["plan", "--pilot", env, "--budget", 64, "--out", tmp_path / "pj"], capsys)
+    assert rc == 2 and f"a JSON file, not a pilot .npz; an env file (from `ugrpo make-env`) goes to --env {env}" in err
+    for g, said in ((1, "--group 1: a group needs G >= 2"), (3, "--group 3 does not divide --budget N = 64")):
+        rc, _, err = run_cli(["plan", "--env", env, "--pilot-batch", 16, "--pilot-group", 8, "--budget", 64,
+                              "--group", g, "--out", tmp_path / f"g{g}"], capsys)
+        assert rc == 2 and said in err, err
+        assert not (tmp_path / f"g{g}").exists()  # refused before the pilot, so no folder is left
+
+
+def test_a_policy_whose_rewards_never_vary_plans_without_an_error(tmp_path, capsys):
+    """Every reward 1: the exact variances computed in floating point came out as -1e-18, and the planner refused
+    them ("exact constants must be >= 0"); they are 0, and the pilot cannot tell."""
+    env = tmp_path / "one.json"
+    save_env(random_env("softmax_bandit", n_prompts=16, n_actions=4, difficulty=-200.0, reward_spread=0.0, seed=2),
+             env)
+    rc, stdout, err = run_cli(["plan", "--env", env, "--pilot-batch", 16, "--pilot-group", 8, "--budget", 64,
+                               "--n-boot", 200, "--out", tmp_path / "p"], capsys)
+    assert rc == 0, err
+    assert "the pilot cannot tell which G to use: every one of the B0 = 16 pilot prompts has all-equal rewards" \
+        in stdout
+    ex = results(tmp_path / "p")["exact"]
+    assert ex["c2"] >= 0 and ex["c3"] >= 0

@@ -40,9 +40,11 @@ def reading(results: dict[str, Any]) -> list[str]:
         parts = []
         for k in ("c1", "c2", "c3"):
             e = results[k]
-            inside = e["ci_low"] is not None and e["ci_low"] <= ex[k] <= e["ci_high"]
-            parts.append(f"{k} = {fmt(e['estimate'])} vs exact {fmt(ex[k])} ({'inside' if inside else 'outside'} "
-                         "the 95% interval)")
+            if e["ci_low"] is None or e["ci_high"] is None:
+                where = "no interval: the pilot cannot tell"
+            else:
+                where = f"{'inside' if e['ci_low'] <= ex[k] <= e['ci_high'] else 'outside'} the 95% interval"
+            parts.append(f"{k} = {fmt(e['estimate'])} vs exact {fmt(ex[k])} ({where})")
         out.append("Pilot estimates vs the exact constants at theta0: " + "; ".join(parts) + ".")
         rec = results.get("g_recommended")
         where = "" if rec is None else (f"; the G to use, {rec}, is " + ("inside" if rec in ex.get("band", [])
@@ -83,8 +85,9 @@ def write_report(run: RunDir, results: dict[str, Any], argv: Sequence[str] | Non
         markers.append(Marker(ex["g_star"], f"G* = {ex['g_star']} (exact)", color="C3"))
     line_plot(run.file("plan.png"), series, xlabel="group size G", ylabel="predicted MSE  c1 G/N + c2/N + c3/(N(G-1))",
               title=f"Group-size plan for N = {results['budget']}", logx=True, logy=True, markers=markers, xticks=xs)
-    rows = [[k, results[k]["estimate"], fmt_ci(results[k]["ci_low"], results[k]["ci_high"]),
-             ex[k] if ex else None] for k in ("c1", "c2", "c3")]
+    rows = [[k, _shown(results[k]["estimate"]),
+             "-" if results[k]["ci_low"] is None else fmt_ci(results[k]["ci_low"], results[k]["ci_high"]),
+             ex[k] if ex else None] for k in ("c1", "c2", "c3")]  # an estimate below 0 at 0, as on the console
     pil = results["pilot"]
     md = [
         header("ugrpo plan: group size for a fixed budget (paper Thm 7, eq. (12))", argv),
@@ -153,3 +156,10 @@ def _trl_section(trl: dict) -> str:
                          f"{d['gradient_accumulation_steps']} | {d['prompts_per_step']} | {d['predicted_mse']} |")
     return "\n".join(lines) + "\n"
 
+
+def _shown(estimate: float) -> str:
+    """An estimate as the tables show it: at 0 when the unbiased estimate is below 0 (the constant's range), with the
+    estimate beside it."""
+    from ugrpo.report.markdown import fmt
+
+    return fmt(estimate) if estimate >= 0 else f"0 (unbiased estimate {fmt(estimate)})"

@@ -67,6 +67,13 @@ class PromptMoments:
     tr_sigma_oracle: float
     tr_cov_wz: float
 
+    def __post_init__(self) -> None:
+        # variances, so >= 0: a computed -1e-18 (E Z^2 - V^2 of a prompt whose rewards never vary) is rounding
+        for name in ("var_z", "tr_sigma_oracle", "tr_cov_wz"):
+            v = getattr(self, name)
+            if -1e-12 * max(1.0, self.e_w2) <= v < 0:
+                object.__setattr__(self, name, 0.0)
+
     @property
     def c3(self) -> float:
         """E||W||^2 Var(Z|x) + ||g(x)||^2: the coefficient of 1/(G(G-1)) in GRPO's MSE (:func:`prompt_c3`)."""

@@ -112,9 +112,9 @@ class GroupSizePlan:
         some c1 in it even 64 B0 would not
     tolerance : the band's tolerance
     decided : True when g_recommended is within ``tolerance`` of the best for every c1 in its interval (always
-        for exact constants)
+        for exact constants; False when the pilot cannot tell)
     cannot_tell : the reason when the pilot says nothing about G (every reward equal, no noise measured, a
-        degenerate bootstrap); then g_recommended and g_band are None
+        degenerate bootstrap); then g_recommended, g_band, g_star and g_star_ci are None
     worst_case : per candidate, the largest ratio to the best over c1's interval (c2, c3 at the estimates)
     g_range : (G at c1 = its upper end, G at c1 = its lower end): where the best G can lie
     c1_range : the c1 interval the plan used (upper end raised to >= 2 bootstrap SEs)
@@ -225,6 +225,8 @@ def plan_group_size(
         raise ValueError(f"tolerance must be > 0 (e.g. 0.05 for 5%), got {tolerance}")
     if isinstance(components, VarianceComponents):
         return _plan_estimated(components, c1, c2, c3, N, cands, tolerance)
+    rounding = 1e-12 * max(abs(c1), abs(c2), abs(c3))  # a 0 computed in floating point can come out as -1e-33
+    c1, c2, c3 = (0.0 if -rounding <= c < 0 else c for c in (c1, c2, c3))
     if c1 < 0 or c2 < 0 or c3 < 0:
         raise ValueError(f"exact constants must be >= 0, got c1={c1}, c2={c2}, c3={c3}")
     return _plan_exact(c1, c2, c3, N, cands, tolerance)
@@ -345,8 +347,11 @@ def _plan_estimated(vc: VarianceComponents, c1, c2, c3, N, cands, tol) -> GroupS
         why = (f"the bootstrap over the B0 = {vc.n_prompts} pilot prompts has no spread (every resample's standard "
                f"error is 0: at most one prompt's rewards vary), so the pilot cannot say how sure it is; use more "
                f"pilot prompts, or prompts whose rewards vary")
-    if why is not None:
-        return GroupSizePlan(message=f"the pilot cannot tell which G to use: {why}", cannot_tell=why, **common)
+    if why is not None:  # no G, no G* and no interval of G* from a pilot that says nothing (and not "decided")
+        common.update(g_star=None, g_star_ci=None, g_star_continuous_ci=None, g_star_lower_bound=None,
+                      c1_distinguishable_from_zero=False)
+        return GroupSizePlan(message=f"the pilot cannot tell which G to use: {why}", cannot_tell=why, decided=False,
+                             **common)
     c1_range = _c1_range(vc)
     br = bootstrap_band((c1, c2, c3), draws[:, 0], N, cands, c1_range=c1_range, tol=tol, level=vc.level)
     need = pilot_size_needed(c1, c1_range, c2, c3, vc.n_prompts, N, cands, tol=tol)
@@ -391,6 +396,9 @@ def estimated_message(plan: GroupSizePlan, vc: VarianceComponents) -> str:
     rng = f"c1 in [{lo:.3g}, {hi:.3g}]" + (f" (its {level} interval [{vc.c1.ci_low:.3g}, {vc.c1.ci_high:.3g}], the "
                                             f"upper end raised to 2 bootstrap SEs)" if raised else
                                             f" (its {level} interval)")
+    if len(plan.candidates) == 1:
+        return (f"use G = {rec} (B = {N // rec}) at N = {N}: it is the only candidate (the only G >= 2 dividing N), so "
+                f"there is nothing to decide; with another budget N group sizes could be compared")
     if plan.decided:
         out = [f"use G = {rec} (B = {N // rec}) at N = {N}: it is within {tol:g}% of the best predicted MSE for every "
                f"{rng}, c2 and c3 at their estimates: the pilot decides"]

@@ -73,6 +73,8 @@ def _config(args: argparse.Namespace):
     if args.budget is None:
         raise ValueError("--budget N is required (samples per step N = B*G)")
     seed, n_boot = (0 if args.seed is None else args.seed), (1000 if args.n_boot is None else args.n_boot)
+    if args.group is not None:  # before any sampling or bootstrap, one wording for every source
+        check_group(args.group, args.budget)
     sources = [f"--{n}" for n in ("env", "pilot", "model") if getattr(args, n, None) is not None]
     if len(sources) > 1:
         raise ValueError(f"give exactly one of --env, --pilot or --model; got {' and '.join(sources)}")
@@ -98,12 +100,26 @@ def _config(args: argparse.Namespace):
                          "language-model pilot)")
     if args.pilot is not None and args.theta is not None:
         raise ValueError("--theta only applies to --env (a pilot file was sampled at its own theta)")
+    if args.pilot is not None and (args.pilot_batch is not None or args.pilot_group is not None):
+        raise ValueError("--pilot-batch and --pilot-group shape a pilot that is sampled (--env, --model, "
+                         "--trl-config); a saved --pilot is used whole: drop them")
     from ugrpo.experiments.plan.env import PlanConfig  # torch: only once the flags are checked
 
     theta = None if args.theta is None else tuple(parse_float_list(args.theta, name="--theta"))
     return PlanConfig(budget=args.budget, seed=seed, n_boot=n_boot, env=args.env, pilot=args.pilot,
                       pilot_batch=args.pilot_batch, pilot_group=args.pilot_group, save_pilot=args.save_pilot,
                       theta=theta, group=args.group, ci_method=args.ci_method)
+
+
+def check_group(G: int, N: int) -> None:
+    """``--group G`` must be a group size the budget can hold: >= 2 and dividing N."""
+    if G < 2:
+        raise ValueError(f"--group {G}: a group needs G >= 2 samples (GRPO's baseline leaves one out)")
+    if N % G:
+        near = [g for g in (max((d for d in range(2, G) if N % d == 0), default=None),
+                            min((d for d in range(G + 1, N + 1) if N % d == 0), default=None)) if g is not None]
+        raise ValueError(f"--group {G} does not divide --budget N = {N} (B = N / G prompts per step); give a divisor "
+                         f"of N" + (f", e.g. {' or '.join(map(str, near))}" if near else ""))
 
 
 def console_lines(r: dict) -> str:
@@ -113,8 +129,9 @@ def console_lines(r: dict) -> str:
     from ugrpo.report.plan import band_words
 
     ex = r.get("exact") or {}
-    rows = [[k, max(r[k]["estimate"], 0.0), fmt_ci(r[k]["ci_low"], r[k]["ci_high"]), ex.get(k)]
-            for k in ("c1", "c2", "c3")]
+    rows = [[k, max(r[k]["estimate"], 0.0),
+             "-" if r[k]["ci_low"] is None else fmt_ci(r[k]["ci_low"], r[k]["ci_high"]), ex.get(k)]
+            for k in ("c1", "c2", "c3")]  # no interval ("-") from a pilot that cannot tell
     band = r.get("band") or {}
     use = "-" if band.get("low") is None else band_words(band)
     rows.append(["G to use", r.get("g_recommended") or "-", use, ex.get("g_star")])
@@ -189,7 +206,9 @@ def _trl(args: argparse.Namespace) -> int:
         e = r[k]
         note = f" (unbiased estimate {e['estimate']:.4g}, below 0: shown at 0 like its interval)" if e["estimate"] < 0 \
             else ""
-        print(f"{k} = {max(e['estimate'], 0.0):.4g}  95% CI [{e['ci_low']:.4g}, {e['ci_high']:.4g}]{note}")
+        ci = "no interval (the pilot cannot tell)" if e["ci_low"] is None else \
+            f"95% CI [{e['ci_low']:.4g}, {e['ci_high']:.4g}]"
+        print(f"{k} = {max(e['estimate'], 0.0):.4g}  {ci}{note}")
     print(r["trl"]["message"])
     print(f"wrote {args.out}/results.json (key 'trl'), plan.png, report.md")
     return 0

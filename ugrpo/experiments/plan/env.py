@@ -144,8 +144,12 @@ def run_plan(pilot: Pilot, budget: int, *, n_boot: int, seed: int, run: RunDir,
     run.append_metrics({"kind": "components", **est,
                         "frac_zero_std": vc.frac_zero_std, "n_boot_degenerate": vc.n_boot_degenerate})
     p = _plan(vc, budget, tolerance=tolerance)
+    if p.cannot_tell:  # a pilot that says nothing: its bootstrap intervals are not 95% intervals of anything
+        for k in ("c1", "c2", "c3"):
+            est[k].update(ci_low=None, ci_high=None)
     cands = [{"G": G, "B": B, "predicted_mse": v} for G, B, v in p.candidates]
-    band = _bootstrap_band(vc.replicates, budget, [c["G"] for c in cands])
+    band = (_bootstrap_band(vc.replicates, budget, [c["G"] for c in cands]) if not p.cannot_tell
+            else [(None, None)] * len(cands))
     for c, (lo, hi) in zip(cands, band):
         c["band_low"], c["band_high"] = lo, hi
     for c, prob, er, wr in zip(cands, p.band_probability, p.expected_ratio, p.worst_case):

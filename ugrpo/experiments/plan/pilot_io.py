@@ -127,6 +127,11 @@ def load_pilot(path: str | Path) -> Pilot:
     path = Path(path)
     if not path.exists():
         raise ValueError(f"--pilot {path}: file not found; write one with `ugrpo plan --env ... --save-pilot {path}`")
+    with open(path, "rb") as f:
+        head = f.read(64).lstrip()
+    if head.startswith((b"{", b"[")):  # a JSON file: most likely an env from `ugrpo make-env`
+        raise ValueError(f"--pilot {path}: a JSON file, not a pilot .npz; an env file (from `ugrpo make-env`) goes to "
+                         f"--env {path}, which samples a pilot from it")
     try:
         data = np.load(path, allow_pickle=False)
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
