@@ -157,6 +157,9 @@ def test_plan_inputs_that_were_ignored_or_confusing(tmp_path, capsys):
     rc, _, err = run_cli(["plan", "--pilot", tmp_path / "p.npz", "--pilot-batch", 8, "--budget", 64, "--out",
                           tmp_path / "pb"], capsys)
     assert rc == 2 and "a saved --pilot is used whole: drop them" in err, err
+    rc, stdout, err = run_cli(["plan", "--pilot", tmp_path / "p.npz", "--budget", 64, "--n-boot", 20, "--out",
+                               tmp_path / "nb"], capsys)
+    assert rc == 0 and "(only 20 bootstrap replicates: the ends of the 95% intervals rest on a few of them" in stdout
     rc, _, err = run_cli(["plan", "--pilot", env, "--budget", 64, "--out", tmp_path / "pj"], capsys)
     assert rc == 2 and f"a JSON file, not a pilot .npz; an env file (from `ugrpo make-env`) goes to --env {env}" in err
     for g, said in ((1, "--group 1: a group needs G >= 2"), (3, "--group 3 does not divide --budget N = 64")):

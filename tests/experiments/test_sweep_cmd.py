@@ -104,6 +104,7 @@ def test_make_env(tmp_path, capsys):
     assert rc == 0, err
     env = load_env(out)
     assert (env.kind, env.n_prompts, env.dim) == ("linear_softmax", 4, 2)
+    assert "--dim 2" in env.description  # the stored command rebuilds the policy (it left --dim out)
     assert "c1" in stdout and str(out) in stdout
     rc2, _, _ = run_cli(["make-env", "--kind", "linear_softmax", "--prompts", 4, "--actions", 3, "--dim", 2,
                          "--seed", 9, "--out", tmp_path / "f.json"], capsys)

@@ -105,9 +105,15 @@ def test_trl_answer_in_trl_terms(files):
                                      "completions per step = 32 prompts x 8): within 5% of the best predicted MSE "
                                      "for every c1 in its interval")
     assert "near-optimal (within 5% of the best for some c1): num_generations from 8 to 16" in ans["message"]
-    guess = _trl_answer(cfg, {**res, "band": {**band, "decided": False, "g_range": [4, 256], "high": 256,
-                                              "open_ended": True}})
+    guess = _trl_answer(cfg, {**res, "pilot": {"B0": 32}, "band": {
+        **band, "decided": False, "g_range": [4, 256], "high": 256, "open_ended": True,
+        "recommended_worst_ratio": 1.19, "pilot_prompts_needed": 512}}, n_rows=128)
     assert not guess["decided"] and guess["message"].startswith("best guess num_generations: 8 ")
+    # as the console of `ugrpo plan` says: the cost of the guess and the pilot that would decide, here more prompts
+    # than the dataset has (before: neither, or a pilot the dataset could not give)
+    assert "it costs at most 19% more than the best over that interval" in guess["message"]
+    assert ("a pilot of about 512 prompts (ugrpo.pilot_batch; this one: 32) would probably decide, more than the 128 "
+            "rows of the train dataset: with this data more samples per prompt (ugrpo.pilot_group)") in guess["message"]
     assert "the pilot cannot tell: the best num_generations is 4 at one end of c1's interval and 256 at the other" in \
         guess["message"] and "num_generations of at least 8" in guess["message"]
     none = _trl_answer(cfg, {**res, "g_recommended": None, "band": {**band, "cannot_tell": "every reward is equal"}})

@@ -223,8 +223,10 @@ def pilot_size_needed(c1: float, c1_range: tuple[float, float], c2: float, c3: f
     """Prompts a pilot needs to decide wherever c1 lies in its interval (docs/math.md M42, M68): the largest over c in
     ``c1_range`` (``grid`` points) of the smallest f B0 (f up to 64) at which some G is within ``tol`` of the best for
     every c1 in [c - (est - lo)/sqrt(f), c + (hi - est)/sqrt(f)] (est = c1 taken as 0 when negative, the interval cut
-    at 0): a pilot of f B0 prompts whose estimate lands on c. B0 when this pilot decides; None when for some c in the
-    interval even 64 B0 would not decide.
+    at 0): a pilot of f B0 prompts whose estimate lands on c. An interval cut at 0 has lost its lower half-width, and
+    the upper one stands in for it (before, an estimate below 0 projected intervals with no lower half at all, so the
+    more negative the estimate, the smaller the pilot promised). B0 when this pilot decides; None when for some c in
+    the interval even 64 B0 would not decide.
 
     Examples
     --------
@@ -234,6 +236,9 @@ def pilot_size_needed(c1: float, c1_range: tuple[float, float], c2: float, c3: f
     512
     >>> pilot_size_needed(0.001, (0.0, 0.01), 0.1, 1.0, 64, 1024, [4, 8, 16, 32, 64, 128, 256, 512, 1024]) is None
     True
+    >>> [pilot_size_needed(e, (0.0, 0.008), 1.0, 1.0, 64, 1024, [4, 8, 16, 32, 64, 128, 256, 512, 1024])
+    ...  for e in (-0.004, 0.0, 0.004)]  # cut at 0: never smaller for a lower estimate (it was 128, 128, 128)
+    [512, 512, 128]
     """
     c = max(float(c1), 0.0)
     lo, hi = min(max(c1_range[0], 0.0), c), max(c1_range[1], c)
@@ -242,7 +247,8 @@ def pilot_size_needed(c1: float, c1_range: tuple[float, float], c2: float, c3: f
         return int(B0)
     centres = np.linspace(lo, hi, grid)
     f = np.asarray(_FACTORS)[:, None]  # (F, 1)
-    low = np.maximum(centres[None, :] - (c - lo) / np.sqrt(f), 0.0).ravel()
+    below = max(hi - c, c - lo) if lo <= 0 else c - lo  # an interval cut at 0: its upper half-width stands in
+    low = np.maximum(centres[None, :] - below / np.sqrt(f), 0.0).ravel()
     high = (centres[None, :] + (hi - c) / np.sqrt(f)).ravel()
     n = low.size
     rows = np.column_stack([np.concatenate([low, high]), np.full(2 * n, c2), np.full(2 * n, c3)])

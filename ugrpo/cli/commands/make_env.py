@@ -42,8 +42,12 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def _score_knobs(args: argparse.Namespace) -> str:
-    """The score-norm knobs that differ from their defaults, as flags (for the file's description)."""
-    knobs = (("score-scale-spread", args.score_scale_spread, 1.0), ("hard-score-scale", args.hard_score_scale, 1.0),
+    """The knobs that differ from their defaults, as flags (for the file's description, which then rebuilds the
+    policy: every flag that changes it is there)."""
+    knobs = (("dim", args.dim, None), ("logit-scale", args.logit_scale, 0.5),
+             ("reward-spread", args.reward_spread, 1.0), ("difficulty", args.difficulty, 0.0),
+             ("heterogeneity", args.heterogeneity, 1.0),
+             ("score-scale-spread", args.score_scale_spread, 1.0), ("hard-score-scale", args.hard_score_scale, 1.0),
              ("rare-fraction", args.rare_fraction, 0.0), ("rare-score-scale", args.rare_score_scale, 1.0))
     out = "".join(f" --{k} {v}" for k, v, d in knobs if v != d)
     return out + (f" --rare-shift {args.rare_shift}" if args.rare_fraction else "")

@@ -139,6 +139,9 @@ def console_lines(r: dict) -> str:
     lines += [f"({k}'s unbiased estimate is {r[k]['estimate']:.4g}, below 0: shown at 0, the constant's range, like "
               f"its interval)" for k in ("c1", "c2", "c3") if r[k]["estimate"] < 0]
     lines.append(r["message"])
+    if r.get("n_boot", 1000) < 200:
+        lines.append(f"(only {r['n_boot']} bootstrap replicates: the ends of the 95% intervals rest on a few of them; "
+                     "give --n-boot 200 or more for intervals to rely on)")
     return "\n".join(lines)
 
 

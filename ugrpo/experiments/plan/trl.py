@@ -194,8 +194,10 @@ def load_reward_function(spec: str) -> Callable:
         else:
             module = importlib.import_module(mod_name)
     except (ImportError, FileNotFoundError) as e:
-        raise ValueError(f"reward function {spec!r}: cannot import {mod_name!r} ({e}); check the module is on "
-                         f"PYTHONPATH or give a file path") from e
+        where = (f"a relative path is read from the current directory {Path.cwd()}, as TRL reads it: run from the "
+                 "folder the config's paths start at, or give an absolute path" if mod_name.endswith(".py")
+                 and not Path(mod_name).is_absolute() else "check the module is on PYTHONPATH or give a file path")
+        raise ValueError(f"reward function {spec!r}: cannot import {mod_name!r} ({e}); {where}") from e
     fn = getattr(module, fn_name, None)
     if not callable(fn):
         raise ValueError(f"reward function {spec!r}: module {mod_name!r} has no function {fn_name!r}")
@@ -289,14 +291,15 @@ def run_trl_plan(config: str | Path | TrlPlanConfig, out: str | Path, *, argv: l
                   meta={"model": cfg.model_name_or_path, "dataset": cfg.dataset_name, "rows": idx,
                         "sketch_dim": cfg.sketch_dim, "n_unscorable": n_unscorable})
     results = run_plan(pilot, cfg.N, n_boot=cfg.n_boot, seed=cfg.seed, run=rd)
-    results["trl"] = _trl_answer(cfg, results)
+    results["trl"] = _trl_answer(cfg, results, len(ds))
     write_report(rd, results, argv)
     return results
 
 
-def _trl_answer(cfg: TrlPlanConfig, results: dict) -> dict[str, Any]:
+def _trl_answer(cfg: TrlPlanConfig, results: dict, n_rows: int | None = None) -> dict[str, Any]:
     """The plan in GRPOConfig terms: num_generations (and per_device_train_batch_size) at the same N, worded as the
-    plan is (the pilot decides, or cannot tell and gives its best guess, or cannot tell anything)."""
+    plan is (the pilot decides, or cannot tell and gives its best guess, its worst cost and the pilot that would
+    decide, or cannot tell anything). ``n_rows``: the train dataset's size, which bounds a pilot's prompts."""
     from ugrpo.experiments.plan.env import group_answer
     from ugrpo.report.plan import band_words
 
@@ -324,9 +327,22 @@ def _trl_answer(cfg: TrlPlanConfig, results: dict) -> dict[str, Any]:
             msg = f"set {setting}: within {tol} of the best predicted MSE for every c1 in its interval"
         else:
             a, b = band["g_range"]
+            worst = band.get("recommended_worst_ratio")
             msg = (f"best guess {setting}, but the pilot cannot tell: the best num_generations is {a} at one end of "
-                   f"c1's interval and {b} at the other")
+                   f"c1's interval and {b} at the other"
+                   + (f"; it costs at most {100 * (worst - 1):.0f}% more than the best over that interval"
+                      if worst is not None else ""))
         msg += f"; near-optimal (within {tol} of the best for some c1): {band_words(band, 'num_generations')}"
+        need, B0 = band.get("pilot_prompts_needed"), (results.get("pilot") or {}).get("B0", "?")
+        if not band.get("decided"):
+            if need is None:
+                msg += (f"; if c1 is near the bottom of its interval even a pilot of {64 * B0} prompts would not "
+                        "decide")
+            else:
+                msg += f"; a pilot of about {need} prompts (ugrpo.pilot_batch; this one: {B0}) would probably decide"
+                if n_rows is not None and need > n_rows:
+                    msg += (f", more than the {n_rows} rows of the train dataset: with this data more samples per "
+                            "prompt (ugrpo.pilot_group) are the way to a less noisy pilot")
     if G in table:
         msg += "; " + group_answer(results, G)["message"].replace("your G", "your num_generations")
     return {"budget_N": N, "current": current, "recommended": rec, "num_generations_band": [lo, hi],
