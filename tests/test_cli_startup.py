@@ -80,6 +80,19 @@ def test_a_missing_trl_config_is_one_line_without_torch(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("argv", [["mse"], ["allocate", "--budget", "64"], ["sweep", "--budget", "64"],
+                                  ["plan", "--pilot-batch", "8", "--pilot-group", "4", "--budget", "32"]],
+                         ids=lambda a: a[0])
+def test_a_missing_env_file_is_one_line_without_torch(argv, tmp_path):
+    """``--env`` naming no file: the one error line comes before torch is imported (it took 3-4 s after it)."""
+    missing = tmp_path / "no-such-env.json"
+    result, err = cli([*argv, "--env", missing, "--out", tmp_path / "run"], tmp_path)
+    assert result["rc"] == 2 and result["heavy"] == [], (result, err)
+    assert err == f"ugrpo {argv[0]}: error: --env {missing}: file not found; give an env JSON written by `ugrpo " \
+                  "make-env` or builtin:demo", err
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("command", ["plan", "mse"])
 def test_task_help_lists_every_task(command, capsys):
     from ugrpo.cli import main

@@ -69,19 +69,24 @@ def _items(text: str, name: str, example: str) -> list[str]:
     return items
 
 
+def check_env_spec(spec) -> None:
+    """A missing ``--env`` file is an error before anything heavy is imported (the commands call this first)."""
+    spec = str(spec)
+    if not spec.startswith("builtin:") and not Path(spec).exists():
+        raise ValueError(
+            f"--env {spec}: file not found; give an env JSON written by `ugrpo make-env` or builtin:demo"
+        )
+
+
 def resolve_env(spec: str):
     """``builtin:NAME`` -> ``builtin_env(NAME)``; otherwise a JSON file path -> ``load_env``."""
     from ugrpo.envs.io import builtin_env, load_env
 
+    check_env_spec(spec)
     spec = str(spec)
     if spec.startswith("builtin:"):
         return builtin_env(spec.split(":", 1)[1])
-    path = Path(spec)
-    if not path.exists():
-        raise ValueError(
-            f"--env {spec}: file not found; give an env JSON written by `ugrpo make-env` or builtin:demo"
-        )
-    return load_env(path)
+    return load_env(Path(spec))
 
 
 def env_theta0(env) -> torch.Tensor:

@@ -12,7 +12,7 @@ import argparse
 import time
 
 from ugrpo.cli.options import parse_bool
-from ugrpo.experiments.common import command_line
+from ugrpo.experiments.common import check_env_spec, command_line
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -47,6 +47,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    check_env_spec(args.env)  # a missing file: said before torch is imported
     from ugrpo.experiments.allocate import AllocateConfig, allocate_experiment
     from ugrpo.report.markdown import text_table
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 
 from ugrpo.cli.options import parse_bool
-from ugrpo.experiments.common import command_line, parse_float_list, parse_int_list
+from ugrpo.experiments.common import check_env_spec, command_line, parse_float_list, parse_int_list
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -112,6 +112,8 @@ def _rules(text: str | None) -> tuple[str, ...]:
 
 
 def main(args: argparse.Namespace) -> int:
+    if getattr(args, "env", None) is not None:
+        check_env_spec(args.env)  # a missing file: said before torch is imported
     from ugrpo.report.markdown import fmt_ci, text_table
 
     cfg, argv = _config(args), command_line("mse", args)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from ugrpo.experiments.common import command_line, parse_float_list
+from ugrpo.experiments.common import check_env_spec, command_line, parse_float_list
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -103,6 +103,8 @@ def _config(args: argparse.Namespace):
     if args.pilot is not None and (args.pilot_batch is not None or args.pilot_group is not None):
         raise ValueError("--pilot-batch and --pilot-group shape a pilot that is sampled (--env, --model, "
                          "--trl-config); a saved --pilot is used whole: drop them")
+    if args.env is not None:
+        check_env_spec(args.env)
     from ugrpo.experiments.plan.env import PlanConfig  # torch: only once the flags are checked
 
     theta = None if args.theta is None else tuple(parse_float_list(args.theta, name="--theta"))

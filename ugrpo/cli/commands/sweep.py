@@ -32,7 +32,7 @@ import sys
 from pathlib import Path
 
 from ugrpo.cli.options import add_override_flags, config_default, given, parse_bool, parse_overrides, ray_options
-from ugrpo.experiments.common import command_line, parse_float_list, parse_int_list
+from ugrpo.experiments.common import check_env_spec, command_line, parse_float_list, parse_int_list
 from ugrpo.stats.estimators import ESTIMATORS
 
 
@@ -218,6 +218,8 @@ def _print_alloc_lm(args: argparse.Namespace, results: dict) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
+    if getattr(args, "env", None) is not None:
+        check_env_spec(args.env)  # a missing file: said before torch is imported
     from ugrpo.experiments.sweep.env import sweep_experiment
     from ugrpo.report.markdown import text_table
 
