@@ -72,7 +72,7 @@ def test_samples_to_reach_and_verdicts():
     assert samples_to_reach([(0, 1.0), (100, 0.5)], 0.1) is None
     u = [0.5, 0.3, 0.1, 0.4, 0.2]
     final = {"uniform": u, "ustat": [g * 0.6 for g in u], "vip": [g - 0.05 + 0.001 * k for k, g in enumerate(u)],
-             "knapsack": [g + (0.02 if k % 2 else -0.02) for k, g in enumerate(u)]}
+             "knapsack": [g + (0.02 if k % 2 else -0.02) for k, g in enumerate(u)], "copy": list(u)}
     runs = [{"rule": rule, "seed": k, "checkpoints": [0, 10], "gaps": [1.0, g], "frac_samples_zero_std": 0.0}
             for rule, gs in final.items() for k, g in enumerate(gs)]
     rows = aggregate_alloc(runs, 10)
@@ -86,6 +86,15 @@ def test_samples_to_reach_and_verdicts():
     assert v["vip"]["diff_ci_high"] < 0 and v["vip"]["diff"] == pytest.approx(mean["vip"] - mean["uniform"])
     assert v["knapsack"]["verdict"].startswith("too small to decide")  # +-0.02: the paired interval contains 0
     assert v["knapsack"]["diff_ci_low"] < 0 < v["knapsack"]["diff_ci_high"]
+    # samples to reach uniform's final mean over uniform's own (not over all it spent): a rule that is uniform has
+    # ratio 1 and says so (before: a saving credited to a copy of uniform wherever uniform's curve is not monotone)
+    assert v["ustat"]["samples_ratio"] == pytest.approx(v["ustat"]["samples_to_uniform_final"] / 100)
+    c = v["copy"]
+    assert c["samples_ratio"] == 1 and c["samples_ratio_ci_low"] == 1 == c["samples_ratio_ci_high"]
+    assert v["copy"]["verdict"].startswith("the same as uniform at every seed (every paired difference is 0")
+    bumpy = [dict(r, gaps=[1.0, 0.2, 0.3], checkpoints=[0, 5, 10]) for r in runs if r["rule"] in ("uniform", "copy")]
+    w = {r["rule"]: r for r in compare_to_uniform(aggregate_alloc(bumpy, 10), bumpy)}["copy"]
+    assert w["samples_to_uniform_final"] < 100 and w["samples_ratio"] == 1  # uniform reached 0.3 before its end
 
 
 @pytest.mark.parametrize("extra,match", [

@@ -37,10 +37,18 @@ def rules_reading(results: dict[str, Any]) -> list[str]:
              f"(ratio {fmt(v['ratio'], 3)}): {v['verdict']}")
         if v["diff_ci_low"] is not None:
             s += f"; difference {fmt(v['diff'])}, 95% interval {fmt_ci(v['diff_ci_low'], v['diff_ci_high'])}"
-        need = v["samples_to_uniform_final"]
-        s += (f". Samples to reach uniform's final mean gap: {need:.0f} of {v['samples_uniform_final']} "
-              f"({v['samples_ratio']:.2f}x, interpolated on the checkpoint grid)." if need is not None else
-              ". It does not reach uniform's final mean gap within the run.")
+        need, need_u = v["samples_to_uniform_final"], v.get("uniform_samples_to_reach")
+        if need is None:
+            s += ". It does not reach uniform's final mean gap within the run."
+        elif v["samples_ratio"] is None:
+            s += f". It reaches uniform's final mean gap after {need:.0f} samples; uniform's own curve gives no ratio."
+        else:
+            lo, hi = v.get("samples_ratio_ci_low"), v.get("samples_ratio_ci_high")
+            ci = ("" if lo is None and hi is None else
+                  f", 95% paired bootstrap interval over seeds {fmt_ci(lo, hi)}")
+            s += (f". Samples to reach uniform's final mean gap: {need:.0f} against uniform's own {need_u:.0f} "
+                  f"(ratio {v['samples_ratio']:.2f}x{ci}; first crossings of the mean curves, interpolated on the "
+                  f"checkpoint grid).")
         out.append(s)
     return out
 

@@ -339,12 +339,18 @@ def compare_to_uniform(rows: Sequence[dict], runs: Sequence[dict]) -> list[dict[
     """Each rule vs uniform at the last checkpoint: the per-seed gap differences with a 95% paired Student-t interval
     (the runs are paired by seed: every rule's run of a seed starts from the same generator seed; the pairs of
     different seeds are independent, so the paired test is valid whatever the coupling), the verdict from it, and
-    the samples each rule needs to reach uniform's final mean gap."""
+    the samples each rule needs to reach uniform's final mean gap, over the samples uniform's own mean curve needs to
+    reach it (the same first crossing on both curves, so a rule identical to uniform has ratio 1 even where uniform's
+    curve is not monotone), with a paired percentile bootstrap over seeds (as the language-model sweep's)."""
+    from ugrpo.experiments.sweep.lm_alloc import bootstrap_ratio
+
     if not any(r["rule"] == "uniform" for r in rows):
         return []
     last = max(r["checkpoint"] for r in rows)
     u = next(r for r in rows if r["rule"] == "uniform" and r["checkpoint"] == last)
     final = {(r["rule"], r["seed"]): r["gaps"][-1] for r in runs}
+    by = {(r["rule"], r["seed"]): r for r in runs}
+    need_u = samples_to_reach([(r["samples"], r["gap_mean"]) for r in rows if r["rule"] == "uniform"], u["gap_mean"])
     out = []
     for rule in dict.fromkeys(r["rule"] for r in rows):
         if rule == "uniform":
@@ -353,15 +359,34 @@ def compare_to_uniform(rows: Sequence[dict], runs: Sequence[dict]) -> list[dict[
         curve = [(r["samples"], r["gap_mean"]) for r in rows if r["rule"] == rule]
         need = samples_to_reach(curve, u["gap_mean"])
         seeds = [s for (k, s) in final if k == rule and ("uniform", s) in final]
+        diffs = [final[(rule, s)] - final[("uniform", s)] for s in seeds]
         diff = paired_t_interval([final[(rule, s)] for s in seeds], [final[("uniform", s)] for s in seeds])
+        verdict = ("the same as uniform at every seed (every paired difference is 0: the rule gave uniform's sizes)"
+                   if seeds and all(d == 0 for d in diffs) else
+                   paired_verdict(diff, "lower gap than uniform", "higher gap than uniform"))
+        boot = bootstrap_ratio(*_per_seed({"uniform": [by[("uniform", s)] for s in seeds],
+                                           rule: [by[(rule, s)] for s in seeds]}, rows))[rule] if seeds else {}
         out.append({"rule": rule, "checkpoint": last, "gap": a["gap_mean"], "gap_uniform": u["gap_mean"],
                     "ratio": a["gap_mean"] / u["gap_mean"] if u["gap_mean"] > 0 else None,
                     "diff": diff.estimate, "diff_ci_low": diff.ci_low, "diff_ci_high": diff.ci_high,
-                    "paired_seeds": len(seeds),
-                    "verdict": paired_verdict(diff, "lower gap than uniform", "higher gap than uniform"),
+                    "paired_seeds": len(seeds), "verdict": verdict,
                     "samples_to_uniform_final": need, "samples_uniform_final": u["samples"],
-                    "samples_ratio": None if need is None else need / u["samples"]})
+                    "uniform_samples_to_reach": need_u,
+                    "samples_ratio": None if need is None or not need_u else need / need_u,
+                    "samples_ratio_ci_low": boot.get("ci_low"), "samples_ratio_ci_high": boot.get("ci_high")})
     return out
+
+
+def _per_seed(runs: dict[str, list[dict]], rows: Sequence[dict]):
+    """({rule: (S, C) minus the gaps}, {rule: (S, C) samples spent}) of runs listed seed by seed: the arrays of
+    :func:`ugrpo.experiments.sweep.lm_alloc.bootstrap_ratio`, whose accuracy reaching up is a gap reaching down (a run
+    that did not record its samples spent takes its rule's row, checkpoint x N)."""
+    import numpy as np
+
+    mean = {k: [r["samples"] for r in rows if r["rule"] == k] for k in runs}
+    acc = {k: -np.array([r["gaps"] for r in rs], dtype=float) for k, rs in runs.items()}
+    spent = {k: np.array([r.get("samples", mean[k]) for r in rs], dtype=float) for k, rs in runs.items()}
+    return acc, spent
 
 
 def sweep_allocation(env, cfg: AllocSweepConfig, out: str, argv: Sequence[str] | None = None, *,
