@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import re
 
 import numpy as np
 import pytest
@@ -228,6 +229,13 @@ def test_prompt_is_run_metrics_and_report(is_run):
     report = (out / "report.md").read_text()
     assert "Prompt importance sampling" in report and "effective sample size" in report
     assert "held-out guard (M78) used" in report
+    top = max(r["is_weight_max"] for r in rows)  # the mean of the steps' largest weights is not the largest
+    assert f"(the largest of any step {top:.3f}; at most 1/lambda)" in report
+    assert re.search(r"samples per step [0-9.]+ spent against 16 expected", report)  # a count, not 16.000
+    from ugrpo.report.train import _reward_label
+
+    assert "not the uniform-prompt mean" in _reward_label({"allocation": {"rule": "ustat-is"}})
+    assert _reward_label({"allocation": {"rule": "uniform"}}) == "train reward (mean of B*G)"
     assert is_coverage_phrase() in report  # the shipped coverage of the calibrated certificate (M89, A8)
     last = rows[-1]  # the report names the last step's interval; the console line each step's, with the coverage
     assert (f"the last step's (step {last['step']}) 95% interval [{last['is_predicted_ratio_low']:.3f}, "

@@ -59,7 +59,8 @@ def write_report(rd, results: dict[str, Any], argv: Sequence[str] | None = None)
         "Each rule's MSE is exact given the drawn batch, c1/B + (1/B^2) sum_b f_b(G_b) with the true per-prompt "
         "f_b (M33), averaged over drawn batches; the interval (mean +- 1.96 SE over batches) covers only that "
         "average. `true` rules know the exact per-prompt moments (the ceiling of the gain); `predicted` rules "
-        "know a Beta posterior on p and shrunken score moments from a simulated history (M38).",
+        "know the one predictor's posterior of each prompt's moments from a simulated history (docs/math.md M46-M49, "
+        "M85-M86: a population model fitted to the history, each prompt's posterior from its own visits).",
         "The prompt importance-sampling rules `uniform-is` and `ustat-is` (docs/math.md M52-M57) draw the B prompts "
         "from a law q over all P prompts (the floor q >= lambda/P, lambda = "
         f"{cfg.get('is_lambda', 0.1):g}) chosen from the same moments, and weight each by 1/(P q): unbiased for the "

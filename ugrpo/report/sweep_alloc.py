@@ -66,7 +66,8 @@ def write_rules_report(run: RunDir, results: dict[str, Any], argv: Sequence[str]
               title=f"{results['env_name']}: N={cfg['budget']}, B={results['B']}, mean and 95% CI over seeds",
               logy=True)
     who = ("the exact per-prompt moments at the current theta (the ceiling)" if cfg["moments"] == "exact" else
-           "the run's own history (Beta posterior on p, shrunk score moments; docs/math.md M38)")
+           "the run's own history (the one predictor's posterior of each prompt's moments; docs/math.md M46-M49, "
+           "M85-M86)")
     md = [
         header("ugrpo sweep --allocation: gap vs samples spent per allocation rule", argv),
         f"Env `{cfg['env']}`; Algorithm 1 (LOO baseline, weights 1/B per prompt) with N = {cfg['budget']} samples "

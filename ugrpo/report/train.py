@@ -134,7 +134,7 @@ def allocation_section(run: RunDir, rows: list[dict], cfg: dict) -> str:
     spent = sum(r.get("samples", 0) for r in al)
     zero = sum(r.get("samples_zero_std", 0) for r in al)
     return f"""
-## Allocation (`{rule}`: per-prompt group sizes G_b)
+## Allocation (`{rule}`: {"prompts drawn from a law q" if rule == "uniform-is" else "per-prompt group sizes G_b"})
 
 | G_b | prompts (all steps) | fraction |
 |---|---|---|
@@ -178,15 +178,17 @@ def _is_text(al: list[dict]) -> str:
         return sum(v) / max(len(v), 1)
 
     spent = [r["samples"] for r in al if r.get("samples") is not None]
+    top = max((r["is_weight_max"] for r in al if r.get("is_weight_max") is not None), default=None)
     choices = [r["is_guard_choice"] for r in al if r.get("is_guard_choice") is not None]
     guard = ("" if not choices else " The held-out guard (M78) used " + ", ".join(
         f"{c} in {choices.count(c)}" for c in dict.fromkeys(choices)) + f" of {len(choices)} steps.")
     return (f"Prompt importance sampling: the step's B prompts drawn from a law q of the history and weighted by "
             f"1/(P q) (unbiased for the uniform-prompt objective, M52). Mean over {len(al)} steps: effective sample "
-            f"size of the weights {_f(mean('is_ess'))} of B, largest weight {_f(mean('is_weight_max'))} (at most "
-            f"1/lambda), entropy of q {_f(mean('is_q_entropy'))} nats of {_f(mean('is_q_entropy_max'))} (uniform), "
-            f"samples per step {_f(sum(spent) / max(len(spent), 1))} spent against {_f(mean('is_expected_samples'))} "
-            f"expected. Certificate: the posterior median of the second moment S(q, G) over uniform prompts' "
+            f"size of the weights {_f(mean('is_ess'))} of B, largest weight per step {_f(mean('is_weight_max'))} "
+            f"(the largest of any step {_f(top)}; at most 1/lambda), entropy of q {_f(mean('is_q_entropy'))} nats of "
+            f"{_f(mean('is_q_entropy_max'))} (uniform), samples per step {_n(sum(spent) / max(len(spent), 1))} spent "
+            f"against {_n(mean('is_expected_samples'))} expected. Certificate: the posterior median of the second "
+            f"moment S(q, G) over uniform prompts' "
             f"(`is_predicted_ratio`, M59, M89; the MSE ratio lies below it when it is below 1) averaged "
             f"{_f(mean('is_predicted_ratio'))}{_last_interval(al)} (a prediction, not a measurement: "
             f"{is_coverage_phrase()}, docs/allocation.md A8; read the interval: with a thin history the median can be "
@@ -234,7 +236,7 @@ def write_report(run: RunDir, results: dict | None = None, argv: Sequence[str] |
     cfg = run.read_config() or {}
     res = (run.read_results() if results is None else results) or {}
     for name, series, ylabel, title in (
-        ("reward.png", [_series(rows, "reward_mean", "train reward (mean of B*G)")], "reward", "training reward"),
+        ("reward.png", [_series(rows, "reward_mean", _reward_label(cfg))], "reward", "training reward"),
         ("eval.png", [_accuracy_series(rows, "eval_accuracy", "greedy accuracy"),
                       _accuracy_series(rows, "eval_pass1", "sampled pass@1")],
          "held-out (95% Wilson interval over problems)", "held-out evaluation"),
@@ -294,3 +296,18 @@ def _load(res: dict) -> str:
 
 def _f(v) -> str:
     return "-" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v)
+
+
+def _n(v) -> str:
+    """A count of samples: whole when it is whole (128, not 128.000)."""
+    return "-" if v is None else str(round(v)) if abs(v - round(v)) < 1e-6 else f"{v:.1f}"
+
+
+def _reward_label(cfg: dict) -> str:
+    """The reward curve's label: the plain mean over the step's samples, and, where the rule changes who is sampled,
+    that it is then not the uniform-prompt reward."""
+    rule = (cfg.get("allocation") or {}).get("rule", "uniform")
+    if rule in ("uniform", "dynamic"):
+        return "train reward (mean of B*G)"
+    why = "prompts drawn from q, unweighted" if rule.endswith("-is") else "prompt b counts G_b times"
+    return f"train reward (mean of the step's samples; {why}: not the uniform-prompt mean)"
