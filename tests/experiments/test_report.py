@@ -5,6 +5,7 @@ from __future__ import annotations
 import doctest
 import math
 
+import numpy as np
 import pytest
 
 import ugrpo.report.markdown as markdown
@@ -71,6 +72,25 @@ def test_bars_levels_and_shaded_bands_in_the_legend():
         assert [tuple(map(tuple, seg)) for seg in segments] == [((2, 0.9), (2, 1.1)), ((4, 0.4), (4, 0.6))]
         level = next(line for line in ax.lines if line.get_label() == "ustat")
         assert list(level.get_ydata()) == [0.7, 0.7] and list(level.get_xdata()) == [0, 1]  # the whole axis
+    finally:
+        plt.close(fig)
+
+
+def test_an_interval_clipped_at_0_reaches_the_bottom_of_a_log_axis():
+    """A 95% interval whose lower end is 0 (clipped: an MSE or a gap is >= 0) is drawn down to the bottom of a log
+    axis, at half the smallest positive value plotted, not dropped (before: 12 of 16 error bars of a 3-rep mse.png
+    were missing, the noisiest points looking exact)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.container import ErrorbarContainer
+
+    fig, ax = plt.subplots()
+    try:
+        plots._draw(ax, [Series("mc", [2, 4], [0.1, 0.05], [0.0, 0.02], [0.3, 0.08], bars=True)], [], logx=True,
+                    logy=True)
+        (bars,) = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+        segments = [tuple(map(tuple, seg)) for seg in bars.lines[2][0].get_segments()]
+        assert np.allclose(segments, [((2, 0.01), (2, 0.3)), ((4, 0.02), (4, 0.08))])  # floor: half of 0.02
+        assert ax.get_ylim()[0] == pytest.approx(0.01)
     finally:
         plt.close(fig)
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import matplotlib
@@ -95,8 +95,20 @@ def _finite(v: float | None, log: bool) -> bool:
     return v is not None and math.isfinite(v) and (not log or v > 0)
 
 
+def _log_floor(series: Sequence[Series]) -> float | None:
+    """On a log y axis, where an interval's lower end of 0 (an interval clipped at 0) is drawn: half the smallest
+    positive value plotted (so it reaches the bottom of the axis instead of vanishing); None when nothing is > 0."""
+    vals = [v for s in series for v in (*s.y, *(s.low or ()), *(s.high or ()))
+            if v is not None and math.isfinite(v) and v > 0]
+    return 0.5 * min(vals) if vals else None
+
+
 def _draw(ax, series: Sequence[Series], markers: Sequence[Marker], *, logx: bool, logy: bool,
           levels: Sequence[Level] = ()) -> None:
+    floor = _log_floor(series) if logy else None
+    if floor is not None:  # an interval clipped at 0 reaches the bottom of the log axis rather than being dropped
+        series = [replace(s, low=[floor if lo is not None and math.isfinite(lo) and lo <= 0 else lo for lo in s.low])
+                  if s.low is not None else s for s in series]
     for i, s in enumerate(series):
         color = s.color or f"C{i % 10}"
         pts = [(x, y) for x, y in zip(s.x, s.y) if _finite(x, logx) and _finite(y, logy)]
@@ -132,6 +144,8 @@ def _draw(ax, series: Sequence[Series], markers: Sequence[Marker], *, logx: bool
         ax.set_xscale("log", base=2)
     if logy:
         ax.set_yscale("log")
+        if floor is not None:
+            ax.set_ylim(bottom=floor)
     ax.grid(True, which="both", alpha=0.3)
 
 
