@@ -46,6 +46,9 @@ def test_mse_matches_exact_within_4_se(tmp_path, capsys, bandit_env_path):
     assert "oracle" in stdout and "exact" in stdout
     report = (out / "report.md").read_text()
     assert "![MSE vs G](mse.png)" in report and "## Reading" in report
+    command = next(line for line in report.splitlines() if line.startswith("ugrpo mse "))
+    assert "--env" in command and not any(f in command for f in ("--ref-samples", "--sketch-dim", "--max-new-tokens",
+                                                                 "--history-", "--sampling-backend"))  # model-only
 
 
 def test_squared_errors_use_common_samples():

@@ -133,7 +133,8 @@ def _write_env(run: RunDir, results: dict[str, Any], argv: Sequence[str] | None)
         header("ugrpo mse: gradient MSE per estimator and group size (paper Fig. 4)", argv),
         f"Env `{results['config']['env']}` at theta (D = {results['D']}); B = {B} prompts per minibatch, "
         f"R = {rows[0]['reps']} independent minibatches per G, the same samples for all four estimators. "
-        "MC = mean squared error with a 95% Student-t interval (mean +- t_{0.975, R-1} SE over the R repetitions); "
+        "MC = mean squared error with a 95% Student-t interval (mean +- t_{0.975, R-1} SE over the R repetitions, "
+        "its lower end cut at 0 where it would go below: an MSE is >= 0); "
         "exact = paper Prop. 3 / docs/math.md.",
         "",
         "## Reading",

@@ -71,8 +71,10 @@ def write_report(run: RunDir, results: dict[str, Any], argv: Sequence[str] | Non
     markers = []
     band = results.get("band")
     if band is not None and band.get("recommended") is not None:
+        tol = 100 * band.get("tolerance", 0.05)
         markers.append(Marker(band["recommended"], f"G to use = {band['recommended']}", band["low"], band["high"],
-                              color="C2", band_label=f"95% band of near-optimal G: {band_words(band)}"))
+                              color="C2", band_label=f"near-optimal G (within {tol:g}% of the best for some c1 in its "
+                              f"95% interval): {band_words(band)}"))
     if results["g_star"] is not None:
         top = hi if hi is not None else max(xs)
         markers.append(Marker(results["g_star"], f"G* = {results['g_star']} (pilot)", lo, top, color="C0",

@@ -96,7 +96,8 @@ def _write_env(run: RunDir, results: dict[str, Any], argv: Sequence[str] | None)
         f"Env `{cfg['env']}`; Algorithm 1 with baseline `{cfg['baseline']}`, {cfg['steps']} steps, "
         f"lr {', '.join(f'{v:g} (N={n})' for n, v in zip(cfg['budgets'], cfg['lr']))} ({cfg['lr_schedule']}), "
         f"{cfg['seeds']} seeds per (N, G); "
-        "gap = exact J* - J(theta) at each checkpoint, mean with 95% interval over seeds.",
+        "gap = exact J* - J(theta) at each checkpoint, mean with a 95% Student-t interval over seeds, its lower end "
+        "cut at 0 where it would go below (a gap is >= 0).",
         "",
         "## Reading",
         "",

@@ -80,7 +80,7 @@ def monitor_section(run: RunDir, rows: list[dict], group_size) -> str:
         return ""
     steps = [r["step"] for r in mon]
     rec = [r for r in mon if r.get("monitor_g_recommended") is not None]
-    g_series = [Series("recommended G (95% band of near-optimal G)", x=[r["step"] for r in rec],
+    g_series = [Series("recommended G (band: near-optimal for some c1 in its 95% interval)", x=[r["step"] for r in rec],
                        y=[r["monitor_g_recommended"] for r in rec], low=[r.get("monitor_g_band_low") for r in rec],
                        high=[r.get("monitor_g_band_high") for r in rec], color="C0")]
     if group_size:

@@ -111,12 +111,34 @@ def _rules(text: str | None) -> tuple[str, ...]:
     return rules
 
 
+_MODEL_ONLY = ("--ref-samples", "--prompts", "--sketch-dim", "--temperature", "--max-new-tokens", "--chat",
+               "--chunk-size", "--sampling-backend", "--g-min", "--g-max", "--history-visits", "--history-group",
+               "--is-lambda", "--is-guard")
+"""flags that only a --model run reads (their defaults would otherwise appear in an env run's recorded command)"""
+
+
+def _without(argv: list[str], flags) -> list[str]:
+    """``argv`` without ``flags`` and their values (a flag's value is the next token unless it is a flag itself)."""
+    out, skip = [], False
+    for i, tok in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if tok in flags:
+            skip = i + 1 < len(argv) and not argv[i + 1].startswith("--")
+            continue
+        out.append(tok)
+    return out
+
+
 def main(args: argparse.Namespace) -> int:
     if getattr(args, "env", None) is not None:
         check_env_spec(args.env)  # a missing file: said before torch is imported
     from ugrpo.report.markdown import fmt_ci, text_table
 
     cfg, argv = _config(args), command_line("mse", args)
+    if args.model is None:  # an env run's record leaves out the language-model flags it did not use
+        argv = _without(argv, _MODEL_ONLY)
     if args.model is not None:
         from ugrpo.experiments.mse.lm import lm_mse_experiment
 
