@@ -152,3 +152,23 @@ def test_sweep_gap_interval_is_student_t_and_never_below_zero():
     assert row["gap_mean"] == pytest.approx(m) and row["se"] == pytest.approx(se)
     assert row["ci_low"] == 0.0  # m - t se < 0, cut
     assert row["ci_high"] == pytest.approx(m + float(student_t.ppf(0.975, 2)) * se)
+
+
+def test_best_g_is_compared_with_the_other_g_by_seed():
+    """Every G's run of seed s starts from seed s: the best G is compared with each other G by a paired t interval
+    over seeds (before: overlap of the marginal intervals, about a 0.5% level test). Here G = 4's gap is above G = 2's
+    at every seed by 0.01-0.02 while the seeds spread over 0.1-0.5, so the marginal intervals overlap and the paired
+    interval does not contain 0; G = 8's differences change sign."""
+    from ugrpo.experiments.sweep.env import aggregate, best_groups
+
+    base = [0.1, 0.3, 0.5, 0.2, 0.4]
+    gaps = {2: base, 4: [g + 0.01 + 0.002 * k for k, g in enumerate(base)],
+            8: [g + (-0.02 if k % 2 else 0.02) for k, g in enumerate(base)]}
+    runs = [{"budget": 16, "G": G, "B": 16 // G, "seed": k, "checkpoints": [0, 10], "gaps": [1.0, g]}
+            for G, gs in gaps.items() for k, g in enumerate(gs)]
+    rows = aggregate(runs, [0, 10])
+    (last,) = [b for b in best_groups(rows, runs) if b["checkpoint"] == 10]
+    r2, r4 = (next(r for r in rows if r["G"] == G and r["checkpoint"] == 10) for G in (2, 4))
+    assert last["G"] == 2 and r4["ci_low"] <= r2["ci_high"]  # the marginal intervals overlap...
+    assert last["not_distinguishable"] == [8]  # ...but seed by seed G = 4 is worse; G = 8 is not told apart
+

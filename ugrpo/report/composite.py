@@ -44,7 +44,7 @@ def summary_rows(res: dict[str, Any]) -> dict[str, list[list[Any]]]:
     sw = res["sweep"]
     last = max(r["checkpoint"] for r in sw["rows"])
     star = {q["budget"]: q["g_star"] for q in sw["planner"]["per_budget"]}
-    best = [[b["budget"], b["checkpoint"], b["G"],
+    best = [[b["budget"], b["checkpoint"], b["G"], ", ".join(map(str, b.get("not_distinguishable") or ())) or "-",
              star.get(b["budget"])] for b in sw["best_G"] if b["checkpoint"] == last]
     return {"mse": mse_rows, "constants": const, "best": best}
 
@@ -84,7 +84,8 @@ def write_demo_report(run: RunDir, res: dict[str, Any], argv: Sequence[str] | No
         "",
         *[f"- {s}" for s in sweep_reading(res["sweep"])],
         "",
-        md_table(["budget N", "checkpoint", "empirical best G", "planner G*"], t["best"]),
+        md_table(["budget N", "checkpoint", "empirical best G", "G not told apart (paired, by seed)", "planner G*"],
+                 t["best"]),
         "",
         image("sweep/sweep.png", "sweep"),
         "",

@@ -52,16 +52,19 @@ def reading(results: dict[str, Any]) -> list[str]:
         N = b["budget"]
         cell = [r for r in results["rows"] if r["budget"] == N and r["checkpoint"] == last]
         best = min(cell, key=lambda r: r["gap_mean"])
-        overlap = [r["G"] for r in cell if r["G"] != best["G"] and r["ci_low"] is not None
-                   and best["ci_high"] is not None and r["ci_low"] <= best["ci_high"]]
         s = f"Budget N={N}, step {last}: the smallest mean gap is at G={b['G']} ({best['gap_mean']:.4g})"
         if best["ci_high"] is None:
             s += "; with a single seed there is no interval, so this ordering is not evidence of anything."
-        elif overlap:
+        elif "not_distinguishable" in b:  # paired by seed
+            same = b["not_distinguishable"]
+            s += (f"; {fmt_values(same)}: the 95% paired interval over seeds of their gap minus G={b['G']}'s contains "
+                  f"0, so they are not distinguishable from it with {best['seeds']} seeds." if same else
+                  f"; every other G's gap is above it (95% paired intervals over {best['seeds']} seeds).")
+        else:  # a results.json written before the paired test: the marginal intervals
+            overlap = [r["G"] for r in cell if r["G"] != best["G"] and r["ci_low"] is not None
+                       and r["ci_low"] <= best["ci_high"]]
             s += (f"; {fmt_values(overlap)} have overlapping 95% intervals, so they are not distinguishable with "
-                  f"{best['seeds']} seeds.")
-        else:
-            s += "; its 95% interval does not overlap any other G's."
+                  f"{best['seeds']} seeds." if overlap else "; its 95% interval does not overlap any other G's.")
         out.append(s)
     for p in pl.get("per_budget", []):
         out.append(f"Planner (Theorem 7, exact c1, c2, c3 at theta0, among the swept G), N={p['budget']}: "

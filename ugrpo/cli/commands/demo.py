@@ -33,6 +33,6 @@ def main(args: argparse.Namespace) -> int:
     print("\nScaling-law constants and G* (pilot vs exact):")
     print(text_table(["", "pilot", "95% CI", "exact"], t["constants"]))
     print("\nSweep: empirical best G at the last checkpoint vs the planner:")
-    print(text_table(["budget N", "step", "best G", "planner G*"], t["best"]))
+    print(text_table(["budget N", "step", "best G", "G not told apart (paired, by seed)", "planner G*"], t["best"]))
     print(f"\ndone in {time.perf_counter() - t0:.0f} s; report: {args.out}/report.md")
     return 0

@@ -142,7 +142,7 @@ def sweep_experiment(cfg: SweepConfig | AllocSweepConfig, out: str, *, argv: Seq
         raise KeyboardInterrupt(f"interrupted: finished runs are in {rd.file('metrics.jsonl')}; rerun the same "
                                 "command to resume") from None
     rows = aggregate(runs, cfg.checkpoints)
-    results = {"rows": rows, "best_G": best_groups(rows),
+    results = {"rows": rows, "best_G": best_groups(rows, runs),
                "planner": exact_planner(env.exact(env.theta0, sigma=False).policy_moments, cfg.budgets, cfg.groups),
                "config": asdict(cfg), "runs": len(runs)}
     write_report(rd, results, argv)
@@ -164,15 +164,30 @@ def aggregate(runs: Sequence[dict[str, Any]], checkpoints: Sequence[int]) -> lis
     return rows
 
 
-def best_groups(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The empirical best G (smallest mean gap) per (budget, checkpoint)."""
+def best_groups(rows: Sequence[dict[str, Any]], runs: Sequence[dict[str, Any]] = ()) -> list[dict[str, Any]]:
+    """The empirical best G (smallest mean gap) per (budget, checkpoint); with the runs, the other G whose gap the
+    seeds cannot tell from the best's: the 95% paired Student-t interval over seeds of (its gap - the best's)
+    contains 0 (``not_distinguishable``; every G's run of a seed starts from that seed's generator, and pairs of
+    different seeds are independent, so the paired test is valid whatever the coupling)."""
     best: dict[tuple[int, int], dict] = {}
     for r in rows:
         k = (r["budget"], r["checkpoint"])
         if k not in best or r["gap_mean"] < best[k]["gap_mean"]:
             best[k] = r
-    return [{"budget": N, "checkpoint": c, "G": r["G"], "gap_mean": r["gap_mean"]} for (N, c),
-            r in sorted(best.items())]
+    gap = {(r["budget"], r["G"], r["seed"]): dict(zip(r["checkpoints"], r["gaps"])) for r in runs}
+    out = []
+    for (N, c), r in sorted(best.items()):
+        entry = {"budget": N, "checkpoint": c, "G": r["G"], "gap_mean": r["gap_mean"]}
+        if runs:
+            same = []
+            for G in sorted({x["G"] for x in rows if x["budget"] == N} - {r["G"]}):
+                seeds = [s for (n, g, s) in gap if n == N and g == G and (N, r["G"], s) in gap]
+                d = paired_t_interval([gap[(N, G, s)][c] for s in seeds], [gap[(N, r["G"], s)][c] for s in seeds])
+                if d.ci_low is None or d.ci_low <= 0:
+                    same.append(G)
+            entry["not_distinguishable"] = same
+        out.append(entry)
+    return out
 
 
 def check_resume(old: dict | None, cfg: SweepConfig, out: str) -> None:
