@@ -278,5 +278,8 @@ def scoring_errors_text(results: dict[str, Any], runs: str = "runs") -> str | No
 def swept_g_star(planner: dict[str, Any]) -> str:
     """The planner's G* among the swept G as text: 'G* = 4', or why there is none (c1 ~ 0 in the pilot)."""
     if planner.get("g_star_swept") is None:
+        why = (planner.get("band") or {}).get("cannot_tell")
+        if why:
+            return f"no G* (the pilot cannot tell: {why})"
         return "no G* (c1 is not distinguishable from 0 in the pilot: the bound only says larger G is not worse)"
     return f"G* = {planner['g_star_swept']}"
