@@ -38,9 +38,11 @@ def naive_loo(rows: list[list[float]]) -> list[list[float]]:
 
 
 def naive_components(rewards: torch.Tensor, scores: torch.Tensor) -> list[float]:
-    """Literal definitions: ordered pairs for T0, ordered triples for T1, T2, prompt pairs for c1."""
+    """Literal definitions: ordered pairs for T0, ordered triples for T1, T2, prompt pairs for c1; c1 as the library
+    estimates it by default, with the rewards centred within each prompt (docs/math.md M67: the pair term centred by
+    the mean of the other G - 2 rewards, the prompts' leave-one-out mean gradients in the cross term)."""
     B, G, _ = scores.shape
-    t0s, c2, c3, gbar = [], 0.0, 0.0, []
+    t0s, c2, c3, gh = [], 0.0, 0.0, []
     trip = list(itertools.permutations(range(G), 3))
     for b in range(B):
         Z, W = rewards[b].tolist(), scores[b]
@@ -48,11 +50,18 @@ def naive_components(rewards: torch.Tensor, scores: torch.Tensor) -> list[float]
         t0 = sum(Z[i] * Z[j] * K[i][j] for i in range(G) for j in range(G) if i != j) / (G * (G - 1))
         t1 = sum(K[i][i] * (Z[i] - Z[j]) * (Z[i] - Z[k]) for i, j, k in trip) / len(trip)
         t2 = sum(K[i][i] * 0.5 * (Z[j] - Z[k]) ** 2 for i, j, k in trip) / len(trip)
-        t0s.append(t0)
+        total, pairs = sum(Z), 0.0
+        for i in range(G):
+            for j in range(G):
+                if i != j:
+                    m = (total - Z[i] - Z[j]) / (G - 2)  # the other G - 2 rewards' mean
+                    pairs += (Z[i] - m) * (Z[j] - m) * K[i][j]
+        t0s.append(pairs / (G * (G - 1)))
         c2 += (t1 - t0) / B
         c3 += (t2 + t0) / B
-        gbar.append((rewards[b].unsqueeze(1) * W).mean(0))
-    cross = sum(float(gbar[b] @ gbar[c]) for b in range(B) for c in range(B) if b != c) / (B * (B - 1))
+        zbar = sum(Z) / G
+        gh.append(sum((Z[i] - zbar) * W[i] for i in range(G)) / (G - 1))
+    cross = sum(float(gh[b] @ gh[c]) for b in range(B) for c in range(B) if b != c) / (B * (B - 1))
     return [sum(t0s) / B - cross, c2, c3]
 
 

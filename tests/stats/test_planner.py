@@ -218,25 +218,27 @@ def test_recommendation_reads_c1_draws_with_c2_c3_at_their_estimates():
     assert 8 <= plan.g_recommended <= 16 and cands[int(np.argmin(joint))] == 64
 
 
-def test_pilot_size_needed_decides_wherever_c1_lies_in_its_interval():
+@pytest.mark.parametrize("rng, below", [((0.005, 0.08), 0.015), ((0.0, 0.08), 0.06)], ids=["inside", "cut-at-0"])
+def test_pilot_size_needed_decides_wherever_c1_lies_in_its_interval(rng, below):
     """M68: the size returned is the largest over centres c in [lo, hi] of the smallest f B0 at which the interval
-    [c - (est - lo)/sqrt(f), c + (hi - est)/sqrt(f)] decides (checked on a 401-point grid of c1 in each interval)."""
+    [c - (est - lo)/sqrt(f), c + (hi - est)/sqrt(f)] decides (checked on a 401-point grid of c1 in each interval);
+    an interval cut at 0 has lost its lower half-width, and the upper one (hi - est) stands in for it."""
     cands = [4, 8, 16, 32, 64]
-    c, rng = 0.02, (0.0, 0.08)
+    c, hi = 0.02, rng[1]
     need = pilot_size_needed(c, rng, 1.0, 1.0, 32, 1024, cands)
     assert need is not None and need > 32
     f = need / 32
 
     def decides(f, centre):
         s = 1 / math.sqrt(f)
-        grid = _ratios([[x, 1.0, 1.0] for x in np.linspace(max(centre - c * s, 0.0), centre + (0.08 - c) * s, 401)],
+        grid = _ratios([[x, 1.0, 1.0] for x in np.linspace(max(centre - below * s, 0.0), centre + (hi - c) * s, 401)],
                        cands)
         return grid.max(0).min() <= 1.05
 
-    centres = np.linspace(0.0, 0.08, 41)
+    centres = np.linspace(rng[0], hi, 41)
     assert all(decides(f, x) for x in centres)  # enough wherever the estimate lands in the interval
     prev = max(x for x in _FACTORS if x < f)  # the factor tried before the one returned
-    assert not all(decides(prev, x) for x in centres) and decides(prev, c)  # ... and the estimate alone needs less
+    assert not all(decides(prev, x) for x in centres)
     assert pilot_size_needed(c, (0.0199, 0.0201), 1.0, 1.0, 32, 1024, cands) == 32  # already decided
     # a negative estimate is taken as 0
     assert pilot_size_needed(-0.01, (0.0, 0.01), 1.0, 1.0, 32, 1024, cands) is not None

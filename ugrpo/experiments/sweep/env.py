@@ -28,6 +28,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from ugrpo.experiments.sweep import DEFAULT_GROUPS, DEFAULT_SEEDS, check_checkpoints, default_checkpoints
+from ugrpo.experiments.sweep.reach import bootstrap_ratio, samples_to_reach
 from ugrpo.runs import RunDir
 from ugrpo.stats.budget import check_divides
 from ugrpo.stats.exact_mse import uniform_mse
@@ -336,20 +337,6 @@ def aggregate_alloc(runs: Sequence[dict], N: int) -> list[dict[str, Any]]:
     return rows
 
 
-def samples_to_reach(curve: Sequence[tuple[float, float]], target: float) -> float | None:
-    """First samples s at which the piecewise-linear (samples, mean gap) curve reaches ``target`` (None: never).
-
-    >>> samples_to_reach([(0, 1.0), (100, 0.5), (200, 0.2)], 0.35)
-    150.0
-    """
-    for (s0, g0), (s1, g1) in zip(curve, curve[1:]):
-        if g0 <= target:
-            return float(s0)
-        if g1 <= target:
-            return float(s0 + (s1 - s0) * (g0 - target) / (g0 - g1))
-    return float(curve[-1][0]) if curve and curve[-1][1] <= target else None
-
-
 def compare_to_uniform(rows: Sequence[dict], runs: Sequence[dict]) -> list[dict[str, Any]]:
     """Each rule vs uniform at the last checkpoint: the per-seed gap differences with a 95% paired Student-t interval
     (the runs are paired by seed: every rule's run of a seed starts from the same generator seed; the pairs of
@@ -357,8 +344,6 @@ def compare_to_uniform(rows: Sequence[dict], runs: Sequence[dict]) -> list[dict[
     the samples each rule needs to reach uniform's final mean gap, over the samples uniform's own mean curve needs to
     reach it (the same first crossing on both curves, so a rule identical to uniform has ratio 1 even where uniform's
     curve is not monotone), with a paired percentile bootstrap over seeds (as the language-model sweep's)."""
-    from ugrpo.experiments.sweep.lm_alloc import bootstrap_ratio
-
     if not any(r["rule"] == "uniform" for r in rows):
         return []
     last = max(r["checkpoint"] for r in rows)

@@ -26,13 +26,12 @@ config); this module turns the runs' ``metrics.jsonl`` into the comparison, with
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from ugrpo.experiments.sweep.env import samples_to_reach
+from ugrpo.experiments.sweep.reach import BOOTSTRAP_REPS, bootstrap_ratio, first_reach, reach_ratio
 from ugrpo.stats.allocation import RULES
 from ugrpo.stats.intervals import MEAN_KEYS, TOO_SMALL, paired_t_interval, paired_verdict, t_interval
 from ugrpo.train.config import ALLOCATION_RULES
@@ -51,7 +50,6 @@ GOAL_RATIO = 0.6
 """issue 12's goal: ustat reaches uniform's final accuracy with at most 0.6x uniform's samples"""
 GOAL_RATIOS = {"uniform-is": 0.7, "ustat-is": 0.7}
 """per-rule goals where they differ from :data:`GOAL_RATIO` (issue 20: the prompt-IS rules, at most 0.7x)"""
-BOOTSTRAP_REPS = 2000
 
 
 def check_rules(rules: Sequence[str]) -> None:
@@ -112,77 +110,6 @@ def curve(acc: np.ndarray, samples: np.ndarray, checkpoints: Sequence[int], *,
         out.append({"checkpoint": int(c), "samples": float(samples[:, j].mean()),
                     "samples_min": float(samples[:, j].min()), "samples_max": float(samples[:, j].max()),
                     "mean": st.estimate, "se": st.se, "ci_low": cut.ci_low, "ci_high": cut.ci_high, "seeds": st.n})
-    return out
-
-
-def first_reach(samples: Sequence[float], acc: Sequence[float], target: float) -> float | None:
-    """First samples at which the piecewise-linear (samples, accuracy) curve reaches ``target``; None: never.
-
-    >>> round(first_reach([0, 100, 200], [0.4, 0.5, 0.6], 0.55), 9)
-    150.0
-    >>> round(first_reach([0, 100, 200], [0.4, 0.6, 0.5], 0.55), 9), first_reach([0, 100], [0.4, 0.5], 0.55)
-    (75.0, None)
-    """
-    return samples_to_reach([(s, -a) for s, a in zip(samples, acc)], -target)  # reaching up = a gap reaching down
-
-
-def reach_ratio(acc: Mapping[str, np.ndarray], samples: Mapping[str, np.ndarray]) -> dict[str, dict[str, Any]]:
-    """Per rule: samples to reach uniform's final mean accuracy, and the ratio to uniform's own samples to reach it.
-
-    Parameters
-    ----------
-    acc, samples : {rule: (S, C) array}, one row per seed, one column per checkpoint; must hold ``uniform``
-
-    Returns
-    -------
-    {rule: {'target', 'samples_to_reach' (None: never), 'uniform_samples_to_reach', 'ratio' (None when not reached or
-    when uniform reaches its final mean at 0 samples: its final accuracy is not above its initial one)}}
-    """
-    u_acc, u_s = acc["uniform"].mean(axis=0), samples["uniform"].mean(axis=0)
-    target = float(u_acc[-1])
-    u_need = first_reach(u_s.tolist(), u_acc.tolist(), target)
-    out = {}
-    for rule in acc:
-        need = first_reach(samples[rule].mean(axis=0).tolist(), acc[rule].mean(axis=0).tolist(), target)
-        ratio = None if need is None or not u_need else need / u_need
-        out[rule] = {"target": target, "samples_to_reach": need, "uniform_samples_to_reach": u_need, "ratio": ratio}
-    return out
-
-
-def bootstrap_ratio(acc: Mapping[str, np.ndarray], samples: Mapping[str, np.ndarray], *, reps: int = BOOTSTRAP_REPS,
-                    seed: int = 0) -> dict[str, dict[str, Any]]:
-    """Paired percentile bootstrap over seeds of :func:`reach_ratio`'s ratio: {rule: {ci_low, ci_high,
-    not_reached, undefined}}.
-
-    Every rule must have the same S seeds (row i of every array is seed i). A resample where the rule never reaches
-    the target is an infinite ratio; one where uniform reaches its own final mean at 0 samples has no ratio
-    (``undefined``). With more than 2.5% of resamples undefined no interval is given (both ends None); with more than
-    2.5% infinite, the upper end is None (unbounded).
-    """
-    S = {a.shape[0] for a in acc.values()}
-    if len(S) != 1:
-        raise ValueError(f"bootstrap_ratio: every rule needs the same seeds, got {sorted(S)} seeds per rule")
-    n = S.pop()
-    rng = np.random.default_rng(seed)
-    draws = {rule: [] for rule in acc}
-    for _ in range(reps):
-        idx = rng.integers(0, n, size=n)
-        res = reach_ratio({k: v[idx] for k, v in acc.items()}, {k: v[idx] for k, v in samples.items()})
-        for rule, r in res.items():
-            draws[rule].append(math.nan if not r["uniform_samples_to_reach"] else
-                               math.inf if r["ratio"] is None else r["ratio"])
-    out = {}
-    for rule, d in draws.items():
-        x = np.asarray(d)
-        undefined, not_reached = float(np.isnan(x).mean()), float(np.isinf(x).mean())
-        if n < 2 or undefined > 0.025:
-            lo = hi = None
-        else:
-            lo_q, hi_q = np.quantile(x[~np.isnan(x)], [0.025, 0.975], method="inverted_cdf")  # no inf - inf
-            lo = None if math.isinf(lo_q) else float(lo_q)
-            hi = None if math.isinf(hi_q) else float(hi_q)
-        out[rule] = {"ci_low": lo, "ci_high": hi, "not_reached": not_reached, "undefined": undefined, "reps": reps,
-                     "seeds": n}
     return out
 
 
