@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import os
+import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -176,8 +177,12 @@ def line_plot(
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         if title:
-            ax.set_title(title)
-        if ax.get_legend_handles_labels()[0]:  # no empty legend (and no matplotlib warning) for a plot without lines
+            ax.set_title("\n".join(textwrap.wrap(title, 70)), fontsize=10)  # a long title wraps, never cut off
+        handles = ax.get_legend_handles_labels()[0]
+        if len(handles) > 4:  # many entries: beside the axes, where they hide no line or band
+            fig.set_size_inches(6.4 + 2.6, 4.4)
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+        elif handles:  # no empty legend (and no matplotlib warning) for a plot without lines
             ax.legend(fontsize=8)
         fig.tight_layout()
         path = Path(path)
