@@ -242,10 +242,13 @@ def main(args: argparse.Namespace) -> int:
             for r in results["rows"] if r["checkpoint"] == last]
     print(f"gap at step {last} (mean over seeds, 95% CI):")
     print(text_table(["N", "G", "B", "gap", "95% CI"], rows))
-    best = {b["budget"]: b["G"] for b in results["best_G"] if b["checkpoint"] == last}
+    best = {b["budget"]: b for b in results["best_G"] if b["checkpoint"] == last}
     star = {p["budget"]: p["g_star"] for p in results["planner"]["per_budget"]}
     for N in sorted(best):
-        print(f"N={N}: empirical best G = {best[N]}, planner G* = {star.get(N)}")
+        same = best[N].get("not_distinguishable")
+        tie = ("" if same is None else f" (not told apart from G = {', '.join(map(str, same))} by a paired interval "
+               "over seeds)" if same else " (every other G's gap is above it, paired by seed)")
+        print(f"N={N}: empirical best G = {best[N]['G']}{tie}, planner G* = {star.get(N)}")
     print(f"wrote {args.out}/results.json, sweep.png, report.md")
     return 0
 
