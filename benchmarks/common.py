@@ -72,11 +72,15 @@ def results_folder(value: str) -> Path:
 
 
 def write_result(name: str, payload: dict, results_dir: Path | None = None) -> Path:
-    """Write ``payload`` (plus the environment) to ``<results_dir>/<name>.json`` atomically."""
+    """Write ``payload`` (plus the environment) to ``<results_dir>/<name>.json`` atomically, as strict JSON: a NaN or
+    infinite value (an interval from one seed, an unbounded end) is written as null, as the run folders do."""
+    from ugrpo.fileio import to_jsonable
+
     out_dir = Path(results_dir) if results_dir is not None else RESULTS_DIR
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{name}.json"
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps({"name": name, "environment": environment(), **payload}, indent=2) + "\n")
+    doc = to_jsonable({"name": name, "environment": environment(), **payload})
+    tmp.write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
     tmp.replace(path)
     return path

@@ -26,3 +26,23 @@ def test_a_json_out_is_one_error_before_any_work_and_a_folder_gets_the_result(tm
     p = _run(tmp_path, tmp_path / "results")
     assert p.returncode == 0, p.stderr
     assert (tmp_path / "results" / "prediction.json").is_file()
+
+
+def test_a_result_is_strict_json_with_nan_as_null(tmp_path):
+    """An interval from one seed (NaN) or an unbounded end (inf) is written as null: Python's json wrote NaN, which
+    strict JSON readers refuse (bench_trl_allocation --seeds 1)."""
+    import json
+    import math
+
+    sys.path.insert(0, str(BENCH.parent))
+    try:
+        from common import write_result
+    finally:
+        sys.path.remove(str(BENCH.parent))
+    path = write_result("strict", {"ci": [math.nan, math.inf], "ok": 1.5}, tmp_path)
+
+    def refuse(token):
+        raise ValueError(token)
+
+    doc = json.loads(path.read_text(), parse_constant=refuse)
+    assert doc["ci"] == [None, None] and doc["ok"] == 1.5 and doc["name"] == "strict"

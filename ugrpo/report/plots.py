@@ -174,6 +174,10 @@ def line_plot(
         if xticks is not None:
             ax.set_xticks(list(xticks))
             ax.set_xticklabels([f"{t:g}" for t in xticks])
+        elif xlabel == "step":  # steps are whole: no tick at 2.5
+            from matplotlib.ticker import MaxNLocator
+
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         if title:
