@@ -179,3 +179,17 @@ def test_gsm8k_from_folder_of_data_files(tmp_path: Path, monkeypatch: pytest.Mon
     assert [p.answer for p in task.train_problems()] == ["7", "1234", "-3"]
     (p,) = task.eval_problems()
     assert p.meta["source"].endswith("gsm8k[test]:row 0")
+
+
+def test_a_number_too_long_to_convert_is_a_wrong_answer_not_a_failed_batch(tmp_path: Path) -> None:
+    """A degenerate sample's 5,000-digit number raised ValueError (Python's int() digit limit) outside the verifier's
+    guard, so the whole batch scored 0, its correct completions included. It is now a number no gold equals."""
+    from ugrpo.tasks.arith_verify import extract_number
+    from ugrpo.tasks.base import score
+
+    task = get_task("gsm8k", train_path=str(write_jsonl(tmp_path / "t.jsonl", GSM_ROWS)))
+    p = task.train_problems()[0]  # gold 7
+    huge = "9" * 5000
+    res = score(task, [f"The answer is {huge}", f"\\boxed{{{huge}}}", "#### 7", f"-{huge} ... so 7"], [p] * 4)
+    assert list(res.rewards) == [0.0, 0.0, 1.0, 1.0]
+    assert extract_number(f"7 then {huge}") > 10 ** 4990  # the arithmetic task's extraction too

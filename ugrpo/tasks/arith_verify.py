@@ -80,13 +80,30 @@ def last_boxed(text: str) -> str | None:
     return None
 
 
+_MAX_DIGITS = 4000
+"""longer digit strings are not converted exactly (Python refuses int() of more than 4300 digits by default)"""
+
+
+def exact_number(digits: str) -> Fraction:
+    """``digits`` (``123``, ``0.5``, no sign or commas) as an exact Fraction; a number of more than
+    :data:`_MAX_DIGITS` digits (a degenerate sample's ``999...``) as a power of ten of its size, which no answer of a
+    task equals, instead of the ValueError that would have failed the whole batch's scoring.
+
+    >>> exact_number("0.25"), exact_number("9" * 5000) > 10 ** 4990
+    (Fraction(1, 4), True)
+    """
+    if len(digits) > _MAX_DIGITS:
+        return Fraction(10) ** len(digits.split(".")[0])
+    return Fraction(digits)
+
+
 def _numbers(text: str, start: int = 0) -> Iterator[Fraction]:
     """Every number in ``text[start:]``, in order, with unary signs applied."""
     for m in _NUMBER_RE.finditer(text, start):
         sign = m.group("sign")
         negative = sign in ("-", "\u2212") and not _after_operand(text, m.start())
         digits = m.group("int").replace(",", "") + (m.group("frac") or "")
-        yield -Fraction(digits) if negative else Fraction(digits)
+        yield -exact_number(digits) if negative else exact_number(digits)
 
 
 def extract_number(text: str, mode: ExtractMode = "last") -> Fraction | None:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, ClassVar
 
-from ugrpo.tasks.arith_verify import last_boxed
+from ugrpo.tasks.arith_verify import exact_number, last_boxed
 from ugrpo.tasks.base import OptionError, Problem, VerifyStats
 from ugrpo.tasks.loading import BadRow, BadRowPolicy, Row, RowError, read_rows
 from ugrpo.tasks.mathcheck import MathChecker, TimeoutMode
@@ -77,7 +77,8 @@ def parse_plain_number(text: str) -> Fraction | None:
     t = t.replace("\u2212", "-")
     if not _PLAIN_NUMBER_RE.match(t):
         return None
-    return Fraction(t.replace(",", ""))
+    t = t.replace(",", "")
+    return -exact_number(t[1:]) if t.startswith("-") else exact_number(t.lstrip("+"))
 
 
 def plain_final_number(completion: str) -> Fraction | None:
@@ -104,7 +105,8 @@ def plain_final_number(completion: str) -> Fraction | None:
     after = completion[m.end():].lstrip()[:1]
     if before in _EXPR_NEIGHBOURS or after in _EXPR_NEIGHBOURS:
         return None
-    return Fraction(m.group().replace(",", ""))
+    t = m.group().replace(",", "")
+    return -exact_number(t[1:]) if t.startswith("-") else exact_number(t.lstrip("+"))
 
 
 RowParser = Callable[[Row], tuple[str, str, dict[str, Any]]]  # row -> (question, gold answer, meta)
