@@ -193,3 +193,17 @@ def test_a_number_too_long_to_convert_is_a_wrong_answer_not_a_failed_batch(tmp_p
     res = score(task, [f"The answer is {huge}", f"\\boxed{{{huge}}}", "#### 7", f"-{huge} ... so 7"], [p] * 4)
     assert list(res.rewards) == [0.0, 0.0, 1.0, 1.0]
     assert extract_number(f"7 then {huge}") > 10 ** 4990  # the arithmetic task's extraction too
+
+
+def test_an_echoed_empty_box_does_not_hide_the_answer(tmp_path: Path) -> None:
+    """The default prompt ends "put your final answer within \\boxed{}"; a sample that echoes it after its answer had
+    its answer hidden by the empty last box (unscorable), in the fast path and in math-verify alike."""
+    gsm = get_task("gsm8k", train_path=str(write_jsonl(tmp_path / "g.jsonl", GSM_ROWS)))
+    math_task = get_task("math", train_path=str(write_jsonl(tmp_path / "m.jsonl", MATH_ROWS)))
+    seven, half = gsm.train_problems()[0], math_task.train_problems()[0]  # golds 7 and \frac{1}{2}
+    echo = " Please put your final answer within \\boxed{}."
+    assert gsm.verify([f"So \\boxed{{7}}.{echo}", f"So \\boxed{{8}}.{echo}", f"No answer.{echo}"],
+                      [seven] * 3) == [1.0, 0.0, None]
+    assert math_task.verify([f"It is \\boxed{{\\frac{{1}}{{2}}}}.{echo}"], [half]) == [1.0]
+    minus3 = gsm.train_problems()[2]  # gold -3; a Unicode minus sign counted only inside a box before
+    assert gsm.verify(["The temperature is \u22123.", "It is \\boxed{\u22123}."], [minus3] * 2) == [1.0, 1.0]

@@ -53,9 +53,12 @@ DEFAULT_TEMPLATE = "{question}\nPlease reason step by step, and put your final a
 # A plain number: optional minus, digits with optional thousands commas, optional decimals.
 _PLAIN_NUMBER_RE = re.compile(r"^-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?$")
 # A number inside running text, not glued to letters, other digits, or a decimal point / comma.
-_NUMBER_IN_TEXT_RE = re.compile(r"(?<![\w.,])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?![\w]|[.,]\d)")
+_NUMBER_IN_TEXT_RE = re.compile(r"(?<![\w.,])[-\u2212]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?![\w]|[.,]\d)")
 # Characters that make a number part of a larger expression (a fraction, a power, LaTeX).
 _EXPR_NEIGHBOURS = set("/^{}\\_*")
+# An empty \boxed{} (the default prompt ends "put your final answer within \boxed{}", which samples echo): it holds
+# no answer, and as the last box it would hide the answer boxed before it.
+_EMPTY_BOX_RE = re.compile(r"\\(?:boxed|fbox)\{\s*\}")
 
 
 def check_template(task: str, template: str) -> None:
@@ -105,7 +108,7 @@ def plain_final_number(completion: str) -> Fraction | None:
     after = completion[m.end():].lstrip()[:1]
     if before in _EXPR_NEIGHBOURS or after in _EXPR_NEIGHBOURS:
         return None
-    t = m.group().replace(",", "")
+    t = m.group().replace(",", "").replace("\u2212", "-")  # a Unicode minus sign, as in a box
     return -exact_number(t[1:]) if t.startswith("-") else exact_number(t.lstrip("+"))
 
 
@@ -162,6 +165,7 @@ def verify_qa(
     out: list[float | None] = [None] * len(completions)
     gold_numbers: dict[str, Fraction | None] = {}
     todo: list[int] = []  # completions the fast path did not decide
+    completions = [_EMPTY_BOX_RE.sub("", c) for c in completions]  # an echo of the prompt's "\boxed{}" is no answer
     for i, (completion, problem) in enumerate(zip(completions, problems)):
         if fast_path:
             if problem.answer not in gold_numbers:
