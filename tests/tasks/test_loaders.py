@@ -207,3 +207,16 @@ def test_an_echoed_empty_box_does_not_hide_the_answer(tmp_path: Path) -> None:
     assert math_task.verify([f"It is \\boxed{{\\frac{{1}}{{2}}}}.{echo}"], [half]) == [1.0]
     minus3 = gsm.train_problems()[2]  # gold -3; a Unicode minus sign counted only inside a box before
     assert gsm.verify(["The temperature is \u22123.", "It is \\boxed{\u22123}."], [minus3] * 2) == [1.0, 1.0]
+
+
+def test_a_bom_file_loads_and_errors_name_the_command_line_forms(tmp_path: Path) -> None:
+    """A JSONL file saved with a byte-order mark loads (its first line was 'not valid JSON'); a bad row's error names
+    the command-line way to skip rows; a template the command line read as YAML (a mapping) says to quote it."""
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes(b"\xef\xbb\xbf" + "".join(json.dumps(r) + "\n" for r in GSM_ROWS).encode())
+    assert [p.answer for p in get_task("gsm8k", train_path=str(bom)).train_problems()] == ["7", "1234", "-3"]
+    bad = write_jsonl(tmp_path / "bad.jsonl", [{"question": "q"}])
+    with pytest.raises(RowError, match="on the command line --task.options.on_bad_row skip"):
+        get_task("gsm8k", train_path=str(bad)).train_problems()
+    with pytest.raises(ValueError, match=r"read as YAML: quote it .*prompt_template '\"Q: \{question\}\"'"):
+        get_task("gsm8k", train_path=str(bom), prompt_template={"Q": {"question": None}})

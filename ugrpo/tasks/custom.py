@@ -194,7 +194,8 @@ class CustomTask:
                 answer = text_field(row, self.answer_field)
             except RowError as e:
                 if self.on_bad_row == "error":
-                    raise RowError(f"custom: {e} (pass on_bad_row='skip' to skip such rows)") from None
+                    raise RowError(f"custom: {e} (to skip such rows: on_bad_row='skip', on the command line "
+                                   "--task.options.on_bad_row skip)") from None
                 bad.append(BadRow(row.where, str(e)))
                 continue
             meta = {k: v for k, v in row.fields.items() if k not in (self.prompt_field, self.answer_field)}

@@ -89,7 +89,7 @@ def read_rows(path: str | os.PathLike[str], *, split: str | None = None) -> list
 
 def _read_jsonl(p: Path) -> list[Row]:
     rows: list[Row] = []
-    with p.open(encoding="utf-8") as f:
+    with p.open(encoding="utf-8-sig") as f:  # a byte-order mark (some editors write one) is not part of line 1
         for lineno, line in enumerate(f, start=1):
             if not line.strip():
                 continue

@@ -66,6 +66,9 @@ def check_template(task: str, template: str) -> None:
     if not isinstance(template, str) or "{question}" not in template:
         raise ValueError(
             f"{task}: prompt_template must be a string containing the placeholder {{question}}, got {template!r}"
+            + ("; on the command line a value starting with '{' or holding 'X: {' is read as YAML: quote it inside "
+               "the shell's quotes, e.g. --task.options.prompt_template '\"Q: {question}\"'"
+               if isinstance(template, (dict, list)) else "")
         )
 
 
@@ -137,7 +140,8 @@ def load_problems(
             question, answer, meta = parse_row(row)
         except RowError as e:
             if on_bad_row == "error":
-                raise RowError(f"{task}: {e} (pass on_bad_row='skip' to skip such rows)") from None
+                raise RowError(f"{task}: {e} (to skip such rows: on_bad_row='skip', on the command line "
+                               "--task.options.on_bad_row skip)") from None
             bad.append(BadRow(row.where, str(e)))
             continue
         problems.append(
