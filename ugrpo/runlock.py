@@ -99,6 +99,11 @@ def make_folder(folder: str | os.PathLike) -> Path:
     return folder
 
 
+def holds_run(folder: str | os.PathLike) -> bool:
+    """Whether ``folder`` holds a run: its manifest or its ``config.json`` (what ``--resume`` continues)."""
+    return any((Path(folder) / f).exists() for f in (MANIFEST, "config.json"))
+
+
 def holds_lock(folder: str | os.PathLike) -> bool:
     return os.path.realpath(folder) in _HELD
 

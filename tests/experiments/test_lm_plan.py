@@ -82,8 +82,8 @@ def test_lm_plan_bad_inputs_exit_2(tmp_path, capsys, tiny_model_dir):
     base = ["plan", "--model", tiny_model_dir, "--budget", 48, "--out", tmp_path / "o"]
     cases = [
         ([*TASK, "--pilot-batch", 6, "--pilot-group", 3], "G0 = 3"),
-        ([*TASK, *PILOT, "--group", 5], "--group 5 does not divide --budget N = 48 (B = N / G prompts per step); "
-                                        "give a divisor of N, e.g. 4 or 6"),
+        ([*TASK, *PILOT, "--group", 5], "--group G=5 does not divide --budget N=48 (B = N/G prompts per step must "
+                                        "be an integer); choose G among the divisors of N from 2 up: [2, 3, 4, 6"),
         (["--task", "nope", *PILOT], "unknown task 'nope'"),
         ([*PILOT], "--model needs --task"),
         ([*TASK], "--pilot-batch"),

@@ -162,7 +162,9 @@ def test_plan_inputs_that_were_ignored_or_confusing(tmp_path, capsys):
     assert rc == 0 and "(only 20 bootstrap replicates: the ends of the 95% intervals rest on a few of them" in stdout
     rc, _, err = run_cli(["plan", "--pilot", env, "--budget", 64, "--out", tmp_path / "pj"], capsys)
     assert rc == 2 and f"a JSON file, not a pilot .npz; an env file (from `ugrpo make-env`) goes to --env {env}" in err
-    for g, said in ((1, "--group 1: a group needs G >= 2"), (3, "--group 3 does not divide --budget N = 64")):
+    for g, said in ((1, "--group 1: a group needs G >= 2"),
+                    (3, "--group G=3 does not divide --budget N=64 (B = N/G prompts per step must be an integer); "
+                        "choose G among the divisors of N from 2 up: [2, 4, 8, 16, 32, 64]")):
         rc, _, err = run_cli(["plan", "--env", env, "--pilot-batch", 16, "--pilot-group", 8, "--budget", 64,
                               "--group", g, "--out", tmp_path / f"g{g}"], capsys)
         assert rc == 2 and said in err, err

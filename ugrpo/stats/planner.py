@@ -225,8 +225,6 @@ def plan_group_size(
         raise ValueError(f"tolerance must be > 0 (e.g. 0.05 for 5%), got {tolerance}")
     if isinstance(components, VarianceComponents):
         return _plan_estimated(components, c1, c2, c3, N, cands, tolerance)
-    rounding = 1e-12 * max(abs(c1), abs(c2), abs(c3))  # a 0 computed in floating point can come out as -1e-33
-    c1, c2, c3 = (0.0 if -rounding <= c < 0 else c for c in (c1, c2, c3))
     if c1 < 0 or c2 < 0 or c3 < 0:
         raise ValueError(f"exact constants must be >= 0, got c1={c1}, c2={c2}, c3={c3}")
     return _plan_exact(c1, c2, c3, N, cands, tolerance)

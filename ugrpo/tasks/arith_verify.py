@@ -86,14 +86,15 @@ _MAX_DIGITS = 4000
 
 def exact_number(digits: str) -> Fraction:
     """``digits`` (``123``, ``0.5``, no sign or commas) as an exact Fraction; a number of more than
-    :data:`_MAX_DIGITS` digits (a degenerate sample's ``999...``) as a power of ten of its size, which no answer of a
-    task equals, instead of the ValueError that would have failed the whole batch's scoring.
+    :data:`_MAX_DIGITS` digits (a degenerate sample's ``999...``) as a power of ten of at least its size (>= 10^4000,
+    even for ``0.000...1``), which no answer of a task equals, instead of the ValueError that would have failed the
+    whole batch's scoring.
 
-    >>> exact_number("0.25"), exact_number("9" * 5000) > 10 ** 4990
-    (Fraction(1, 4), True)
+    >>> exact_number("0.25"), exact_number("9" * 5000) > 10 ** 4990, exact_number("0." + "0" * 4500 + "1") >= 10 ** 4000
+    (Fraction(1, 4), True, True)
     """
     if len(digits) > _MAX_DIGITS:
-        return Fraction(10) ** len(digits.split(".")[0])
+        return Fraction(10) ** max(len(digits.split(".")[0]), _MAX_DIGITS)
     return Fraction(digits)
 
 

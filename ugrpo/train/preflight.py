@@ -30,7 +30,7 @@ from pathlib import Path
 
 from ugrpo.errors import ResumeError
 from ugrpo.lm.source import check_model_name
-from ugrpo.runlock import MANIFEST, check_claim
+from ugrpo.runlock import check_claim, holds_run
 from ugrpo.tasks.base import OptionError, Problem, Task
 from ugrpo.tasks.custom_check import check_task_reward
 from ugrpo.tasks.registry import get_task
@@ -58,7 +58,7 @@ def preflight(cfg: TrainConfig, out: str | Path, *, resume: bool = False) -> Che
     before anything is written.
     """
     rank0 = os.environ.get("RANK", "0") in ("", "0")  # torchrun / accelerate: rank 0 alone claims the folder
-    if resume and not any((Path(out) / f).exists() for f in (MANIFEST, "config.json")):
+    if resume and not holds_run(out):
         what = "does not exist" if not Path(out).exists() else "holds no run (no run.json or config.json)"
         raise ResumeError(f"--resume: {out} {what}, so there is no run to resume; check --out (a typo starts nothing "
                           "here), or drop --resume to start a new run there")

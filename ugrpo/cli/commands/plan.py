@@ -117,11 +117,9 @@ def check_group(G: int, N: int) -> None:
     """``--group G`` must be a group size the budget can hold: >= 2 and dividing N."""
     if G < 2:
         raise ValueError(f"--group {G}: a group needs G >= 2 samples (GRPO's baseline leaves one out)")
-    if N % G:
-        near = [g for g in (max((d for d in range(2, G) if N % d == 0), default=None),
-                            min((d for d in range(G + 1, N + 1) if N % d == 0), default=None)) if g is not None]
-        raise ValueError(f"--group {G} does not divide --budget N = {N} (B = N / G prompts per step); give a divisor "
-                         f"of N" + (f", e.g. {' or '.join(map(str, near))}" if near else ""))
+    from ugrpo.stats.budget import check_divides
+
+    check_divides(N, G, n_name="--budget N", g_name="--group G")
 
 
 def console_lines(r: dict) -> str:

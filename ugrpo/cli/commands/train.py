@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import shlex
-from pathlib import Path
 
 from ugrpo.cli.options import add_override_flags
 
@@ -47,9 +46,9 @@ def main(args: argparse.Namespace) -> int:
     try:
         result = train(cfg, args.out, resume=args.resume, checked=checked)
     except KeyboardInterrupt as e:  # say what is on disk and the exact command that continues
-        from ugrpo.runlock import MANIFEST
+        from ugrpo.runlock import holds_run
 
-        if not any((Path(args.out) / f).exists() for f in (MANIFEST, "config.json")):  # stopped while loading
+        if not holds_run(args.out):  # stopped while the model loaded
             raise KeyboardInterrupt(f"interrupted before the run folder {args.out} held a run: nothing was written; "
                                     "run the same command again") from None
         again = ["ugrpo", "train", *(["--config", args.config] if args.config else []), "--out", args.out, "--resume",

@@ -379,7 +379,7 @@ def compare_to_uniform(rows: Sequence[dict], runs: Sequence[dict]) -> list[dict[
 
 def _per_seed(runs: dict[str, list[dict]], rows: Sequence[dict]):
     """({rule: (S, C) minus the gaps}, {rule: (S, C) samples spent}) of runs listed seed by seed: the arrays of
-    :func:`ugrpo.experiments.sweep.lm_alloc.bootstrap_ratio`, whose accuracy reaching up is a gap reaching down (a run
+    :func:`ugrpo.experiments.sweep.reach.bootstrap_ratio`, whose accuracy reaching up is a gap reaching down (a run
     that did not record its samples spent takes its rule's row, checkpoint x N)."""
     import numpy as np
 
